@@ -1,0 +1,109 @@
+//! Device side of shmem-rs: NVSHMEM from Rust GPU kernels.
+//!
+//! A kernel is an `unsafe fn` marked [`#[shmem_kernel]`](shmem_kernel). It is compiled to PTX
+//! for `nvptx64-nvidia-cuda` by `cargo xtask build-ptx` (or `shmem_build` from a `build.rs`),
+//! linked with NVSHMEM's device library, and launched on every PE by `shmem-host`.
+//!
+//! ```ignore
+//! use shmem_device::prelude::*;
+//!
+//! /// Every PE writes its number into the next PE's `dst`.
+//! #[shmem_kernel]
+//! pub unsafe fn ring(dst: Sym<i32>) {
+//!     if global_idx_x() == 0 {
+//!         let (me, n) = (my_pe(), n_pes());
+//!         unsafe { p(dst, me, (me + 1) % n) };
+//!         quiet();
+//!     }
+//! }
+//! ```
+//!
+//! # From CUDA C++ NVSHMEM
+//!
+//! | CUDA C++ | shmem-device |
+//! |---|---|
+//! | `__global__ void k(int *sym, ...)` | `#[shmem_kernel] unsafe fn k(sym: SymSlice<i32>, ...)` |
+//! | `threadIdx.x`, `blockIdx.x`, `blockDim.x`, `__syncthreads()` | [`thread_idx_x`], [`block_idx_x`], [`block_dim_x`], [`sync_threads`] |
+//! | `nvshmem_my_pe()`, `nvshmem_n_pes()` | [`my_pe`], [`n_pes`] |
+//! | `nvshmem_team_my_pe(NVSHMEMX_TEAM_NODE)` | `Team::NODE.my_pe()` |
+//! | `nvshmem_ptr(p, pe)` | [`ptr`]`(sym, pe) -> Option<PeerPtr<T>>` |
+//! | `nvshmem_int_p(dst, v, pe)` / `nvshmem_int_g(src, pe)` | [`rma::p`]`(dst, v, pe)` / [`rma::g`]`(src, pe)` |
+//! | `nvshmem_int_put(dst, src, n, pe)` | [`rma::put`]`(Thread, dst, src, pe)` |
+//! | `nvshmemx_int_put_nbi_block(dst, src, n, pe)` | [`rma::put_nbi`]`(Block, dst, src, pe)` |
+//! | `nvshmemx_getmem_warp(dst, src, bytes, pe)` | [`rma::get`]`(Warp, dst, src, pe)` |
+//! | `nvshmem_putmem_signal_nbi(d, s, b, sig, v, NVSHMEM_SIGNAL_ADD, pe)` | [`signal::put_signal_nbi`]`(Thread, d, s, sig, v, SignalOp::Add, pe)` |
+//! | `nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, v)` | [`signal::signal_wait_until`]`(sig, Cmp::Ge, v)` |
+//! | `nvshmem_uint64_wait_until(ivar, NVSHMEM_CMP_EQ, v)` | [`p2p::wait_until`]`(ivar, Cmp::Eq, v)` |
+//! | `nvshmem_int_atomic_fetch_add(dst, v, pe)` | [`amo::atomic_fetch_add`]`(dst, v, pe)` |
+//! | `nvshmem_fence()`, `nvshmem_quiet()` | [`fence`], [`quiet`] |
+//! | `nvshmem_barrier_all()`, `nvshmemx_sync_all_block()` | [`coll::barrier_all`]`(Thread)`, [`coll::sync_all`]`(Block)` |
+//! | `nvshmemx_float_sum_reduce_block(team, d, s, n)` | [`coll::reduce`]`(Block, team, Sum, d, s)` |
+//! | `ld.acquire.sys.global.u32` | [`scoped::load_acquire`]`(Sys, p)` |
+//!
+//! # Memory and safety model
+//!
+//! Remote operands are symmetric addresses ([`Sym`], [`SymSlice`]); see [`mem`] for the
+//! address types. NVSHMEM operations are `unsafe`: the compiler cannot check that the PE
+//! exists, that every PE reaches a collective, or that nobody reads a buffer a put is still
+//! writing. Each module documents those obligations once in a "Safety" section, and each
+//! function refers to it. Reads of local memory through the handles are `unsafe` too,
+//! because GPU memory is shared by every thread and PE.
+//!
+//! On the host this crate compiles (so the workspace type-checks and documents without the
+//! GPU target), but device operations panic if executed there.
+
+#![no_std]
+#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod arch;
+#[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
+mod panic;
+
+pub mod amo;
+pub mod coll;
+pub mod kernel;
+pub mod mem;
+pub mod order;
+pub mod p2p;
+pub mod rma;
+pub mod scope;
+pub mod scoped;
+pub mod signal;
+pub mod sys;
+pub mod team;
+pub mod thread;
+pub mod types;
+
+pub use mem::{
+    DevicePtr, DeviceSlice, LocalSlice, PeerPtr, PeerSlice, Sym, SymSlice, ptr, ptr_slice,
+};
+pub use order::{fence, quiet};
+pub use scope::{Block, Thread, Warp};
+pub use shmem_macros::shmem_kernel;
+pub use team::{Team, my_pe, n_pes};
+pub use thread::*;
+
+/// Everything a kernel usually needs: `use shmem_device::prelude::*;`.
+pub mod prelude {
+    pub use crate::amo::*;
+    pub use crate::coll::{
+        And, Max, Min, Or, Prod, Sum, Xor, alltoall, barrier, barrier_all, broadcast, fcollect,
+        reduce, sync_all, team_sync,
+    };
+    pub use crate::mem::{
+        DevicePtr, DeviceSlice, PeerPtr, PeerSlice, Sym, SymSlice, ptr, ptr_slice,
+    };
+    pub use crate::order::{fence, quiet};
+    pub use crate::p2p::{
+        Cmp, test, test_all, test_any, wait_until, wait_until_all, wait_until_any,
+    };
+    pub use crate::rma::{g, get, get_nbi, p, put, put_nbi};
+    pub use crate::scope::{Block, Thread, Warp};
+    pub use crate::signal::{
+        SignalOp, put_signal, put_signal_nbi, signal_fetch, signal_op, signal_wait_until,
+    };
+    pub use crate::team::{Team, my_pe, n_pes};
+    pub use crate::thread::*;
+    pub use shmem_macros::shmem_kernel;
+}

@@ -1,0 +1,284 @@
+//! Scoped loads, stores and atomics with explicit memory-model semantics, for code that
+//! synchronises through memory rather than through NVSHMEM calls — the NVLink fast paths of
+//! DeepEP-style kernels, which store into a peer's buffer through a [`PeerPtr`](crate::PeerPtr)
+//! and publish with a release store of a flag.
+//!
+//! The *scope* is the set of threads the ordering is promised to (PTX memory model):
+//! - [`Cta`]: threads of the same block;
+//! - [`Gpu`]: threads of the same GPU;
+//! - [`Sys`]: every thread of the system, including other GPUs over NVLink and the CPU.
+//!   Communication with a peer GPU through mapped memory needs `Sys`.
+//!
+//! Each operation is one PTX instruction (`ld.acquire.sys.b32`, `st.release.gpu.b64`,
+//! `atom.add.release.sys.u32`, ...) on a generic address, so the same functions work on local
+//! device memory, this PE's symmetric memory and peer-mapped memory.
+//!
+//! # Safety (common to every function of this module)
+//! The address is valid, aligned to the operand size and mapped on this GPU (a
+//! [`DevicePtr`](crate::DevicePtr), a symmetric [`Sym`](crate::Sym) of this PE, or a
+//! [`PeerPtr`](crate::PeerPtr) from [`crate::ptr`] whose PE is still alive). Mixing these
+//! operations with plain (non-atomic) accesses to the same word concurrently is a data race.
+
+use crate::mem::{DevicePtr, PeerPtr, Sym};
+
+/// A memory-model scope. Implemented by [`Cta`], [`Gpu`], [`Sys`].
+pub trait MemScope: Copy + sealed::Sealed {
+    #[doc(hidden)]
+    const KIND: u8;
+}
+mod sealed {
+    pub trait Sealed {}
+}
+/// `.cta`: the calling block.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cta;
+/// `.gpu`: the calling GPU.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Gpu;
+/// `.sys`: the whole system (peer GPUs, host).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sys;
+impl sealed::Sealed for Cta {}
+impl sealed::Sealed for Gpu {}
+impl sealed::Sealed for Sys {}
+impl MemScope for Cta {
+    const KIND: u8 = 0;
+}
+impl MemScope for Gpu {
+    const KIND: u8 = 1;
+}
+impl MemScope for Sys {
+    const KIND: u8 = 2;
+}
+
+/// A pointer kind the scoped operations accept: local, symmetric (this PE's copy) or peer.
+pub trait ScopedTarget<T>: Copy {
+    /// The generic address.
+    fn addr(self) -> *mut T;
+}
+impl<T> ScopedTarget<T> for DevicePtr<T> {
+    #[inline(always)]
+    fn addr(self) -> *mut T {
+        self.as_ptr()
+    }
+}
+impl<T> ScopedTarget<T> for PeerPtr<T> {
+    #[inline(always)]
+    fn addr(self) -> *mut T {
+        self.as_ptr()
+    }
+}
+impl<T> ScopedTarget<T> for Sym<T> {
+    #[inline(always)]
+    fn addr(self) -> *mut T {
+        self.as_ptr()
+    }
+}
+
+/// Word types of the scoped operations: `u32`, `i32`, `u64`, `i64`.
+pub trait ScopedWord: Copy + sealed::Sealed {
+    #[doc(hidden)]
+    unsafe fn ld<S: MemScope>(acquire: bool, p: *const Self) -> Self;
+    #[doc(hidden)]
+    unsafe fn st<S: MemScope>(release: bool, p: *mut Self, v: Self);
+    #[doc(hidden)]
+    unsafe fn fetch_add<S: MemScope>(p: *mut Self, v: Self) -> Self;
+    #[doc(hidden)]
+    unsafe fn red_add<S: MemScope>(p: *mut Self, v: Self);
+    #[doc(hidden)]
+    unsafe fn cas<S: MemScope>(p: *mut Self, cmp: Self, new: Self) -> Self;
+}
+impl sealed::Sealed for u32 {}
+impl sealed::Sealed for i32 {}
+impl sealed::Sealed for u64 {}
+impl sealed::Sealed for i64 {}
+
+/// Runs the asm template with `.cta`, `.gpu` or `.sys` spliced in, chosen by `S` at compile time.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! scoped_asm {
+    ($s:ty, $pre:literal, $post:expr, $($rest:tt)*) => {
+        match <$s as MemScope>::KIND {
+            0 => core::arch::asm!(concat!($pre, ".cta", $post), $($rest)*),
+            1 => core::arch::asm!(concat!($pre, ".gpu", $post), $($rest)*),
+            _ => core::arch::asm!(concat!($pre, ".sys", $post), $($rest)*),
+        }
+    };
+}
+
+macro_rules! scoped_word {
+    ($($t:ty: $bits:literal, $add:literal, $reg:ident;)*) => { $(
+        #[cfg(target_arch = "nvptx64")]
+        impl ScopedWord for $t {
+            #[inline(always)]
+            unsafe fn ld<S: MemScope>(acquire: bool, p: *const Self) -> Self {
+                let v: Self;
+                // SAFETY: the caller guarantees a valid, aligned, mapped address.
+                unsafe {
+                    if acquire {
+                        scoped_asm!(S, "ld.acquire", concat!(".b", $bits, " {v}, [{p}];"), v = out($reg) v, p = in(reg64) p, options(nostack));
+                    } else {
+                        scoped_asm!(S, "ld.relaxed", concat!(".b", $bits, " {v}, [{p}];"), v = out($reg) v, p = in(reg64) p, options(nostack));
+                    }
+                }
+                v
+            }
+            #[inline(always)]
+            unsafe fn st<S: MemScope>(release: bool, p: *mut Self, v: Self) {
+                // SAFETY: the caller guarantees a valid, aligned, mapped address.
+                unsafe {
+                    if release {
+                        scoped_asm!(S, "st.release", concat!(".b", $bits, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                    } else {
+                        scoped_asm!(S, "st.relaxed", concat!(".b", $bits, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                    }
+                }
+            }
+            #[inline(always)]
+            unsafe fn fetch_add<S: MemScope>(p: *mut Self, v: Self) -> Self {
+                let old: Self;
+                // SAFETY: the caller guarantees a valid, aligned, mapped address.
+                unsafe {
+                    scoped_asm!(S, "atom.acq_rel", concat!(".add.", $add, " {o}, [{p}], {v};"), o = out($reg) old, p = in(reg64) p, v = in($reg) v, options(nostack));
+                }
+                old
+            }
+            #[inline(always)]
+            unsafe fn red_add<S: MemScope>(p: *mut Self, v: Self) {
+                // SAFETY: the caller guarantees a valid, aligned, mapped address.
+                unsafe {
+                    scoped_asm!(S, "red.release", concat!(".add.", $add, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                }
+            }
+            #[inline(always)]
+            unsafe fn cas<S: MemScope>(p: *mut Self, cmp: Self, new: Self) -> Self {
+                let old: Self;
+                // SAFETY: the caller guarantees a valid, aligned, mapped address.
+                unsafe {
+                    scoped_asm!(S, "atom.acq_rel", concat!(".cas.b", $bits, " {o}, [{p}], {c}, {n};"), o = out($reg) old, p = in(reg64) p, c = in($reg) cmp, n = in($reg) new, options(nostack));
+                }
+                old
+            }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        impl ScopedWord for $t {
+            unsafe fn ld<S: MemScope>(_: bool, _: *const Self) -> Self { crate::arch::device_only("scoped::load") }
+            unsafe fn st<S: MemScope>(_: bool, _: *mut Self, _: Self) { crate::arch::device_only("scoped::store") }
+            unsafe fn fetch_add<S: MemScope>(_: *mut Self, _: Self) -> Self { crate::arch::device_only("scoped::fetch_add") }
+            unsafe fn red_add<S: MemScope>(_: *mut Self, _: Self) { crate::arch::device_only("scoped::add") }
+            unsafe fn cas<S: MemScope>(_: *mut Self, _: Self, _: Self) -> Self { crate::arch::device_only("scoped::compare_swap") }
+        }
+    )* };
+}
+
+scoped_word! {
+    u32: "32", "u32", reg32;
+    i32: "32", "s32", reg32;
+    u64: "64", "u64", reg64;
+    i64: "64", "u64", reg64;
+}
+
+/// Load with acquire semantics at scope `S`: later accesses of this thread are not moved
+/// before it, and it sees what a matching release made visible. PTX: `ld.acquire.S`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn load_acquire<S: MemScope, T: ScopedWord>(_scope: S, p: impl ScopedTarget<T>) -> T {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { T::ld::<S>(true, p.addr()) }
+}
+
+/// Relaxed (atomic, unordered) load at scope `S`: for polling. PTX: `ld.relaxed.S`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn load_relaxed<S: MemScope, T: ScopedWord>(_scope: S, p: impl ScopedTarget<T>) -> T {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { T::ld::<S>(false, p.addr()) }
+}
+
+/// Store with release semantics at scope `S`: this thread's earlier accesses are visible to
+/// whoever acquires this value. PTX: `st.release.S`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn store_release<S: MemScope, T: ScopedWord>(
+    _scope: S,
+    p: impl ScopedTarget<T>,
+    value: T,
+) {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { T::st::<S>(true, p.addr(), value) }
+}
+
+/// Relaxed (atomic, unordered) store at scope `S`. PTX: `st.relaxed.S`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn store_relaxed<S: MemScope, T: ScopedWord>(
+    _scope: S,
+    p: impl ScopedTarget<T>,
+    value: T,
+) {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { T::st::<S>(false, p.addr(), value) }
+}
+
+/// Atomic add with acquire-release semantics; returns the old value. PTX: `atom.acq_rel.S.add`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn fetch_add<S: MemScope, T: ScopedWord>(
+    _scope: S,
+    p: impl ScopedTarget<T>,
+    value: T,
+) -> T {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { T::fetch_add::<S>(p.addr(), value) }
+}
+
+/// Atomic add with release semantics, no result (a reduction). PTX: `red.release.S.add`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn add_release<S: MemScope, T: ScopedWord>(
+    _scope: S,
+    p: impl ScopedTarget<T>,
+    value: T,
+) {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { T::red_add::<S>(p.addr(), value) }
+}
+
+/// Atomic compare-and-swap with acquire-release semantics; returns the old value.
+/// PTX: `atom.acq_rel.S.cas`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn compare_swap<S: MemScope, T: ScopedWord>(
+    _scope: S,
+    p: impl ScopedTarget<T>,
+    current: T,
+    new: T,
+) -> T {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { T::cas::<S>(p.addr(), current, new) }
+}
+
+/// A fence with acquire-release semantics at scope `S`. PTX: `fence.acq_rel.S`.
+#[inline(always)]
+pub fn fence_acq_rel<S: MemScope>(_scope: S) {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: a fence only orders this thread's memory accesses.
+    unsafe {
+        scoped_asm!(S, "fence.acq_rel", ";", options(nostack))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::arch::device_only("scoped::fence_acq_rel")
+}

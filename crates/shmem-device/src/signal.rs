@@ -1,0 +1,143 @@
+//! Signals: a `u64` on the symmetric heap that a put can update *after* its data has
+//! landed, so the receiver waits on one word instead of polling the data.
+//!
+//! NVSHMEM semantics: in [`put_signal`] the update of `sig` on `pe` becomes visible only
+//! after the whole data transfer is visible there. A receiver that sees the signal change
+//! (via [`signal_wait_until`] or [`crate::p2p::wait_until`]) may read the data.
+//!
+//! # Safety (common to every function of this module)
+//! Those of [`crate::rma`], and: `sig` is a symmetric `u64` that only signal operations and
+//! waits access while signals are in flight.
+
+use crate::mem::{LocalSlice, Sym, SymSlice};
+use crate::p2p::Cmp;
+use crate::scope::{Scope, by_scope};
+use crate::sys;
+use core::ffi::c_void;
+use core::mem::size_of;
+
+/// How a signal word is updated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum SignalOp {
+    /// `NVSHMEM_SIGNAL_SET`: the word becomes the value.
+    Set = 9,
+    /// `NVSHMEM_SIGNAL_ADD`: the value is added atomically.
+    Add = 10,
+}
+
+/// Copies `src` into `pe`'s `dest`, then updates `pe`'s `sig` with `op` and `value`;
+/// returns when `src` may be reused. NVSHMEM: `nvshmem_putmem_signal` and warp/block forms.
+///
+/// # Panics
+/// If `dest.len() != src.local_len()`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+#[track_caller]
+pub unsafe fn put_signal<S: Scope, T: Copy>(
+    _scope: S,
+    dest: SymSlice<T>,
+    src: impl LocalSlice<T>,
+    sig: Sym<u64>,
+    value: u64,
+    op: SignalOp,
+    pe: i32,
+) {
+    assert!(
+        dest.len() == src.local_len(),
+        "RMA operands have different lengths"
+    );
+    let bytes = dest.len() * size_of::<T>();
+    let (d, s) = (
+        dest.as_ptr().cast::<c_void>(),
+        src.local_ptr().cast::<c_void>().cast_const(),
+    );
+    let (sg, o) = (sig.as_ptr(), op as i32);
+    // SAFETY: the caller upholds the module's contract; lengths were checked above.
+    unsafe {
+        by_scope!(
+            S,
+            sys::nvshmem_putmem_signal,
+            sys::nvshmemx_putmem_signal_warp,
+            sys::nvshmemx_putmem_signal_block,
+            (d, s, bytes, sg, value, o, pe)
+        )
+    }
+}
+
+/// Non-blocking [`put_signal`]: returns at once; `src` may be reused after the next
+/// [`quiet`](crate::order::quiet). The signal still follows the data at the target.
+/// NVSHMEM: `nvshmem_putmem_signal_nbi` and warp/block forms.
+///
+/// # Panics
+/// If `dest.len() != src.local_len()`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+#[track_caller]
+pub unsafe fn put_signal_nbi<S: Scope, T: Copy>(
+    _scope: S,
+    dest: SymSlice<T>,
+    src: impl LocalSlice<T>,
+    sig: Sym<u64>,
+    value: u64,
+    op: SignalOp,
+    pe: i32,
+) {
+    assert!(
+        dest.len() == src.local_len(),
+        "RMA operands have different lengths"
+    );
+    let bytes = dest.len() * size_of::<T>();
+    let (d, s) = (
+        dest.as_ptr().cast::<c_void>(),
+        src.local_ptr().cast::<c_void>().cast_const(),
+    );
+    let (sg, o) = (sig.as_ptr(), op as i32);
+    // SAFETY: the caller upholds the module's contract; lengths were checked above.
+    unsafe {
+        by_scope!(
+            S,
+            sys::nvshmem_putmem_signal_nbi,
+            sys::nvshmemx_putmem_signal_nbi_warp,
+            sys::nvshmemx_putmem_signal_nbi_block,
+            (d, s, bytes, sg, value, o, pe)
+        )
+    }
+}
+
+/// Updates `pe`'s `sig` atomically with `op` and `value`, without data.
+/// NVSHMEM: `nvshmemx_signal_op`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn signal_op(sig: Sym<u64>, value: u64, op: SignalOp, pe: i32) {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { sys::nvshmemx_signal_op(sig.as_ptr(), value, op as i32, pe) }
+}
+
+/// Reads this PE's `sig` atomically. NVSHMEM: `nvshmem_signal_fetch`.
+///
+/// # Safety
+/// `sig` is a valid symmetric `u64`.
+#[inline(always)]
+pub unsafe fn signal_fetch(sig: Sym<u64>) -> u64 {
+    // SAFETY: the caller guarantees `sig` is valid.
+    unsafe { sys::nvshmem_signal_fetch(sig.as_ptr()) }
+}
+
+/// Waits until this PE's `sig` compares to `value` by `cmp`; returns the value seen.
+/// Data put with that signal is visible when it returns. NVSHMEM: `nvshmem_signal_wait_until`.
+///
+/// # Safety
+/// `sig` is a valid symmetric `u64`, and some PE eventually makes the condition true
+/// (otherwise the kernel never finishes).
+#[inline(always)]
+pub unsafe fn signal_wait_until(sig: Sym<u64>, cmp: Cmp, value: u64) -> u64 {
+    // SAFETY: the caller guarantees `sig` is valid.
+    unsafe { sys::nvshmem_signal_wait_until(sig.as_ptr(), cmp as i32, value) }
+}

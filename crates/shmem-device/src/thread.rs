@@ -1,0 +1,200 @@
+//! CUDA's execution model: where the calling thread sits in the grid.
+//!
+//! A kernel launch runs a *grid* of *blocks* (CTAs); each block is a group of threads that
+//! run on one SM, can share memory and meet at [`sync_threads`]. Within a block, threads are
+//! scheduled in *warps* of [`WARP_SIZE`] lanes. Every function here reads a special register
+//! and costs one instruction.
+//!
+//! NVSHMEM's scoped operations (`Warp`, `Block` in [`crate::scope`]) follow the same
+//! hierarchy: a warp-scoped call must be made by all lanes of the warp, a block-scoped call
+//! by all threads of the block.
+//!
+//! These functions are meaningful only inside a kernel running on a GPU. The crate also
+//! compiles for the host, so that `cargo check`, clippy, docs and rust-analyzer see kernel
+//! code; called on the host, they panic with a message that says so.
+
+/// Threads per warp on every NVIDIA GPU NVSHMEM supports.
+pub const WARP_SIZE: u32 = 32;
+
+/// A three-dimensional index or extent, as CUDA's `dim3`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Dim3 {
+    /// Fastest-varying coordinate.
+    pub x: u32,
+    /// Middle coordinate.
+    pub y: u32,
+    /// Slowest-varying coordinate.
+    pub z: u32,
+}
+
+macro_rules! special_registers {
+    ($($(#[$doc:meta])* $name:ident => $intr:ident;)*) => { $(
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name() -> u32 {
+            #[cfg(target_arch = "nvptx64")]
+            // SAFETY: reading a special register has no preconditions inside a kernel, and
+            // device code only ever runs inside a kernel.
+            unsafe { core::arch::nvptx::$intr() }
+            #[cfg(not(target_arch = "nvptx64"))]
+            crate::arch::device_only(stringify!($name))
+        }
+    )* };
+}
+
+special_registers! {
+    /// `threadIdx.x`: this thread's index in its block, x coordinate.
+    thread_idx_x => _thread_idx_x;
+    /// `threadIdx.y`.
+    thread_idx_y => _thread_idx_y;
+    /// `threadIdx.z`.
+    thread_idx_z => _thread_idx_z;
+    /// `blockIdx.x`: this block's index in the grid, x coordinate.
+    block_idx_x => _block_idx_x;
+    /// `blockIdx.y`.
+    block_idx_y => _block_idx_y;
+    /// `blockIdx.z`.
+    block_idx_z => _block_idx_z;
+    /// `blockDim.x`: threads per block along x.
+    block_dim_x => _block_dim_x;
+    /// `blockDim.y`.
+    block_dim_y => _block_dim_y;
+    /// `blockDim.z`.
+    block_dim_z => _block_dim_z;
+    /// `gridDim.x`: blocks per grid along x.
+    grid_dim_x => _grid_dim_x;
+    /// `gridDim.y`.
+    grid_dim_y => _grid_dim_y;
+    /// `gridDim.z`.
+    grid_dim_z => _grid_dim_z;
+}
+
+/// `threadIdx`.
+#[inline(always)]
+pub fn thread_idx() -> Dim3 {
+    Dim3 {
+        x: thread_idx_x(),
+        y: thread_idx_y(),
+        z: thread_idx_z(),
+    }
+}
+
+/// `blockIdx`.
+#[inline(always)]
+pub fn block_idx() -> Dim3 {
+    Dim3 {
+        x: block_idx_x(),
+        y: block_idx_y(),
+        z: block_idx_z(),
+    }
+}
+
+/// `blockDim`.
+#[inline(always)]
+pub fn block_dim() -> Dim3 {
+    Dim3 {
+        x: block_dim_x(),
+        y: block_dim_y(),
+        z: block_dim_z(),
+    }
+}
+
+/// `gridDim`.
+#[inline(always)]
+pub fn grid_dim() -> Dim3 {
+    Dim3 {
+        x: grid_dim_x(),
+        y: grid_dim_y(),
+        z: grid_dim_z(),
+    }
+}
+
+/// This thread's linear index within its block (x fastest, then y, then z).
+#[inline(always)]
+pub fn thread_rank_in_block() -> u32 {
+    (thread_idx_z() * block_dim_y() + thread_idx_y()) * block_dim_x() + thread_idx_x()
+}
+
+/// Threads per block (`blockDim.x * blockDim.y * blockDim.z`).
+#[inline(always)]
+pub fn block_size() -> u32 {
+    block_dim_x() * block_dim_y() * block_dim_z()
+}
+
+/// `blockIdx.x * blockDim.x + threadIdx.x`: the usual global index of a 1-D launch.
+#[inline(always)]
+pub fn global_idx_x() -> usize {
+    block_idx_x() as usize * block_dim_x() as usize + thread_idx_x() as usize
+}
+
+/// `gridDim.x * blockDim.x`: the stride of a grid-stride loop over a 1-D launch.
+#[inline(always)]
+pub fn grid_stride_x() -> usize {
+    grid_dim_x() as usize * block_dim_x() as usize
+}
+
+/// This thread's lane in its warp, `0..WARP_SIZE` (`%laneid`).
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let lane: u32;
+        // SAFETY: `%laneid` is a read-only special register; the asm touches nothing else.
+        unsafe {
+            core::arch::asm!("mov.u32 {0}, %laneid;", out(reg32) lane, options(nomem, nostack, pure))
+        };
+        lane
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::arch::device_only("lane_id")
+}
+
+/// This thread's warp within its block: `thread_rank_in_block() / WARP_SIZE`.
+///
+/// This is the logical warp index, stable for the life of the block, not the hardware
+/// `%warpid` (which may change under preemption).
+#[inline(always)]
+pub fn warp_id() -> u32 {
+    thread_rank_in_block() / WARP_SIZE
+}
+
+/// Warps per block, rounding a partial last warp up.
+#[inline(always)]
+pub fn warps_per_block() -> u32 {
+    block_size().div_ceil(WARP_SIZE)
+}
+
+/// `__syncthreads()`: waits until every thread of the block has reached this point, and
+/// makes the block's shared and global memory writes before it visible to the block after it.
+///
+/// Every thread of the block must reach the same `sync_threads` (it must not sit in a branch
+/// that only some threads take), or the block deadlocks.
+#[inline(always)]
+pub fn sync_threads() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: `bar.sync 0` has no memory-safety preconditions; a divergent call deadlocks
+    // (documented above) but cannot corrupt memory.
+    unsafe {
+        core::arch::nvptx::_syncthreads()
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::arch::device_only("sync_threads")
+}
+
+/// `__syncwarp(mask)`: the lanes named in `mask` wait for each other and their memory
+/// accesses before it are ordered before those after it. Each lane in `mask` must call it
+/// with the same mask.
+#[inline(always)]
+pub fn sync_warp(mask: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: `bar.warp.sync` only synchronises lanes; a mask naming a lane that never
+    // arrives hangs the warp but cannot corrupt memory.
+    unsafe {
+        core::arch::asm!("bar.warp.sync {0};", in(reg32) mask, options(nostack))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = mask;
+        crate::arch::device_only("sync_warp")
+    }
+}
