@@ -1,0 +1,151 @@
+//! Parse and validate a `#[shmem_kernel]` item, collecting every error.
+
+use proc_macro2::TokenStream;
+use syn::{FnArg, Ident, ItemFn, Pat, ReturnType, Type};
+
+/// A validated kernel.
+pub(crate) struct Kernel {
+    pub item: ItemFn,
+    pub params: Vec<Param>,
+}
+
+/// One validated parameter.
+pub(crate) struct Param {
+    pub name: Ident,
+    pub ty: Type,
+}
+
+/// Collects errors so that the user sees all of them at once.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, tokens: impl quote::ToTokens, msg: impl std::fmt::Display) {
+        let e = syn::Error::new_spanned(tokens, msg);
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+    fn finish<T>(self, value: T) -> syn::Result<T> {
+        match self.0 {
+            Some(e) => Err(e),
+            None => Ok(value),
+        }
+    }
+}
+
+pub(crate) fn parse(attr: TokenStream, item: TokenStream) -> syn::Result<Kernel> {
+    let mut errors = Errors::default();
+    if !attr.is_empty() {
+        errors.push(&attr, "#[shmem_kernel] takes no arguments");
+    }
+    let item: ItemFn = match syn::parse2(item) {
+        Ok(f) => f,
+        Err(e) => {
+            return Err(syn::Error::new(
+                e.span(),
+                "#[shmem_kernel] applies to a function: `pub unsafe fn name(params) { ... }`",
+            ));
+        }
+    };
+    let sig = &item.sig;
+    if let Some(a) = &sig.asyncness {
+        errors.push(
+            a,
+            "a kernel cannot be `async`: GPU kernels run to completion; remove `async`",
+        );
+    }
+    if let Some(c) = &sig.constness {
+        errors.push(c, "a kernel cannot be `const`; remove `const`");
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(
+            abi,
+            "#[shmem_kernel] chooses the ABI (`extern \"ptx-kernel\"`); remove this `extern`",
+        );
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        errors.push(
+            &sig.generics,
+            "a kernel cannot be generic: a PTX entry has one concrete signature. Write a generic \
+             inner function and one #[shmem_kernel] per type that calls it",
+        );
+    }
+    if let Some(v) = &sig.variadic {
+        errors.push(v, "a kernel cannot be variadic");
+    }
+    if let ReturnType::Type(_, ty) = &sig.output {
+        let unit = matches!(&**ty, Type::Tuple(t) if t.elems.is_empty());
+        if !unit {
+            errors.push(
+                &sig.output,
+                "a kernel cannot return a value: write results into a SymSlice or DeviceSlice parameter",
+            );
+        }
+    }
+    let mut params = Vec::new();
+    for arg in &sig.inputs {
+        match arg {
+            FnArg::Receiver(r) => {
+                errors.push(r, "a kernel cannot take `self`: make it a free function")
+            }
+            FnArg::Typed(pt) => {
+                let name = match &*pt.pat {
+                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                        Some(pi.ident.clone())
+                    }
+                    other => {
+                        errors.push(
+                            other,
+                            "kernel parameters must be plain names (`name: Type`), not patterns",
+                        );
+                        None
+                    }
+                };
+                if let Some(msg) = reject_type(&pt.ty) {
+                    errors.push(&pt.ty, msg);
+                } else if let Some(name) = name {
+                    params.push(Param {
+                        name,
+                        ty: (*pt.ty).clone(),
+                    });
+                }
+            }
+        }
+    }
+    errors.finish(Kernel { item, params })
+}
+
+/// Type forms that can never be kernel parameters, with what to write instead. Everything
+/// else is checked by the `KernelParam` bound, where the compiler knows the type.
+fn reject_type(ty: &Type) -> Option<&'static str> {
+    Some(match ty {
+        Type::Reference(_) => {
+            "a kernel parameter cannot be a reference: host references do not point into GPU \
+             memory. Use SymSlice<T> / Sym<T> for symmetric memory or DeviceSlice<T> / DevicePtr<T>"
+        }
+        Type::Ptr(_) => {
+            "a kernel parameter cannot be a raw pointer: say what it points to with Sym<T> \
+             (symmetric heap) or DevicePtr<T> (device memory)"
+        }
+        Type::ImplTrait(_) => {
+            "a kernel parameter cannot be `impl Trait`: a PTX entry needs concrete types"
+        }
+        Type::TraitObject(_) => {
+            "a kernel parameter cannot be a trait object: a PTX entry needs concrete types"
+        }
+        Type::Slice(_) | Type::Array(_) => {
+            "a kernel parameter cannot be a slice or array: pass SymSlice<T> or DeviceSlice<T>"
+        }
+        Type::Tuple(_) => {
+            "a kernel parameter cannot be a tuple (its layout is unspecified): use a #[repr(C)] struct"
+        }
+        Type::Infer(_) | Type::Never(_) | Type::BareFn(_) => {
+            "this type cannot be a kernel parameter"
+        }
+        Type::Paren(p) => return reject_type(&p.elem),
+        Type::Group(g) => return reject_type(&g.elem),
+        _ => return None,
+    })
+}
