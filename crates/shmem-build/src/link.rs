@@ -1,0 +1,260 @@
+//! Steps 2–4: link NVSHMEM's device bitcode into the kernel module, internalize and
+//! optimise, emit PTX; then read the facts the manifest records and verify the result.
+
+use crate::arch::Arch;
+use crate::error::{Error, IoContext, Result};
+use crate::manifest::{KernelManifest, MetaRecord, ParamManifest};
+use crate::toolchain::{Toolchain, run_stdout};
+use crate::{ir, ptx};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// NVSHMEM's device-state globals: `nvshmemx_cumodule_init` fills them, so they must stay
+/// visible in the PTX. The IBGDA/GPUNetIO ones exist from NVSHMEM 3.8 on.
+pub const STATE_GLOBALS: [&str; 4] = [
+    "nvshmemi_device_state_d",
+    "nvshmemi_ibgda_device_state_d",
+    "nvshmemi_gpunetio_device_state_d",
+    "nvshmemi_device_lib_version_d",
+];
+
+/// Globals every module must export, whatever the NVSHMEM version.
+pub const REQUIRED_GLOBALS: [&str; 2] =
+    ["nvshmemi_device_state_d", "nvshmemi_device_lib_version_d"];
+
+/// Functions the CUDA driver resolves when it loads PTX; nothing else may stay external.
+pub const DRIVER_SYMBOLS: [&str; 4] = ["vprintf", "__assertfail", "malloc", "free"];
+
+/// What linking produced.
+pub struct Linked {
+    /// The kernels, with collective flags and parameters.
+    pub kernels: Vec<KernelManifest>,
+    /// `major.minor.patch` of the linked device library.
+    pub nvshmem_version: String,
+    /// The PTX text.
+    pub ptx: String,
+}
+
+fn run(cmd: &mut Command) -> Result<String> {
+    let shown = format!("{cmd:?}");
+    let out = cmd.output().map_err(|e| Error::Tool {
+        command: shown.clone(),
+        output: e.to_string(),
+    })?;
+    // NVSHMEM 3.4's bitcode carries an older data layout string than rustc's; LLVM warns on
+    // every link although the layouts agree on everything nvptx64 uses. Drop only that line.
+    let stderr: String = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.contains("Linking two modules of different data layouts"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if !out.status.success() {
+        return Err(Error::Tool {
+            command: shown,
+            output: stderr,
+        });
+    }
+    if !stderr.trim().is_empty() {
+        eprint!("{stderr}");
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Links `kernel_bc` with `nvshmem_bc` and produces PTX for `arch`, using `work` for
+/// intermediate files.
+pub fn link(
+    tc: &Toolchain,
+    kernel_bc: &Path,
+    nvshmem_bc: &Path,
+    arch: Arch,
+    work: &Path,
+) -> Result<Linked> {
+    std::fs::create_dir_all(work).ctx(|| format!("creating {}", work.display()))?;
+    let linked = work.join("linked.bc");
+    let optimized = work.join("optimized.bc");
+    let ptx_path = work.join("out.ptx");
+
+    run(Command::new(tc.llvm("llvm-link"))
+        .arg(kernel_bc)
+        .arg(nvshmem_bc)
+        .arg("--only-needed")
+        .arg("-o")
+        .arg(&linked))?;
+    let ir_text = run_stdout(
+        Command::new(tc.llvm("llvm-dis"))
+            .arg(&linked)
+            .arg("-o")
+            .arg("-"),
+    )?;
+
+    let version = ir::nvshmem_version(&ir_text)
+        .map(|(a, b, c)| format!("{a}.{b}.{c}"))
+        .ok_or_else(|| Error::Verify {
+            ptx: ptx_path.clone(),
+            problems: vec![format!(
+                "the linked module has no nvshmemi_device_lib_version_d: {} is not an NVSHMEM device library, \
+                 or no kernel in the crate calls NVSHMEM",
+                nvshmem_bc.display()
+            )],
+        })?;
+    let graph = ir::call_graph(&ir_text);
+    let mut metas: Vec<MetaRecord> = Vec::new();
+    for (name, json) in ir::meta_records(&ir_text) {
+        let rec: MetaRecord = serde_json::from_str(&json).map_err(|e| {
+            Error::Crate(format!(
+                "kernel `{name}`: unreadable #[shmem_kernel] record ({e}): {json}"
+            ))
+        })?;
+        metas.push(rec);
+    }
+    if metas.is_empty() {
+        return Err(Error::Crate(format!(
+            "{} defines no #[shmem_kernel] functions",
+            kernel_bc.display()
+        )));
+    }
+    let entries: Vec<String> = metas.iter().map(|m| m.name.clone()).collect();
+
+    let keep: Vec<&str> = entries
+        .iter()
+        .map(String::as_str)
+        .chain(STATE_GLOBALS)
+        .collect();
+    run(Command::new(tc.llvm("opt"))
+        .arg(&linked)
+        .arg(format!("--internalize-public-api-list={}", keep.join(",")))
+        .arg("-passes=internalize,default<O3>,globaldce")
+        .arg("-o")
+        .arg(&optimized))?;
+    let (maj, min) = arch.ptx_isa();
+    run(Command::new(tc.llvm("llc"))
+        .arg(&optimized)
+        .arg(format!("-mcpu={}", arch.name()))
+        .arg(format!("-mattr=+ptx{maj}{min}"))
+        .arg("-O3")
+        .arg("-o")
+        .arg(&ptx_path))?;
+    let ptx_text =
+        std::fs::read_to_string(&ptx_path).ctx(|| format!("reading {}", ptx_path.display()))?;
+    let info = ptx::parse(&ptx_text);
+
+    let mut kernels = Vec::new();
+    for m in metas {
+        let entry = info.entries.iter().find(|e| e.name == m.name);
+        let layouts = entry.map(|e| e.params.clone()).unwrap_or_default();
+        let params = m
+            .params
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let (size, align) = layouts.get(i).copied().unwrap_or((0, 0));
+                ParamManifest {
+                    name: p.name,
+                    ty: p.ty,
+                    size,
+                    align,
+                }
+            })
+            .collect();
+        let because = ir::collective_reasons(&graph, &m.name);
+        kernels.push(KernelManifest {
+            name: m.name,
+            collective: !because.is_empty(),
+            collective_because: because,
+            params,
+        });
+    }
+    Ok(Linked {
+        kernels,
+        nvshmem_version: version,
+        ptx: ptx_text,
+    })
+}
+
+/// Checks the PTX: every kernel is an entry with the parameter count its signature has,
+/// NVSHMEM's state and version globals are visible, and nothing but driver-provided
+/// functions is left unresolved.
+pub fn verify(ptx_text: &str, kernels: &[KernelManifest], arch: Arch) -> Vec<String> {
+    let info = ptx::parse(ptx_text);
+    let mut problems = Vec::new();
+    let (maj, min) = arch.ptx_isa();
+    if info.version != format!("{maj}.{min}") {
+        problems.push(format!(
+            "PTX ISA is {:?}, expected {maj}.{min}",
+            info.version
+        ));
+    }
+    if info.target != arch.name() {
+        problems.push(format!(
+            "PTX target is {:?}, expected {}",
+            info.target,
+            arch.name()
+        ));
+    }
+    for k in kernels {
+        match info.entries.iter().find(|e| e.name == k.name) {
+            None => problems.push(format!("kernel `{}` is not an entry of the PTX", k.name)),
+            Some(e) if e.params.len() != k.params.len() => problems.push(format!(
+                "kernel `{}` has {} PTX parameters but {} in its Rust signature",
+                k.name,
+                e.params.len(),
+                k.params.len()
+            )),
+            Some(_) => {}
+        }
+    }
+    for extra in info
+        .entries
+        .iter()
+        .filter(|e| !kernels.iter().any(|k| k.name == e.name))
+    {
+        problems.push(format!(
+            "PTX entry `{}` is not a #[shmem_kernel]",
+            extra.name
+        ));
+    }
+    for g in REQUIRED_GLOBALS {
+        if !info.visible_globals.iter().any(|v| v == g) {
+            problems.push(format!(
+                "NVSHMEM global `{g}` is missing or not visible (nvshmemx_cumodule_init needs it)"
+            ));
+        }
+    }
+    for x in &info.externs {
+        if !DRIVER_SYMBOLS.contains(&x.as_str()) {
+            problems.push(format!(
+                "unresolved external `{x}` (not provided by the CUDA driver)"
+            ));
+        }
+    }
+    if info
+        .visible_globals
+        .iter()
+        .any(|g| g.starts_with(ir::META_PREFIX))
+    {
+        problems.push("kernel metadata records leaked into the PTX".into());
+    }
+    problems
+}
+
+/// Runs `ptxas -arch=<arch>` on the file; `Ok(())` if it accepts it.
+pub fn ptxas(ptxas: &Path, ptx_file: &Path, arch: Arch, work: &Path) -> Result<()> {
+    let cubin: PathBuf = work.join("ptxas-check.cubin");
+    run(Command::new(ptxas)
+        .arg(format!("-arch={}", arch.name()))
+        .arg(ptx_file)
+        .arg("-o")
+        .arg(&cubin))
+    .map_err(|e| match e {
+        Error::Tool { output, .. } => Error::Verify {
+            ptx: ptx_file.to_path_buf(),
+            problems: vec![format!(
+                "ptxas ({}) rejected it:\n{output}",
+                ptxas.display()
+            )],
+        },
+        other => other,
+    })?;
+    let _ = std::fs::remove_file(cubin);
+    Ok(())
+}

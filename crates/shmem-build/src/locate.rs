@@ -1,0 +1,178 @@
+//! Finding NVSHMEM's device bitcode and `ptxas`.
+//!
+//! Search order for NVSHMEM (first hit wins): an explicit directory (`--nvshmem`), the
+//! `NVSHMEM_HOME` environment variable, the project-local installs made by
+//! `cargo xtask setup` (`.shmem/nvshmem-<version>/`), then Python's site-packages (the pip
+//! wheel `nvidia-nvshmem-cu13`, as in a PyTorch virtualenv). A directory qualifies if it
+//! has `lib/libnvshmem_device.bc` or per-arch `lib/libnvshmem_device_sm_NN.bc`; a wheel's
+//! install root (`.../site-packages`) is accepted too and resolved to `nvidia/nvshmem`.
+
+use crate::arch::Arch;
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where the project-local dependencies live: `<root>/.shmem`.
+pub fn local_deps_dir(project_root: &Path) -> PathBuf {
+    project_root.join(".shmem")
+}
+
+/// One NVSHMEM installation's device library.
+#[derive(Clone, Debug)]
+pub struct Nvshmem {
+    /// The NVSHMEM root (has `lib/` and `include/`).
+    pub root: PathBuf,
+}
+
+impl Nvshmem {
+    /// Accepts `dir` if it is (or contains, as a wheel install) an NVSHMEM with device bitcode.
+    pub fn at(dir: &Path) -> Option<Nvshmem> {
+        for root in [dir.to_path_buf(), dir.join("nvidia/nvshmem")] {
+            let lib = root.join("lib");
+            let has_bc = std::fs::read_dir(&lib).ok().is_some_and(|rd| {
+                rd.flatten().any(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.starts_with("libnvshmem_device") && n.ends_with(".bc")
+                })
+            });
+            if has_bc {
+                return Some(Nvshmem { root });
+            }
+        }
+        None
+    }
+
+    /// The bitcode to link for `arch`: the per-arch file when the release ships them (3.8+),
+    /// else the single `libnvshmem_device.bc` (3.4).
+    pub fn bitcode(&self, arch: Arch) -> Result<PathBuf> {
+        let lib = self.root.join("lib");
+        let per_arch = lib.join(format!("libnvshmem_device_sm_{}.bc", arch.number()));
+        if per_arch.is_file() {
+            return Ok(per_arch);
+        }
+        let single = lib.join("libnvshmem_device.bc");
+        if single.is_file() {
+            return Ok(single);
+        }
+        Err(Error::NvshmemInvalid {
+            dir: self.root.clone(),
+            why: format!(
+                "it has per-arch bitcode but none for {arch} ({} missing)",
+                per_arch.display()
+            ),
+        })
+    }
+
+    /// Locates NVSHMEM by the documented search order.
+    pub fn locate(explicit: Option<&Path>, project_root: &Path) -> Result<Nvshmem> {
+        if let Some(dir) = explicit {
+            return Nvshmem::at(dir).ok_or_else(|| Error::NvshmemInvalid {
+                dir: dir.to_path_buf(),
+                why: "no lib/libnvshmem_device*.bc under it (nor under nvidia/nvshmem/)".into(),
+            });
+        }
+        if let Some(home) = std::env::var_os("NVSHMEM_HOME").filter(|h| !h.is_empty()) {
+            let dir = PathBuf::from(home);
+            return Nvshmem::at(&dir).ok_or_else(|| Error::NvshmemInvalid {
+                dir,
+                why: "NVSHMEM_HOME is set, but there is no lib/libnvshmem_device*.bc under it"
+                    .into(),
+            });
+        }
+        let mut searched = Vec::new();
+        for dir in local_nvshmem_installs(project_root)
+            .into_iter()
+            .chain(site_packages())
+        {
+            if let Some(n) = Nvshmem::at(&dir) {
+                return Ok(n);
+            }
+            searched.push(dir);
+        }
+        if searched.is_empty() {
+            searched.push(local_deps_dir(project_root).join("nvshmem-<version>"));
+        }
+        Err(Error::NvshmemNotFound { searched })
+    }
+}
+
+/// `.shmem/nvshmem-*` installs, the default version (3.4.5, what the GPU machines run) first.
+pub fn local_nvshmem_installs(project_root: &Path) -> Vec<PathBuf> {
+    let deps = local_deps_dir(project_root);
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&deps)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("nvshmem-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_by_key(|p| {
+        (
+            !p.ends_with(format!("nvshmem-{}", crate::setup::DEFAULT_NVSHMEM)),
+            p.clone(),
+        )
+    });
+    v
+}
+
+/// Python's site-packages directories (system, user, and an active virtualenv).
+pub fn site_packages() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        if let Ok(rd) = std::fs::read_dir(Path::new(&venv).join("lib")) {
+            dirs.extend(rd.flatten().map(|e| e.path().join("site-packages")));
+        }
+    }
+    for py in ["python3", "python"] {
+        let out = Command::new(py)
+            .args(["-c", "import site,sys; print('\\n'.join(site.getsitepackages()+[site.getusersitepackages()]))"])
+            .output();
+        if let Ok(out) = out {
+            if out.status.success() {
+                dirs.extend(
+                    String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .filter(|l| !l.is_empty())
+                        .map(PathBuf::from),
+                );
+                break;
+            }
+        }
+    }
+    dirs.retain(|d| d.is_dir());
+    dirs.dedup();
+    dirs
+}
+
+/// Finds `ptxas`: `PTXAS`, `CUDA_HOME`/`CUDA_PATH`, `PATH`, the project-local
+/// `.shmem/cuda-nvcc`, then pip's `nvidia-cuda-nvcc` in site-packages.
+pub fn ptxas(project_root: &Path) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PTXAS").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let mut candidates = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(h) = std::env::var_os(var) {
+            candidates.push(PathBuf::from(h).join("bin/ptxas"));
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join("ptxas")));
+    }
+    let wheel_bins = |root: PathBuf| {
+        [
+            root.join("nvidia/cu13/bin/ptxas"),
+            root.join("nvidia/cuda_nvcc/bin/ptxas"),
+        ]
+    };
+    candidates.extend(wheel_bins(local_deps_dir(project_root).join("cuda-nvcc")));
+    for sp in site_packages() {
+        candidates.extend(wheel_bins(sp));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}

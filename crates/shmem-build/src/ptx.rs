@@ -1,0 +1,175 @@
+//! Reading a PTX file: its entries and their parameters, external references, globals.
+
+/// One `.entry`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Entry name.
+    pub name: String,
+    /// Each parameter's `(size, align)` in bytes, in order.
+    pub params: Vec<(u32, u32)>,
+}
+
+/// What a PTX file declares.
+#[derive(Clone, Debug, Default)]
+pub struct PtxInfo {
+    /// `.version`.
+    pub version: String,
+    /// `.target`.
+    pub target: String,
+    /// `.visible .entry`s.
+    pub entries: Vec<Entry>,
+    /// Names declared `.extern` (unresolved: the driver must provide them).
+    pub externs: Vec<String>,
+    /// Names of `.visible .global` variables.
+    pub visible_globals: Vec<String>,
+}
+
+/// Parses the parts of PTX that the build checks.
+pub fn parse(ptx: &str) -> PtxInfo {
+    let mut info = PtxInfo::default();
+    let mut lines = ptx.lines().map(str::trim).peekable();
+    while let Some(line) = lines.next() {
+        if let Some(v) = line.strip_prefix(".version ") {
+            info.version = v.trim().to_string();
+        } else if let Some(t) = line.strip_prefix(".target ") {
+            info.target = t.trim().to_string();
+        } else if line.starts_with(".extern") {
+            if let Some(n) = decl_name(line) {
+                info.externs.push(n);
+            }
+        } else if line.starts_with(".visible .global") || line.starts_with(".visible .const") {
+            if let Some(n) = decl_name(line) {
+                info.visible_globals.push(n);
+            }
+        } else if let Some(rest) = line
+            .strip_prefix(".visible .entry ")
+            .or_else(|| line.strip_prefix(".entry "))
+        {
+            let name: String = rest
+                .chars()
+                .take_while(|c| *c != '(' && !c.is_whitespace())
+                .collect();
+            let mut params = Vec::new();
+            let mut header = rest.to_string();
+            while !header.contains(')') {
+                match lines.next() {
+                    Some(l) => {
+                        header.push(' ');
+                        header.push_str(l);
+                    }
+                    None => break,
+                }
+            }
+            for p in header.split(".param").skip(1) {
+                params.push(param_layout(p));
+            }
+            info.entries.push(Entry { name, params });
+        }
+    }
+    info
+}
+
+/// The declared name in `.extern .func (.param .b32 r) vprintf(` or
+/// `.visible .global .align 8 .b8 x[16];`.
+fn decl_name(line: &str) -> Option<String> {
+    let mut rest = line.trim();
+    if let Some(i) = rest.find(".func") {
+        // `.func [(return params)] name[(params)]`
+        rest = rest[i + 5..].trim_start();
+        if rest.starts_with('(') {
+            rest = rest[rest.find(')')? + 1..].trim_start();
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.'))
+            .collect();
+        return (!name.is_empty()).then_some(name);
+    }
+    let head = rest
+        .trim_end_matches([';', ' '])
+        .split(['[', '='])
+        .next()
+        .unwrap_or(rest);
+    head.split_whitespace()
+        .last()
+        .map(str::to_string)
+        .filter(|s| !s.is_empty())
+}
+
+/// `(size, align)` of one `.param` declaration.
+fn param_layout(decl: &str) -> (u32, u32) {
+    let decl = decl.trim().trim_end_matches([',', ')', ' ']);
+    let toks: Vec<&str> = decl.split_whitespace().collect();
+    let explicit_align = toks
+        .windows(2)
+        .find(|w| w[0] == ".align")
+        .and_then(|w| w[1].parse::<u32>().ok());
+    let is_ptr = toks.contains(&".ptr");
+    let width = toks.iter().find_map(|t| {
+        let t = t.strip_prefix('.')?;
+        let bits: u32 = t.get(1..)?.parse().ok()?;
+        matches!(t.as_bytes()[0], b'u' | b's' | b'b' | b'f').then_some(bits / 8)
+    });
+    let count = decl
+        .rfind('[')
+        .and_then(|i| decl[i + 1..].trim_end_matches(']').parse::<u32>().ok());
+    let elem = width.unwrap_or(1);
+    let size = elem * count.unwrap_or(1);
+    // For `.ptr .align N` the alignment is the pointee's; the parameter itself is aligned to its size.
+    let align = if is_ptr {
+        elem
+    } else {
+        explicit_align.unwrap_or(elem)
+    };
+    (size, align)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PTX: &str = "
+.version 8.5
+.target sm_90
+.address_size 64
+.extern .func  (.param .b32 func_retval0) vprintf
+(
+\t.param .b64 vprintf_param_0,
+\t.param .b64 vprintf_param_1
+)
+;
+.visible .global .align 8 .b8 nvshmemi_device_state_d[1024];
+.visible .global .align 4 .b8 nvshmemi_device_lib_version_d[12] = {3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0};
+.global .align 1 .b8 hidden[4];
+.visible .entry k(
+\t.param .u64 .ptr .align 1 k_param_0,
+\t.param .align 8 .b8 k_param_1[16],
+\t.param .u32 k_param_2
+)
+{
+}
+";
+
+    #[test]
+    fn reads_entries_externs_globals() {
+        let info = parse(PTX);
+        assert_eq!(info.version, "8.5");
+        assert_eq!(info.target, "sm_90");
+        assert_eq!(info.externs, vec!["vprintf"]);
+        assert_eq!(
+            info.visible_globals,
+            vec!["nvshmemi_device_state_d", "nvshmemi_device_lib_version_d"]
+        );
+        assert_eq!(
+            decl_name(".extern .func __assertfail(.param .b64 a)"),
+            Some("__assertfail".into())
+        );
+        assert_eq!(
+            info.entries,
+            vec![Entry {
+                name: "k".into(),
+                params: vec![(8, 8), (16, 8), (4, 4)]
+            }]
+        );
+    }
+}
