@@ -1,0 +1,113 @@
+//! `cargo xtask build-ptx`: every kernel crate (or the named ones) for every requested arch.
+
+use crate::flags::Flags;
+use shmem_build::{Arch, Builder, PtxasCheck, Toolchain, Workspace};
+use std::path::PathBuf;
+use std::time::Instant;
+
+pub fn run(args: Vec<String>) -> Result<(), String> {
+    let f = Flags::parse(
+        args,
+        &["arch", "nvshmem", "toolchain", "out"],
+        &["require-ptxas", "no-ptxas"],
+    )?;
+    let mut archs = Vec::new();
+    for a in f.values("arch") {
+        archs.push(a.parse::<Arch>().map_err(|e| e.to_string())?);
+    }
+    if archs.is_empty() {
+        archs.push(Arch::Sm90);
+    }
+    archs.dedup();
+    let root = crate::project_root();
+    let tc = Toolchain::detect(f.value("toolchain").as_deref()).map_err(|e| e.to_string())?;
+    let ws = Workspace::read(&tc, &root.join("Cargo.toml")).map_err(|e| e.to_string())?;
+
+    let mut crates: Vec<PathBuf> = Vec::new();
+    if f.positional.is_empty() {
+        crates.extend(
+            ws.packages
+                .iter()
+                .filter(|p| p.is_kernel_crate)
+                .map(|p| p.dir.clone()),
+        );
+    }
+    for name in &f.positional {
+        let by_name = ws
+            .packages
+            .iter()
+            .find(|p| &p.name == name)
+            .map(|p| p.dir.clone());
+        let path = PathBuf::from(name);
+        match by_name {
+            Some(d) => crates.push(d),
+            None if path.join("Cargo.toml").is_file() => crates.push(path),
+            None => {
+                return Err(format!(
+                    "`{name}` is neither a package of this workspace nor a directory with a Cargo.toml"
+                ));
+            }
+        }
+    }
+    if crates.is_empty() {
+        return Err(
+            "no kernel crates: mark one with `[package.metadata.shmem] kernels = true` or name it"
+                .into(),
+        );
+    }
+    println!(
+        "toolchain: {}{}",
+        tc.version,
+        if tc.bootstrap {
+            " (RUSTC_BOOTSTRAP=1)"
+        } else {
+            ""
+        }
+    );
+    let ptxas = if f.has("require-ptxas") {
+        PtxasCheck::Require
+    } else if f.has("no-ptxas") {
+        PtxasCheck::Skip
+    } else {
+        PtxasCheck::IfFound
+    };
+    let start = Instant::now();
+    for dir in crates {
+        let mut b = Builder::new(&dir)
+            .archs(archs.iter().copied())
+            .toolchain(tc.name.clone())
+            .ptxas(ptxas);
+        if let Some(n) = f.value("nvshmem") {
+            b = b.nvshmem_dir(n);
+        }
+        if let Some(o) = f.value("out") {
+            b = b.out_dir(o);
+        }
+        let t = Instant::now();
+        let artifacts = b.build().map_err(|e| e.to_string())?;
+        for a in artifacts {
+            let m = &a.manifest;
+            let coll: Vec<&str> = m
+                .kernels
+                .iter()
+                .filter(|k| k.collective)
+                .map(|k| k.name.as_str())
+                .collect();
+            println!(
+                "{:<20} {:<7} nvshmem {:<6} ptx {}  {} kernels ({} collective)  ptxas {}  {}  [{:.1}s]",
+                m.crate_name,
+                m.arch,
+                m.nvshmem_version,
+                m.ptx_isa,
+                m.kernels.len(),
+                coll.len(),
+                if m.ptxas_verified { "ok" } else { "not run" },
+                if a.rebuilt { "built" } else { "up to date" },
+                t.elapsed().as_secs_f64()
+            );
+            println!("    {}", a.ptx.display());
+        }
+    }
+    println!("done in {:.1}s", start.elapsed().as_secs_f64());
+    Ok(())
+}

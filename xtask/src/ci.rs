@@ -1,0 +1,63 @@
+//! `cargo xtask ci`: the project's test command (what `.ci/run` executes).
+
+use std::process::Command;
+
+fn step(name: &str, cmd: &mut Command) -> Result<(), String> {
+    println!("\n=== {name}: {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{name}: cannot start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{name} failed ({status})"))
+    }
+}
+
+pub fn run(args: Vec<String>) -> Result<(), String> {
+    if !args.is_empty() {
+        return Err("`cargo xtask ci` takes no arguments".into());
+    }
+    let root = crate::project_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let xtask = std::env::current_exe().map_err(|e| e.to_string())?;
+    let c = |args: &[&str]| {
+        let mut cmd = Command::new(&cargo);
+        cmd.current_dir(&root).args(args);
+        cmd
+    };
+    let mut setup = Command::new(&xtask);
+    setup.args([
+        "setup",
+        "--nvshmem-version",
+        "3.4.5",
+        "--nvshmem-version",
+        "3.8.0",
+    ]);
+    step("setup", &mut setup)?;
+    step("fmt", &mut c(&["fmt", "--all", "--", "--check"]))?;
+    step(
+        "clippy",
+        &mut c(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    step(
+        "rustdoc",
+        c(&["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings"),
+    )?;
+    let mut build = Command::new(&xtask);
+    build.args(["build-ptx", "--arch", "sm_80,sm_90", "--require-ptxas"]);
+    step("build-ptx", &mut build)?;
+    step(
+        "test",
+        c(&["test", "--workspace", "--all-targets"]).env("SHMEM_REQUIRE_PIPELINE", "1"),
+    )?;
+    println!("\nci: all steps passed");
+    Ok(())
+}

@@ -1,0 +1,50 @@
+//! Developer commands for shmem-rs (the cargo-xtask convention): `cargo xtask <command>`.
+//!
+//! ```text
+//! cargo xtask setup      [--nvshmem-version V]... [--no-ptxas] [--toolchain T]
+//! cargo xtask build-ptx  [--arch sm_90[,sm_80]]... [--nvshmem DIR] [--toolchain T]
+//!                        [--require-ptxas] [--out DIR] [CRATE|PATH]...
+//! cargo xtask ci         everything CI runs: setup, fmt, clippy, docs, tests
+//! ```
+
+mod build_ptx;
+mod ci;
+mod flags;
+mod setup;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty() {
+        eprintln!("{}", flags::USAGE);
+        return ExitCode::from(2);
+    }
+    let cmd = args.remove(0);
+    let result = match cmd.as_str() {
+        "setup" => setup::run(args),
+        "build-ptx" => build_ptx::run(args),
+        "ci" => ci::run(args),
+        "help" | "--help" | "-h" => {
+            println!("{}", flags::USAGE);
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n\n{}", flags::USAGE)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn project_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
