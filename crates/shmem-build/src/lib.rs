@@ -24,7 +24,7 @@
 //! | 3 | read the linked IR | kernel records, NVSHMEM version, call graph → collective kernels |
 //! | 4 | `opt` internalize (all but entries and NVSHMEM state), `default<O3>`, `globaldce` | NVSHMEM inlined into the kernels |
 //! | 5 | `llc -mcpu=sm_XX -mattr=+ptxXY` | PTX |
-//! | 6 | verify; `ptxas` when installed | entries, globals, no stray externs; accepted by ptxas |
+//! | 6 | verify; `ptxas` when installed | entries, globals, no stray externs; accepted by ptxas; a cubin |
 //!
 //! The LLVM tools are the toolchain's own (`llvm-tools` component), so the bitcode rustc
 //! writes is always readable by them.
@@ -165,9 +165,9 @@ impl Builder {
             std::fs::create_dir_all(&out_dir).ctx(|| format!("creating {}", out_dir.display()))?;
             let ptx_path = out_dir.join(format!("{}.ptx", pkg.name));
             let manifest_file = out_dir.join(format!("{}.json", pkg.name));
-            let fingerprint = fingerprint(&[&bc, &nv_bc], arch, &tc.version, ptxas.is_some());
+            let inputs = fingerprint(&[&bc, &nv_bc], arch, &tc.version, ptxas.is_some());
             if let Ok(old) = Manifest::read(&manifest_file) {
-                if old.fingerprint == fingerprint && ptx_path.is_file() {
+                if old.fingerprint == inputs && ptx_path.is_file() {
                     artifacts.push(Artifact {
                         arch,
                         ptx: ptx_path,
@@ -179,7 +179,12 @@ impl Builder {
                     continue;
                 }
             }
-            let work = target_dir.join("shmem-link").join(&pkg.name);
+            // One work directory per (NVSHMEM, output) pair, so concurrent builds of the same
+            // crate against different NVSHMEM versions do not share intermediate files.
+            let work = target_dir
+                .join("shmem-link")
+                .join(&pkg.name)
+                .join(fingerprint(&[&nv_bc, &out_dir], arch, "", false));
             let linked = link::link(&tc, &bc, &nv_bc, arch, &work)?;
             let problems = link::verify(&linked.ptx, &linked.kernels, arch);
             let tmp_ptx = work.join(format!("{}.ptx", pkg.name));
@@ -191,8 +196,13 @@ impl Builder {
                     problems,
                 });
             }
+            let cubin_path = out_dir.join(format!("{}.cubin", pkg.name));
+            let _ = std::fs::remove_file(&cubin_path);
             if let Some(ptxas) = &ptxas {
-                link::ptxas(ptxas, &tmp_ptx, arch, &work)?;
+                let tmp_cubin = work.join(format!("{}.cubin", pkg.name));
+                link::ptxas(ptxas, &tmp_ptx, arch, &tmp_cubin)?;
+                std::fs::copy(&tmp_cubin, &cubin_path)
+                    .ctx(|| format!("writing {}", cubin_path.display()))?;
             }
             let (maj, min) = arch.ptx_isa();
             let manifest = Manifest {
@@ -205,8 +215,9 @@ impl Builder {
                 nvshmem_bitcode: nv_bc.display().to_string(),
                 toolchain: tc.version.clone(),
                 ptxas_verified: ptxas.is_some(),
+                cubin: ptxas.is_some().then(|| format!("{}.cubin", pkg.name)),
                 kernels: linked.kernels,
-                fingerprint,
+                fingerprint: inputs,
             };
             std::fs::write(&ptx_path, &linked.ptx)
                 .ctx(|| format!("writing {}", ptx_path.display()))?;

@@ -6,7 +6,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::manifest::{KernelManifest, MetaRecord, ParamManifest};
 use crate::toolchain::{Toolchain, run_stdout};
 use crate::{ir, ptx};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// NVSHMEM's device-state globals: `nvshmemx_cumodule_init` fills them, so they must stay
@@ -237,14 +237,16 @@ pub fn verify(ptx_text: &str, kernels: &[KernelManifest], arch: Arch) -> Vec<Str
     problems
 }
 
-/// Runs `ptxas -arch=<arch>` on the file; `Ok(())` if it accepts it.
-pub fn ptxas(ptxas: &Path, ptx_file: &Path, arch: Arch, work: &Path) -> Result<()> {
-    let cubin: PathBuf = work.join("ptxas-check.cubin");
+/// Runs `ptxas -arch=<arch>` on the file, writing the cubin to `cubin`; `Ok(())` if it
+/// accepts it. The cubin is what the host loads when the GPU's arch matches exactly: loading
+/// PTX instead makes the driver JIT-compile it, which for modules with NVSHMEM's
+/// collectives takes minutes.
+pub fn ptxas(ptxas: &Path, ptx_file: &Path, arch: Arch, cubin: &Path) -> Result<()> {
     run(Command::new(ptxas)
         .arg(format!("-arch={}", arch.name()))
         .arg(ptx_file)
         .arg("-o")
-        .arg(&cubin))
+        .arg(cubin))
     .map_err(|e| match e {
         Error::Tool { output, .. } => Error::Verify {
             ptx: ptx_file.to_path_buf(),
@@ -255,6 +257,5 @@ pub fn ptxas(ptxas: &Path, ptx_file: &Path, arch: Arch, work: &Path) -> Result<(
         },
         other => other,
     })?;
-    let _ = std::fs::remove_file(cubin);
     Ok(())
 }

@@ -66,32 +66,48 @@ impl Nvshmem {
 
     /// Locates NVSHMEM by the documented search order.
     pub fn locate(explicit: Option<&Path>, project_root: &Path) -> Result<Nvshmem> {
+        let home = std::env::var_os("NVSHMEM_HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from);
+        let candidates = local_nvshmem_installs(project_root)
+            .into_iter()
+            .chain(site_packages())
+            .collect();
+        let fallback =
+            local_deps_dir(project_root).join(format!("nvshmem-{}", crate::setup::DEFAULT_NVSHMEM));
+        Self::locate_in(explicit, home.as_deref(), candidates, fallback)
+    }
+
+    /// The search itself: `explicit`, then `home`, then each candidate. `fallback` is listed
+    /// as searched when there were no candidates, so the error names where setup installs.
+    pub fn locate_in(
+        explicit: Option<&Path>,
+        home: Option<&Path>,
+        candidates: Vec<PathBuf>,
+        fallback: PathBuf,
+    ) -> Result<Nvshmem> {
         if let Some(dir) = explicit {
             return Nvshmem::at(dir).ok_or_else(|| Error::NvshmemInvalid {
                 dir: dir.to_path_buf(),
                 why: "no lib/libnvshmem_device*.bc under it (nor under nvidia/nvshmem/)".into(),
             });
         }
-        if let Some(home) = std::env::var_os("NVSHMEM_HOME").filter(|h| !h.is_empty()) {
-            let dir = PathBuf::from(home);
-            return Nvshmem::at(&dir).ok_or_else(|| Error::NvshmemInvalid {
-                dir,
+        if let Some(dir) = home {
+            return Nvshmem::at(dir).ok_or_else(|| Error::NvshmemInvalid {
+                dir: dir.to_path_buf(),
                 why: "NVSHMEM_HOME is set, but there is no lib/libnvshmem_device*.bc under it"
                     .into(),
             });
         }
         let mut searched = Vec::new();
-        for dir in local_nvshmem_installs(project_root)
-            .into_iter()
-            .chain(site_packages())
-        {
+        for dir in candidates {
             if let Some(n) = Nvshmem::at(&dir) {
                 return Ok(n);
             }
             searched.push(dir);
         }
         if searched.is_empty() {
-            searched.push(local_deps_dir(project_root).join("nvshmem-<version>"));
+            searched.push(fallback);
         }
         Err(Error::NvshmemNotFound { searched })
     }
@@ -175,4 +191,70 @@ pub fn ptxas(project_root: &Path) -> Option<PathBuf> {
         candidates.extend(wheel_bins(sp));
     }
     candidates.into_iter().find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("shmem-locate-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn missing_nvshmem_lists_where_it_looked_and_what_to_do() {
+        let a = tmp("a");
+        let err = Nvshmem::locate_in(None, None, vec![a.clone()], a.join("fallback"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not found") && err.contains(&a.display().to_string()),
+            "{err}"
+        );
+        assert!(
+            err.contains("cargo xtask setup") && err.contains("NVSHMEM_HOME"),
+            "{err}"
+        );
+        let err = Nvshmem::locate_in(None, None, vec![], a.join("fallback"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fallback"), "{err}");
+    }
+
+    #[test]
+    fn explicit_and_home_must_be_valid() {
+        let a = tmp("b");
+        let err = Nvshmem::locate_in(Some(&a), None, vec![], a.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not a usable NVSHMEM"), "{err}");
+        let err = Nvshmem::locate_in(None, Some(&a), vec![], a.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("NVSHMEM_HOME is set"), "{err}");
+    }
+
+    #[test]
+    fn wheel_layout_and_per_arch_bitcode() {
+        let a = tmp("c");
+        let lib = a.join("nvidia/nvshmem/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join("libnvshmem_device_sm_90.bc"), b"").unwrap();
+        let n = Nvshmem::locate_in(None, None, vec![tmp("empty"), a.clone()], a.clone()).unwrap();
+        assert_eq!(n.root, a.join("nvidia/nvshmem"));
+        assert_eq!(
+            n.bitcode(crate::Arch::Sm90).unwrap(),
+            lib.join("libnvshmem_device_sm_90.bc")
+        );
+        let err = n.bitcode(crate::Arch::Sm80).unwrap_err().to_string();
+        assert!(err.contains("none for sm_80"), "{err}");
+        std::fs::write(lib.join("libnvshmem_device.bc"), b"").unwrap();
+        assert_eq!(
+            n.bitcode(crate::Arch::Sm80).unwrap(),
+            lib.join("libnvshmem_device.bc")
+        );
+    }
 }

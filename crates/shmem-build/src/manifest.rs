@@ -29,6 +29,8 @@ pub struct Manifest {
     pub toolchain: String,
     /// Whether `ptxas` accepted the file at build time.
     pub ptxas_verified: bool,
+    /// The cubin `ptxas` made for exactly this arch, beside the manifest (when it ran).
+    pub cubin: Option<String>,
     /// The kernels (PTX entries).
     pub kernels: Vec<KernelManifest>,
     /// Hash of the build inputs; an unchanged fingerprint skips relinking.

@@ -73,31 +73,7 @@ impl Toolchain {
         let sysroot =
             PathBuf::from(run_stdout(Command::new(&rustc).args(["--print", "sysroot"]))?.trim());
         let host = host_triple(&rustc)?;
-        let src = sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml");
-        if !src.is_file() {
-            return Err(Error::Toolchain {
-                problem: format!(
-                    "toolchain `{name}` lacks the `rust-src` component (needed to build `core` for nvptx64)"
-                ),
-                fix: format!(
-                    "rustup component add rust-src --toolchain {name}   (or `cargo xtask setup`)"
-                ),
-            });
-        }
-        let llvm_bin = sysroot.join("lib/rustlib").join(&host).join("bin");
-        for tool in ["llvm-link", "opt", "llc", "llvm-dis"] {
-            if !llvm_bin.join(tool).is_file() {
-                return Err(Error::Toolchain {
-                    problem: format!(
-                        "toolchain `{name}` lacks the `llvm-tools` component ({tool} not in {})",
-                        llvm_bin.display()
-                    ),
-                    fix: format!(
-                        "rustup component add llvm-tools --toolchain {name}   (or `cargo xtask setup`)"
-                    ),
-                });
-            }
-        }
+        let llvm_bin = check_components(name, &sysroot, &host)?;
         let bootstrap = !version.contains("nightly") && !version.contains("-dev");
         Ok(Toolchain {
             name: name.to_string(),
@@ -113,6 +89,36 @@ impl Toolchain {
     pub fn llvm(&self, tool: &str) -> PathBuf {
         self.llvm_bin.join(tool)
     }
+}
+
+/// Checks that `sysroot` has `rust-src` and `llvm-tools`; returns the LLVM tools' directory.
+pub fn check_components(name: &str, sysroot: &Path, host: &str) -> Result<PathBuf> {
+    let src = sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml");
+    if !src.is_file() {
+        return Err(Error::Toolchain {
+            problem: format!(
+                "toolchain `{name}` lacks the `rust-src` component (needed to build `core` for nvptx64)"
+            ),
+            fix: format!(
+                "rustup component add rust-src --toolchain {name}   (or `cargo xtask setup`)"
+            ),
+        });
+    }
+    let llvm_bin = sysroot.join("lib/rustlib").join(host).join("bin");
+    for tool in ["llvm-link", "opt", "llc", "llvm-dis"] {
+        if !llvm_bin.join(tool).is_file() {
+            return Err(Error::Toolchain {
+                problem: format!(
+                    "toolchain `{name}` lacks the `llvm-tools` component ({tool} not in {})",
+                    llvm_bin.display()
+                ),
+                fix: format!(
+                    "rustup component add llvm-tools --toolchain {name}   (or `cargo xtask setup`)"
+                ),
+            });
+        }
+    }
+    Ok(llvm_bin)
 }
 
 fn host_triple(rustc: &Path) -> Result<String> {
@@ -144,4 +150,35 @@ pub(crate) fn run_stdout(cmd: &mut Command) -> Result<String> {
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_components_are_named_with_the_fix() {
+        let root = std::env::temp_dir().join(format!("shmem-sysroot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let e = check_components("nightly", &root, "x86_64-unknown-linux-gnu")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("lacks the `rust-src` component")
+                && e.contains("rustup component add rust-src --toolchain nightly"),
+            "{e}"
+        );
+        let core = root.join("lib/rustlib/src/rust/library/core");
+        std::fs::create_dir_all(&core).unwrap();
+        std::fs::write(core.join("Cargo.toml"), "").unwrap();
+        let e = check_components("nightly", &root, "x86_64-unknown-linux-gnu")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("lacks the `llvm-tools` component")
+                && e.contains("rustup component add llvm-tools"),
+            "{e}"
+        );
+    }
 }

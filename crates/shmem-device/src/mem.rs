@@ -58,6 +58,14 @@ macro_rules! pointer_common {
             pub const fn wrapping_add(self, count: usize) -> Self {
                 Self { ptr: self.ptr.wrapping_add(count), _t: PhantomData }
             }
+            /// The same address as a handle to a `U`.
+            ///
+            /// # Safety
+            /// The address is aligned for `U` and the memory holds valid `U`s wherever it is read.
+            #[inline(always)]
+            pub const unsafe fn cast<U>(self) -> $name<U> {
+                $name { ptr: self.ptr.cast(), _t: PhantomData }
+            }
             /// Reads the element with a plain load.
             ///
             /// # Safety
@@ -185,6 +193,16 @@ macro_rules! slice_common {
                     Self { ptr: self.ptr, len: mid, _t: PhantomData },
                     Self { ptr: self.ptr.wrapping_add(mid), len: self.len - mid, _t: PhantomData },
                 )
+            }
+            /// The same bytes as a slice of `U` (the length is rounded down to whole `U`s).
+            ///
+            /// # Safety
+            /// The start is aligned for `U` and the memory holds valid `U`s wherever it is read.
+            #[inline(always)]
+            pub const unsafe fn cast<U>(self) -> $name<U> {
+                let bytes = self.len * core::mem::size_of::<T>();
+                let len = if core::mem::size_of::<U>() == 0 { 0 } else { bytes / core::mem::size_of::<U>() };
+                $name { ptr: self.ptr.cast(), len, _t: PhantomData }
             }
             /// Reads element `index` with a plain load.
             ///

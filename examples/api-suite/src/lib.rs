@@ -1,1 +1,529 @@
+//! One kernel per group of the NVSHMEM device API, each writing results the host can check.
+//!
+//! Every kernel talks to its ring neighbours: `next = (me + 1) % n`, `prev = (me + n - 1) % n`.
+//! The host initialises source buffers with [`suite_common::pattern`] before the launch;
+//! after the launch (and a host barrier) it compares what arrived with the expectations in
+//! [`suite_common::expect`]. The kernels compile for the host too, so the expectations and
+//! the kernels cannot drift apart silently.
+//!
+//! | kernel | API group | collective |
+//! |---|---|---|
+//! | [`rma_p_g`] | `p`, `g` for every standard type | no |
+//! | [`rma_bulk`] | `put`, `put_nbi`, `get`, `get_nbi` × thread/warp/block | no |
+//! | [`signals`] | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` | yes (waits) |
+//! | [`waits`] | `wait_until`, `test` and their `_all`/`_any` forms, 4 types | yes (waits) |
+//! | [`atomics`] | every AMO, 6 types; a contended counter | no |
+//! | [`ordering`] | `fence` and `quiet` ordering a put before a flag | yes (waits) |
+//! | [`barriers`] | `barrier_all`, `sync_all`, team `barrier`/`sync` × scopes; team queries | yes |
+//! | `collectives` (crate `collectives-suite-kernels`: NVSHMEM's reductions are slow to compile) | block-scope collectives | yes |
+//! | [`peer_memory`] | `ptr`, scoped loads/stores/atomics over peer mappings | no (spins on memory) |
+
 #![no_std]
+
+use shmem_device::prelude::*;
+use shmem_device::scoped::{self, Gpu, Sys};
+use shmem_device::types::{AmoExtended, AmoInt, RmaElem, WaitElem};
+use suite_common::*;
+
+fn p_g_case<T: RmaElem + Val>(
+    k: usize,
+    src: SymSlice<u64>,
+    dst: SymSlice<u64>,
+    got: SymSlice<u64>,
+    me: i32,
+    next: i32,
+) {
+    // SAFETY: slot k is one aligned u64 word of each buffer, wide enough for any T; the
+    // buffers are symmetric (kernel contract) and `next` is a valid PE.
+    unsafe {
+        let d: Sym<T> = dst.at(k).cast();
+        p(d, T::from_u64(pattern(me, k)), next);
+        let s: Sym<T> = src.at(k).cast();
+        let v = g(s, next);
+        got.write(k, v.bits());
+    }
+}
+
+/// `p` and `g` for each of the ten standard types (slot `k` = `P_G_TYPES[k]`).
+///
+/// Host sets `src[k]` to `pattern(pe, k)` as that type (zero-extended bits) and zeroes `dst`.
+/// After: `dst[k]` = `pattern(prev, k)` as that type (put by prev), and `got[k]` =
+/// `pattern(next, k)` as that type (read from next); see `expect::p_g`.
+///
+/// # Safety
+/// Launch with any shape (thread 0 works); buffers symmetric, ≥ 10 elements.
+#[shmem_kernel]
+pub unsafe fn rma_p_g(src: SymSlice<u64>, dst: SymSlice<u64>, got: SymSlice<u64>) {
+    if global_idx_x() != 0 {
+        return;
+    }
+    let me = my_pe();
+    let (next, _) = neighbours(me, n_pes());
+    p_g_case::<i8>(0, src, dst, got, me, next);
+    p_g_case::<i16>(1, src, dst, got, me, next);
+    p_g_case::<i32>(2, src, dst, got, me, next);
+    p_g_case::<i64>(3, src, dst, got, me, next);
+    p_g_case::<u8>(4, src, dst, got, me, next);
+    p_g_case::<u16>(5, src, dst, got, me, next);
+    p_g_case::<u32>(6, src, dst, got, me, next);
+    p_g_case::<u64>(7, src, dst, got, me, next);
+    p_g_case::<f32>(8, src, dst, got, me, next);
+    p_g_case::<f64>(9, src, dst, got, me, next);
+    quiet();
+}
+
+/// Bulk RMA in every form and scope: case `c` moves elements `c*BULK_CASE..(c+1)*BULK_CASE`.
+///
+/// Host sets `src[i] = pattern(pe, i)` and zeroes `dst`. After: put cases (0–5) hold
+/// `pattern(prev, i)` in `dst` (prev put them here); get cases (6–11) hold `pattern(next, i)`
+/// (fetched from next); see `expect::bulk`.
+///
+/// # Safety
+/// Launch one block of ≥ 64 threads (warp 0 does the warp cases); buffers symmetric,
+/// ≥ `BULK_CASE * BULK_CASES` elements.
+#[shmem_kernel]
+pub unsafe fn rma_bulk(src: SymSlice<u32>, dst: SymSlice<u32>) {
+    let (next, _) = neighbours(my_pe(), n_pes());
+    let t = thread_idx_x();
+    let region = |c: usize| {
+        (
+            src.sub(c * BULK_CASE, BULK_CASE),
+            dst.sub(c * BULK_CASE, BULK_CASE),
+        )
+    };
+    macro_rules! case {
+        ($c:expr, $op:ident, $scope:expr, $who:expr, put) => {{
+            let (s, d) = region($c);
+            // SAFETY: disjoint regions of symmetric buffers; `next` is valid; the scope's
+            // threads (`$who`) all make the call.
+            if $who {
+                unsafe { $op($scope, d, s, next) }
+            }
+        }};
+        ($c:expr, $op:ident, $scope:expr, $who:expr, get) => {{
+            let (s, d) = region($c);
+            // SAFETY: as above, reading next's source region into our own destination region.
+            if $who {
+                unsafe { $op($scope, d, s, next) }
+            }
+        }};
+    }
+    case!(0, put, Thread, t == 0, put);
+    case!(1, put, Warp, t < 32, put);
+    case!(2, put, Block, true, put);
+    case!(3, put_nbi, Thread, t == 0, put);
+    case!(4, put_nbi, Warp, t < 32, put);
+    case!(5, put_nbi, Block, true, put);
+    case!(6, get, Thread, t == 0, get);
+    case!(7, get, Warp, t < 32, get);
+    case!(8, get, Block, true, get);
+    case!(9, get_nbi, Thread, t == 0, get);
+    case!(10, get_nbi, Warp, t < 32, get);
+    case!(11, get_nbi, Block, true, get);
+    quiet();
+    sync_threads();
+}
+
+/// `put_signal` / `put_signal_nbi` with Set and Add in every scope, then `signal_op`.
+///
+/// Case `c` (0–11) moves `SIGNAL_CASE` elements from `src` to next's `dst` and updates
+/// next's `sig[c]` to `c + 1` (Set, or Add onto 0); each PE waits for its own `sig[c]`.
+/// Then `signal_op` adds 7 to next's `sig[12]` and sets next's `sig[13]` to 9.
+///
+/// Host sets `src[i] = pattern(pe, i)`, zeroes `dst`, `sig`. After: `dst` = `pattern(prev, i)`
+/// over the 12 cases, `sig[c] = got[c] = c + 1`, `sig[12] = got[12] = 7`, `sig[13] = got[13] = 9`.
+///
+/// # Safety
+/// Launch one block of ≥ 64 threads on every PE; buffers symmetric and large enough.
+#[shmem_kernel]
+pub unsafe fn signals(
+    src: SymSlice<u64>,
+    dst: SymSlice<u64>,
+    sig: SymSlice<u64>,
+    got: SymSlice<u64>,
+) {
+    let (next, _) = neighbours(my_pe(), n_pes());
+    let t = thread_idx_x();
+    let mut c = 0usize;
+    macro_rules! case {
+        ($f:ident, $op:expr, $scope:expr, $who:expr) => {{
+            let (s, d) = (
+                src.sub(c * SIGNAL_CASE, SIGNAL_CASE),
+                dst.sub(c * SIGNAL_CASE, SIGNAL_CASE),
+            );
+            // SAFETY: symmetric buffers, disjoint case regions; the scope's threads call together.
+            if $who {
+                unsafe { $f($scope, d, s, sig.at(c), c as u64 + 1, $op, next) }
+            }
+            if t == 0 {
+                // SAFETY: prev makes the matching put_signal, so the wait ends.
+                let v = unsafe { signal_wait_until(sig.at(c), Cmp::Eq, c as u64 + 1) };
+                // SAFETY: only thread 0 writes `got`.
+                unsafe { got.write(c, v) };
+            }
+            sync_threads();
+            c += 1;
+        }};
+    }
+    case!(put_signal, SignalOp::Set, Thread, t == 0);
+    case!(put_signal, SignalOp::Set, Warp, t < 32);
+    case!(put_signal, SignalOp::Set, Block, true);
+    case!(put_signal, SignalOp::Add, Thread, t == 0);
+    case!(put_signal, SignalOp::Add, Warp, t < 32);
+    case!(put_signal, SignalOp::Add, Block, true);
+    case!(put_signal_nbi, SignalOp::Set, Thread, t == 0);
+    case!(put_signal_nbi, SignalOp::Set, Warp, t < 32);
+    case!(put_signal_nbi, SignalOp::Set, Block, true);
+    case!(put_signal_nbi, SignalOp::Add, Thread, t == 0);
+    case!(put_signal_nbi, SignalOp::Add, Warp, t < 32);
+    case!(put_signal_nbi, SignalOp::Add, Block, true);
+    debug_assert_eq!(c, SIGNAL_CASES);
+    if t == 0 {
+        // SAFETY: symmetric signal words; prev does the same to us, so both waits end.
+        unsafe {
+            signal_op(sig.at(12), 7, SignalOp::Add, next);
+            signal_op(sig.at(13), 9, SignalOp::Set, next);
+            signal_wait_until(sig.at(12), Cmp::Ge, 7);
+            got.write(12, signal_fetch(sig.at(12)));
+            signal_wait_until(sig.at(13), Cmp::Eq, 9);
+            got.write(13, signal_fetch(sig.at(13)));
+        }
+        quiet();
+    }
+}
+
+fn wait_case<T: WaitElem + RmaElem + Val>(
+    iv: SymSlice<T>,
+    status: SymSlice<i32>,
+    got: SymSlice<u64>,
+    base: usize,
+    next: i32,
+) {
+    let v = T::from_u64;
+    // SAFETY: `iv` has 4 symmetric elements; prev writes ours exactly as we write next's,
+    // so every wait below is satisfied; `status` has 4 elements.
+    unsafe {
+        for i in 0..4 {
+            p(iv.at(i), v(i as u64 + 1), next);
+        }
+        quiet();
+        wait_until(iv.at(0), Cmp::Eq, v(1));
+        got.write(base, test(iv.at(0), Cmp::Eq, v(1)) as u64);
+        got.write(base + 1, test(iv.at(0), Cmp::Ne, v(1)) as u64);
+        wait_until_all(iv, None, Cmp::Ge, v(1));
+        got.write(base + 2, test_all(iv, None, Cmp::Ge, v(1)) as u64);
+        got.write(base + 3, test_all(iv, None, Cmp::Gt, v(1)) as u64);
+        let any = wait_until_any(iv, Some(status.local()), Cmp::Gt, v(0));
+        got.write(base + 4, any.map_or(u64::MAX, |i| i as u64));
+        got.write(
+            base + 5,
+            test_any(iv, None, Cmp::Eq, v(3)).map_or(u64::MAX, |i| i as u64),
+        );
+        got.write(
+            base + 6,
+            test_any(iv, None, Cmp::Eq, v(99)).map_or(u64::MAX, |i| i as u64),
+        );
+        got.write(
+            base + 7,
+            wait_until_any(iv, None, Cmp::Ge, v(4)).map_or(u64::MAX, |i| i as u64),
+        );
+    }
+}
+
+/// `wait_until`, `test`, `wait_until_all/any`, `test_all/any` on `i32`, `i64`, `u32`, `u64`
+/// (results at `got[WAIT_RESULTS * type_index ..]`).
+///
+/// Each PE `p`s 1, 2, 3, 4 into next's four variables, then waits on its own. Host zeroes
+/// the variables and sets `status = [1, 1, 1, 0]` (exclude all but the last). After, per
+/// type: `expect::WAITS`.
+///
+/// # Safety
+/// Thread 0 works; every PE launches it; buffers symmetric with ≥ 4 elements.
+#[shmem_kernel]
+pub unsafe fn waits(
+    iv32: SymSlice<i32>,
+    iv64: SymSlice<i64>,
+    uv32: SymSlice<u32>,
+    uv64: SymSlice<u64>,
+    status: SymSlice<i32>,
+    got: SymSlice<u64>,
+) {
+    if global_idx_x() != 0 {
+        return;
+    }
+    let (next, _) = neighbours(my_pe(), n_pes());
+    wait_case(iv32, status, got, 0, next);
+    wait_case(iv64, status, got, WAIT_RESULTS, next);
+    wait_case(uv32, status, got, 2 * WAIT_RESULTS, next);
+    wait_case(uv64, status, got, 3 * WAIT_RESULTS, next);
+}
+
+fn amo_int_case<T: AmoInt + Val>(vars: SymSlice<T>, got: SymSlice<u64>, base: usize, next: i32) {
+    let v = T::from_u64;
+    let (a, b) = (vars.at(0), vars.at(1));
+    let mut r = [0u64; AMO_INT_RESULTS];
+    // SAFETY: two symmetric variables on `next`, touched only by these AMOs (from prev
+    // towards us, from us towards next); fences order non-fetching AMOs before later ones.
+    unsafe {
+        atomic_set(a, v(10), next);
+        fence();
+        r[0] = atomic_fetch_add(a, v(5), next).bits();
+        atomic_add(a, v(2), next);
+        fence();
+        r[1] = atomic_fetch_inc(a, next).bits();
+        atomic_inc(a, next);
+        fence();
+        r[2] = atomic_fetch(a, next).bits();
+        r[3] = atomic_compare_swap(a, v(19), v(100), next).bits();
+        r[4] = atomic_compare_swap(a, v(5), v(7), next).bits();
+        r[5] = atomic_swap(a, v(3), next).bits();
+        r[6] = atomic_fetch(a, next).bits();
+        atomic_set(b, v(12), next);
+        fence();
+        r[7] = atomic_fetch_and(b, v(10), next).bits();
+        atomic_and(b, v(15), next);
+        fence();
+        r[8] = atomic_fetch_or(b, v(1), next).bits();
+        atomic_or(b, v(4), next);
+        fence();
+        r[9] = atomic_fetch_xor(b, v(15), next).bits();
+        atomic_xor(b, v(3), next);
+        fence();
+        r[10] = atomic_fetch(b, next).bits();
+        for (i, x) in r.iter().enumerate() {
+            got.write(base + i, *x);
+        }
+    }
+}
+
+fn amo_float_case<T: AmoExtended + Val>(
+    vars: SymSlice<T>,
+    got: SymSlice<u64>,
+    base: usize,
+    next: i32,
+) {
+    // SAFETY: one symmetric variable on `next`, touched only by these AMOs.
+    unsafe {
+        let a = vars.at(0);
+        atomic_set(a, T::from_u64(3), next);
+        fence();
+        got.write(base, atomic_fetch(a, next).bits());
+        got.write(base + 1, atomic_swap(a, T::from_u64(7), next).bits());
+        got.write(base + 2, atomic_fetch(a, next).bits());
+    }
+}
+
+/// Every AMO on next's variables, per type; and a counter on PE 0 that every thread of
+/// every PE increments once.
+///
+/// Integer results (per type, `i32, i64, u32, u64`): `expect::AMO_INT`; final variables on
+/// each PE: `vars[0] = 3`, `vars[1] = 1`. Float results (`f32, f64`): `expect::amo_float`.
+/// Counter on PE 0: threads per launch × n_pes.
+///
+/// # Safety
+/// Any launch shape; every PE launches the same shape; buffers symmetric and zeroed.
+#[shmem_kernel]
+pub unsafe fn atomics(
+    v32: SymSlice<i32>,
+    v64: SymSlice<i64>,
+    u32s: SymSlice<u32>,
+    u64s: SymSlice<u64>,
+    f32s: SymSlice<f32>,
+    f64s: SymSlice<f64>,
+    counter: Sym<u64>,
+    got: SymSlice<u64>,
+) {
+    // SAFETY: `counter` is a symmetric u64 on PE 0, only incremented by AMOs.
+    unsafe { atomic_add(counter, 1u64, 0) };
+    if global_idx_x() == 0 {
+        let (next, _) = neighbours(my_pe(), n_pes());
+        amo_int_case(v32, got, 0, next);
+        amo_int_case(v64, got, AMO_INT_RESULTS, next);
+        amo_int_case(u32s, got, 2 * AMO_INT_RESULTS, next);
+        amo_int_case(u64s, got, 3 * AMO_INT_RESULTS, next);
+        amo_float_case(f32s, got, 4 * AMO_INT_RESULTS, next);
+        amo_float_case(f64s, got, 4 * AMO_INT_RESULTS + AMO_FLOAT_RESULTS, next);
+    }
+    quiet();
+}
+
+fn mismatches(data: SymSlice<u64>, pe: i32, first: usize) -> u64 {
+    let mut bad = 0;
+    for i in 0..data.len() {
+        // SAFETY: the wait before this call made the data visible; nobody writes it now.
+        if unsafe { data.at(i).read_volatile() } != pattern(pe, first + i) {
+            bad += 1;
+        }
+    }
+    bad
+}
+
+/// `fence` and `quiet` order a bulk put before a flag.
+///
+/// Phase 0: `put_nbi` of `data[2L..3L]` into next's `data[0..L]`, `fence`, `p` of
+/// `flags[0] = 1`. Phase 1: the same into `data[L..2L]` with `quiet` and `flags[1]`. Each PE
+/// waits for its flag and counts elements that differ from prev's source: `got = [0, 0]`.
+/// Host sets `data[i] = pattern(pe, i)` for `i` in `2L..3L`, zero elsewhere, zeroes `flags`.
+///
+/// # Safety
+/// Thread 0 works; every PE launches it; `data` ≥ 3·ORDER_LEN, `flags` ≥ 2.
+#[shmem_kernel]
+pub unsafe fn ordering(data: SymSlice<u64>, flags: SymSlice<u64>, got: SymSlice<u64>) {
+    if global_idx_x() != 0 {
+        return;
+    }
+    let me = my_pe();
+    let (next, prev) = neighbours(me, n_pes());
+    let l = ORDER_LEN;
+    let src = data.sub(2 * l, l);
+    // SAFETY: disjoint regions of symmetric buffers; prev mirrors every step, so the waits end.
+    unsafe {
+        put_nbi(Thread, data.sub(0, l), src, next);
+        fence();
+        p(flags.at(0), 1u64, next);
+        wait_until(flags.at(0), Cmp::Eq, 1);
+        got.write(0, mismatches(data.sub(0, l), prev, 2 * l));
+
+        put_nbi(Thread, data.sub(l, l), src, next);
+        quiet();
+        p(flags.at(1), 1u64, next);
+        wait_until(flags.at(1), Cmp::Eq, 1);
+        got.write(1, mismatches(data.sub(l, l), prev, 2 * l));
+    }
+    quiet();
+}
+
+/// Barriers and syncs in every scope, then team queries.
+///
+/// Phase `k`: thread 0 `p`s `pattern(me, k)` into next's `slots[k]` (and `quiet`s before the
+/// sync variants, which complete nothing); the phase's barrier/sync runs in its scope; thread
+/// 0 reads its own `slots[k]` into `got[k]`, which must be `pattern(prev, k)`. Then
+/// `got[12..18] = [WORLD.my_pe, WORLD.n_pes, NODE.my_pe, NODE.n_pes, SHARED.n_pes, WORLD→NODE(me)]`.
+///
+/// # Safety
+/// Launch one block of ≥ 64 threads on every PE; collective launch.
+#[shmem_kernel]
+pub unsafe fn barriers(slots: SymSlice<u64>, got: SymSlice<u64>) {
+    let me = my_pe();
+    let (next, _) = neighbours(me, n_pes());
+    let t = thread_idx_x();
+    let mut k = 0usize;
+    macro_rules! phase {
+        ($call:expr, $who:expr, $completes:expr) => {{
+            if t == 0 {
+                // SAFETY: symmetric slot; only prev writes ours, in this phase.
+                unsafe { p(slots.at(k), pattern(me, k), next) };
+                if !$completes {
+                    quiet();
+                }
+            }
+            sync_threads();
+            // SAFETY: every PE runs the same phases in order; the scope's threads call together.
+            if $who {
+                let _ = unsafe { $call };
+            }
+            sync_threads();
+            if t == 0 {
+                // SAFETY: the barrier made prev's `p` visible; nobody writes the slot again.
+                unsafe { got.write(k, slots.at(k).read_volatile()) };
+            }
+            k += 1;
+        }};
+    }
+    phase!(barrier_all(Thread), t == 0, true);
+    phase!(barrier_all(Warp), t < 32, true);
+    phase!(barrier_all(Block), true, true);
+    phase!(sync_all(Thread), t == 0, false);
+    phase!(sync_all(Warp), t < 32, false);
+    phase!(sync_all(Block), true, false);
+    phase!(barrier(Thread, Team::WORLD).ok(), t == 0, true);
+    phase!(barrier(Warp, Team::WORLD).ok(), t < 32, true);
+    phase!(barrier(Block, Team::WORLD).ok(), true, true);
+    phase!(team_sync(Thread, Team::WORLD).ok(), t == 0, false);
+    phase!(team_sync(Warp, Team::WORLD).ok(), t < 32, false);
+    phase!(team_sync(Block, Team::WORLD).ok(), true, false);
+    debug_assert_eq!(k, BARRIER_PHASES);
+    if t == 0 {
+        let q = [
+            Team::WORLD.my_pe(),
+            Team::WORLD.n_pes(),
+            Team::NODE.my_pe(),
+            Team::NODE.n_pes(),
+            Team::SHARED.n_pes(),
+            Team::WORLD.translate_pe(me, Team::NODE),
+        ];
+        for (i, v) in q.iter().enumerate() {
+            // SAFETY: only thread 0 writes `got`.
+            unsafe { got.write(BARRIER_PHASES + i, *v as i64 as u64) };
+        }
+    }
+}
+
+/// Peer pointers and scoped memory operations, without NVSHMEM calls on the data path.
+///
+/// Thread 0: `got[0]` = whether next is load/store reachable (`ptr` is `Some`), `got[1]` =
+/// whether `ptr(x, me)` is `x`'s own address. It stores `pattern(me, i)` into next's `data`
+/// through the peer mapping, publishes with `store_release(Sys)` of next's `flag = 1`, spins
+/// with `load_acquire(Sys)` on its own flag, and counts mismatches against prev's pattern:
+/// `got[2] = 0`. Then, through peer pointers: `fetch_add(Sys)` of 1 on PE 0's `counter[0]`,
+/// `add_release(Sys)` of 2 on PE 0's `counter[1]`, `compare_swap(Sys, 0 → me + 1)` on next's
+/// `counter[2]` (`got[3]` = old value 0), `store_relaxed(Sys)` of 42 to next's `counter[3]`.
+/// Every thread: `fetch_add(Gpu)` of 1 on its own `counter[4]`.
+///
+/// After (host barrier): PE 0 `counter[0] = n`, `counter[1] = 2n`; every PE
+/// `counter[2] = prev + 1`, `counter[3] = 42`, `counter[4]` = threads per launch.
+///
+/// # Safety
+/// One block; every PE launches it; all PEs load/store reachable (one node with P2P).
+#[shmem_kernel]
+pub unsafe fn peer_memory(
+    data: SymSlice<u64>,
+    flag: SymSlice<u32>,
+    counter: SymSlice<u64>,
+    got: SymSlice<u64>,
+) {
+    let me = my_pe();
+    let (next, prev) = neighbours(me, n_pes());
+    // SAFETY: counter[4] is this PE's own symmetric word, only touched atomically.
+    unsafe { scoped::fetch_add(Gpu, counter.at(4), 1u64) };
+    if thread_idx_x() != 0 {
+        return;
+    }
+    let (Some(peer), Some(peer_flag), Some(pe0), Some(next_counter)) = (
+        ptr_slice(data, next),
+        ptr(flag.at(0), next),
+        ptr_slice(counter, 0),
+        ptr_slice(counter, next),
+    ) else {
+        // SAFETY: only thread 0 writes `got`.
+        unsafe { got.write(0, 0) };
+        return;
+    };
+    // SAFETY: peer mappings of symmetric buffers of the stated sizes; only this thread
+    // writes next's data and flag; the flag protocol orders data before the read-back.
+    unsafe {
+        got.write(0, 1);
+        let own = ptr(data.at(0), me).map(|p| p.as_ptr()) == Some(data.as_ptr());
+        got.write(1, own as u64);
+        for i in 0..PEER_LEN.min(data.len()) {
+            peer.write(i, pattern(me, i));
+        }
+        scoped::store_release(Sys, peer_flag, 1u32);
+        while scoped::load_acquire(Sys, flag.at(0)) != 1 {}
+        let mut bad = 0u64;
+        for i in 0..PEER_LEN.min(data.len()) {
+            if data.read(i) != pattern(prev, i) {
+                bad += 1;
+            }
+        }
+        got.write(2, bad);
+        scoped::fetch_add(Sys, pe0.at(0), 1u64);
+        scoped::add_release(Sys, pe0.at(1), 2u64);
+        got.write(
+            3,
+            scoped::compare_swap(Sys, next_counter.at(2), 0u64, me as u64 + 1),
+        );
+        scoped::store_relaxed(Sys, next_counter.at(3), 42u64);
+        scoped::fence_acq_rel(Sys);
+    }
+}

@@ -1,0 +1,99 @@
+//! What the API-suite kernels and their host checks share: the test patterns, the buffer
+//! layouts, and the expected results (in [`expect`]). No kernels live here, so both kernel
+//! crates and host tests can depend on it.
+
+#![no_std]
+
+pub mod expect;
+
+/// The value source element `i` of PE `pe` holds: small enough for every type (< 100).
+pub fn pattern(pe: i32, i: usize) -> u64 {
+    (pe as u64 * 31 + i as u64 * 7 + 3) % 100
+}
+
+/// Conversion between test values and raw bits, for every type the suite uses.
+pub trait Val: Copy {
+    /// The value `x` (< 100) as `Self`.
+    fn from_u64(x: u64) -> Self;
+    /// Raw bits, zero-extended to 64 (how the host reads it back from a `u64` word).
+    fn bits(self) -> u64;
+}
+
+macro_rules! val_int {
+    ($($t:ty => $u:ty),*) => { $(
+        impl Val for $t {
+            fn from_u64(x: u64) -> Self { x as $t }
+            fn bits(self) -> u64 { self as $u as u64 }
+        }
+    )* };
+}
+val_int!(i8 => u8, i16 => u16, i32 => u32, i64 => u64, u8 => u8, u16 => u16, u32 => u32, u64 => u64);
+impl Val for f32 {
+    fn from_u64(x: u64) -> Self {
+        x as f32
+    }
+    fn bits(self) -> u64 {
+        self.to_bits() as u64
+    }
+}
+impl Val for f64 {
+    fn from_u64(x: u64) -> Self {
+        x as f64
+    }
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
+}
+
+/// `(next, prev)` on the ring of all PEs.
+pub fn neighbours(me: i32, n: i32) -> (i32, i32) {
+    ((me + 1) % n, (me + n - 1) % n)
+}
+
+/// Elements per case in `rma_bulk`.
+pub const BULK_CASE: usize = 256;
+/// Cases in `rma_bulk`: `[put, put_nbi, get, get_nbi] × [Thread, Warp, Block]`, in that order.
+pub const BULK_CASES: usize = 12;
+/// Elements per case in `signals`.
+pub const SIGNAL_CASE: usize = 64;
+/// `put_signal` cases in `signals`: `[blocking, nbi] × [Set, Add] × [Thread, Warp, Block]`.
+pub const SIGNAL_CASES: usize = 12;
+/// Elements per phase in `ordering`.
+pub const ORDER_LEN: usize = 512;
+/// Phases in `barriers`: `[barrier_all, sync_all, barrier(WORLD), team_sync(WORLD)] × [Thread, Warp, Block]`.
+pub const BARRIER_PHASES: usize = 12;
+/// Elements of `peer_memory`'s data.
+pub const PEER_LEN: usize = 1024;
+
+/// The ten standard types in `rma_p_g`'s slot order.
+pub const P_G_TYPES: [&str; 10] = [
+    "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32", "f64",
+];
+
+/// Results per type in `waits`.
+pub const WAIT_RESULTS: usize = 8;
+/// Results per integer type in `atomics`.
+pub const AMO_INT_RESULTS: usize = 11;
+/// Results per float type in `atomics`.
+pub const AMO_FLOAT_RESULTS: usize = 3;
+/// Layout of the `collectives` kernel's' `u64` buffers (element offsets).
+pub mod coll_layout {
+    /// Broadcast: 16 elements at 0, root 0.
+    pub const BCAST: usize = 0;
+    /// Broadcast length.
+    pub const BCAST_LEN: usize = 16;
+    /// fcollect source: 4 elements at 16 in `src`; destination at 64 in `dst` (4·n).
+    pub const FCOLLECT_SRC: usize = 16;
+    /// fcollect destination.
+    pub const FCOLLECT_DST: usize = 64;
+    /// Elements each PE contributes to fcollect.
+    pub const FCOLLECT_LEN: usize = 4;
+    /// alltoall source at 128 in `src`, destination at 128 in `dst`; 2 elements per PE.
+    pub const ALLTOALL: usize = 128;
+    /// Elements per PE pair in alltoall.
+    pub const ALLTOALL_LEN: usize = 2;
+    /// Reductions: 7 ops × 4 `i32`s in `isrc`/`idst`, order sum, prod, min, max, and, or, xor.
+    pub const REDUCE_LEN: usize = 4;
+    /// `f64` sum: 1 op × 4 in `fsrc`/`fdst`.
+    pub const FREDUCE_OPS: usize = 1;
+}

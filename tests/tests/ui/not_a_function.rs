@@ -1,0 +1,6 @@
+use shmem_device::prelude::*;
+
+#[shmem_kernel]
+pub struct K;
+
+fn main() {}
