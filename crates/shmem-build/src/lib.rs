@@ -84,7 +84,7 @@ pub struct Artifact {
     pub manifest_path: PathBuf,
     /// The manifest's content.
     pub manifest: Manifest,
-    /// Whether this call relinked (false: inputs were unchanged).
+    /// Whether this call relinked or ran ptxas (false: everything was up to date).
     pub rebuilt: bool,
     /// The kernel crate's source directory (for `rerun-if-changed`).
     pub crate_dir: PathBuf,
@@ -165,71 +165,81 @@ impl Builder {
             std::fs::create_dir_all(&out_dir).ctx(|| format!("creating {}", out_dir.display()))?;
             let ptx_path = out_dir.join(format!("{}.ptx", pkg.name));
             let manifest_file = out_dir.join(format!("{}.json", pkg.name));
-            let inputs = fingerprint(&[&bc, &nv_bc], arch, &tc.version, ptxas.is_some());
-            if let Ok(old) = Manifest::read(&manifest_file) {
-                if old.fingerprint == inputs && ptx_path.is_file() {
-                    artifacts.push(Artifact {
-                        arch,
-                        ptx: ptx_path,
-                        manifest_path: manifest_file,
-                        manifest: old,
-                        rebuilt: false,
-                        crate_dir: pkg.dir.clone(),
-                    });
-                    continue;
-                }
-            }
+            let inputs = fingerprint(&bc, &[&nv_bc], arch, &tc.version);
+            let cubin_path = out_dir.join(format!("{}.cubin", pkg.name));
             // One work directory per (NVSHMEM, output) pair, so concurrent builds of the same
             // crate against different NVSHMEM versions do not share intermediate files.
             let work = target_dir
                 .join("shmem-link")
                 .join(&pkg.name)
-                .join(fingerprint(&[&nv_bc, &out_dir], arch, "", false));
-            let linked = link::link(&tc, &bc, &nv_bc, arch, &work)?;
-            let problems = link::verify(&linked.ptx, &linked.kernels, arch);
-            let tmp_ptx = work.join(format!("{}.ptx", pkg.name));
-            std::fs::write(&tmp_ptx, &linked.ptx)
-                .ctx(|| format!("writing {}", tmp_ptx.display()))?;
-            if !problems.is_empty() {
-                return Err(Error::Verify {
-                    ptx: tmp_ptx,
-                    problems,
-                });
-            }
-            let cubin_path = out_dir.join(format!("{}.cubin", pkg.name));
-            let _ = std::fs::remove_file(&cubin_path);
-            if let Some(ptxas) = &ptxas {
-                let tmp_cubin = work.join(format!("{}.cubin", pkg.name));
-                link::ptxas(ptxas, &tmp_ptx, arch, &tmp_cubin)?;
-                std::fs::copy(&tmp_cubin, &cubin_path)
-                    .ctx(|| format!("writing {}", cubin_path.display()))?;
-            }
-            let (maj, min) = arch.ptx_isa();
-            let manifest = Manifest {
-                format: manifest::MANIFEST_FORMAT,
-                crate_name: pkg.name.clone(),
-                arch: arch.name().into(),
-                ptx_isa: format!("{maj}.{min}"),
-                ptx: format!("{}.ptx", pkg.name),
-                nvshmem_version: linked.nvshmem_version,
-                nvshmem_bitcode: nv_bc.display().to_string(),
-                toolchain: tc.version.clone(),
-                ptxas_verified: ptxas.is_some(),
-                cubin: ptxas.is_some().then(|| format!("{}.cubin", pkg.name)),
-                kernels: linked.kernels,
-                fingerprint: inputs,
+                .join(path_key(&[&nv_bc, &out_dir]));
+            let previous = Manifest::read(&manifest_file)
+                .ok()
+                .filter(|m| m.fingerprint == inputs && ptx_path.is_file());
+            let (mut manifest, mut rebuilt) = match previous {
+                Some(m) => (m, false),
+                None => {
+                    let linked = link::link(&tc, &bc, &nv_bc, arch, &work)?;
+                    let problems = link::verify(&linked.ptx, &linked.kernels, arch);
+                    let tmp_ptx = work.join(format!("{}.ptx", pkg.name));
+                    std::fs::write(&tmp_ptx, &linked.ptx)
+                        .ctx(|| format!("writing {}", tmp_ptx.display()))?;
+                    if !problems.is_empty() {
+                        return Err(Error::Verify {
+                            ptx: tmp_ptx,
+                            problems,
+                        });
+                    }
+                    let _ = std::fs::remove_file(&cubin_path);
+                    std::fs::write(&ptx_path, &linked.ptx)
+                        .ctx(|| format!("writing {}", ptx_path.display()))?;
+                    let (maj, min) = arch.ptx_isa();
+                    let m = Manifest {
+                        format: manifest::MANIFEST_FORMAT,
+                        crate_name: pkg.name.clone(),
+                        arch: arch.name().into(),
+                        ptx_isa: format!("{maj}.{min}"),
+                        ptx: format!("{}.ptx", pkg.name),
+                        nvshmem_version: linked.nvshmem_version,
+                        nvshmem_bitcode: nv_bc.display().to_string(),
+                        toolchain: tc.version.clone(),
+                        ptxas_verified: false,
+                        cubin: None,
+                        kernels: linked.kernels,
+                        fingerprint: inputs,
+                    };
+                    (m, true)
+                }
             };
-            std::fs::write(&ptx_path, &linked.ptx)
-                .ctx(|| format!("writing {}", ptx_path.display()))?;
-            let json = serde_json::to_string_pretty(&manifest).expect("manifest serializes");
-            std::fs::write(&manifest_file, json + "\n")
-                .ctx(|| format!("writing {}", manifest_file.display()))?;
+            // ptxas is not part of the fingerprint: unchanged PTX that was never checked is
+            // checked now, without relinking; PTX already checked stays checked.
+            if let Some(ptxas) = &ptxas {
+                if !manifest.ptxas_verified || !cubin_path.is_file() {
+                    std::fs::create_dir_all(&work)
+                        .ctx(|| format!("creating {}", work.display()))?;
+                    let tmp_cubin = work.join(format!("{}.cubin", pkg.name));
+                    if let Err(e) = link::ptxas(ptxas, &ptx_path, arch, &tmp_cubin) {
+                        let _ = std::fs::remove_file(&manifest_file);
+                        return Err(e);
+                    }
+                    std::fs::copy(&tmp_cubin, &cubin_path)
+                        .ctx(|| format!("writing {}", cubin_path.display()))?;
+                    manifest.ptxas_verified = true;
+                    manifest.cubin = Some(format!("{}.cubin", pkg.name));
+                    rebuilt = true;
+                }
+            }
+            if rebuilt {
+                let json = serde_json::to_string_pretty(&manifest).expect("manifest serializes");
+                std::fs::write(&manifest_file, json + "\n")
+                    .ctx(|| format!("writing {}", manifest_file.display()))?;
+            }
             artifacts.push(Artifact {
                 arch,
                 ptx: ptx_path,
                 manifest_path: manifest_file,
                 manifest,
-                rebuilt: true,
+                rebuilt,
                 crate_dir: pkg.dir.clone(),
             });
         }
@@ -253,17 +263,28 @@ pub fn emit_cargo_directives(artifacts: &[Artifact]) {
     println!("cargo:rerun-if-env-changed=NVSHMEM_HOME");
 }
 
-fn fingerprint(files: &[&Path], arch: Arch, toolchain: &str, ptxas: bool) -> String {
+/// Hash of the build inputs: the kernel bitcode's bytes (rustc may rewrite it unchanged, so
+/// its time says little), the other files' identity (path, size, time: NVSHMEM's bitcode is
+/// large and never edited), and the settings.
+fn fingerprint(kernel_bc: &Path, others: &[&Path], arch: Arch, toolchain: &str) -> String {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     env!("CARGO_PKG_VERSION").hash(&mut h);
-    (arch, toolchain, ptxas).hash(&mut h);
-    for f in files {
+    (arch, toolchain).hash(&mut h);
+    std::fs::read(kernel_bc).ok().hash(&mut h);
+    for f in others {
         f.hash(&mut h);
         if let Ok(m) = std::fs::metadata(f) {
             m.len().hash(&mut h);
             m.modified().ok().hash(&mut h);
         }
     }
+    format!("{:016x}", h.finish())
+}
+
+/// A short stable name for a set of paths.
+fn path_key(paths: &[&Path]) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    paths.hash(&mut h);
     format!("{:016x}", h.finish())
 }
 
