@@ -34,15 +34,14 @@ fn decode_c_string(s: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 2 < bytes.len() + 1 {
-            if let Some(hex) = s
+        if bytes[i] == b'\\'
+            && let Some(hex) = s
                 .get(i + 1..i + 3)
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                out.push(hex);
-                i += 3;
-                continue;
-            }
+        {
+            out.push(hex);
+            i += 3;
+            continue;
         }
         out.push(bytes[i]);
         i += 1;

@@ -4,15 +4,13 @@
 //! build and embed kernels:
 //!
 //! ```no_run
-//! // build.rs of a host crate whose kernels live in ../my-kernels
-//! fn main() {
-//!     let out = shmem_build::Builder::new("../my-kernels")
-//!         .out_dir(std::env::var("OUT_DIR").unwrap())
-//!         .build()
-//!         .unwrap_or_else(|e| panic!("{e}"));
-//!     shmem_build::emit_cargo_directives(&out);
-//!     // main.rs: include_str!(concat!(env!("OUT_DIR"), "/sm_90/my-kernels.ptx"))
-//! }
+//! // build.rs of a host crate whose kernels live in ../my-kernels;
+//! // main.rs then has include_str!(concat!(env!("OUT_DIR"), "/sm_90/my-kernels.ptx"))
+//! let out = shmem_build::Builder::new("../my-kernels")
+//!     .out_dir(std::env::var("OUT_DIR").unwrap())
+//!     .build()
+//!     .unwrap_or_else(|e| panic!("{e}"));
+//! shmem_build::emit_cargo_directives(&out);
 //! ```
 //!
 //! # The pipeline
@@ -213,8 +211,10 @@ impl Builder {
             };
             // ptxas is not part of the fingerprint: unchanged PTX that was never checked is
             // checked now, without relinking; PTX already checked stays checked.
-            if let Some(ptxas) = &ptxas {
-                if !manifest.ptxas_verified || !cubin_path.is_file() {
+            if let Some(ptxas) = &ptxas
+                && (!manifest.ptxas_verified || !cubin_path.is_file())
+            {
+                {
                     std::fs::create_dir_all(&work)
                         .ctx(|| format!("creating {}", work.display()))?;
                     let tmp_cubin = work.join(format!("{}.cubin", pkg.name));

@@ -139,25 +139,25 @@ pub fn local_nvshmem_installs(project_root: &Path) -> Vec<PathBuf> {
 /// Python's site-packages directories (system, user, and an active virtualenv).
 pub fn site_packages() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
-        if let Ok(rd) = std::fs::read_dir(Path::new(&venv).join("lib")) {
-            dirs.extend(rd.flatten().map(|e| e.path().join("site-packages")));
-        }
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV")
+        && let Ok(rd) = std::fs::read_dir(Path::new(&venv).join("lib"))
+    {
+        dirs.extend(rd.flatten().map(|e| e.path().join("site-packages")));
     }
     for py in ["python3", "python"] {
         let out = Command::new(py)
             .args(["-c", "import site,sys; print('\\n'.join(site.getsitepackages()+[site.getusersitepackages()]))"])
             .output();
-        if let Ok(out) = out {
-            if out.status.success() {
-                dirs.extend(
-                    String::from_utf8_lossy(&out.stdout)
-                        .lines()
-                        .filter(|l| !l.is_empty())
-                        .map(PathBuf::from),
-                );
-                break;
-            }
+        if let Ok(out) = out
+            && out.status.success()
+        {
+            dirs.extend(
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(PathBuf::from),
+            );
+            break;
         }
     }
     dirs.retain(|d| d.is_dir());

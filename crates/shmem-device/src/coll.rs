@@ -170,7 +170,7 @@ pub unsafe fn alltoall<S: Scope, T: Copy>(
 ) -> Result<(), CollError> {
     let n = team.n_pes().max(1) as usize;
     assert!(
-        dest.len() == src.len() && src.len() % n == 0,
+        dest.len() == src.len() && src.len().is_multiple_of(n),
         "alltoall needs equal lengths divisible by the team size"
     );
     let (d, s, b) = (

@@ -1,6 +1,6 @@
 //! Scoped loads, stores and atomics with explicit memory-model semantics, for code that
 //! synchronises through memory rather than through NVSHMEM calls — the NVLink fast paths of
-//! DeepEP-style kernels, which store into a peer's buffer through a [`PeerPtr`](crate::PeerPtr)
+//! DeepEP-style kernels, which store into a peer's buffer through a [`PeerPtr`]
 //! and publish with a release store of a flag.
 //!
 //! The *scope* is the set of threads the ordering is promised to (PTX memory model):
@@ -15,8 +15,8 @@
 //!
 //! # Safety (common to every function of this module)
 //! The address is valid, aligned to the operand size and mapped on this GPU (a
-//! [`DevicePtr`](crate::DevicePtr), a symmetric [`Sym`](crate::Sym) of this PE, or a
-//! [`PeerPtr`](crate::PeerPtr) from [`crate::ptr`] whose PE is still alive). Mixing these
+//! [`DevicePtr`], a symmetric [`Sym`] of this PE, or a
+//! [`PeerPtr`] from [`crate::ptr`] whose PE is still alive). Mixing these
 //! operations with plain (non-atomic) accesses to the same word concurrently is a data race.
 
 use crate::mem::{DevicePtr, PeerPtr, Sym};

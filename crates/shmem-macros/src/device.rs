@@ -23,6 +23,7 @@ pub(crate) fn generate(k: &Kernel) -> TokenStream {
         #[cfg(target_arch = "nvptx64")]
         #(#attrs)*
         #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
         pub #unsafety extern "ptx-kernel" fn #name(#inputs) #body
 
         #[cfg(target_arch = "nvptx64")]

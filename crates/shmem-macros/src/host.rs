@@ -44,7 +44,7 @@ pub(crate) fn generate(k: &Kernel) -> TokenStream {
     quote! {
         #[cfg(not(target_arch = "nvptx64"))]
         #(#attrs)*
-        #[allow(dead_code, clippy::missing_safety_doc)]
+        #[allow(dead_code, clippy::missing_safety_doc, clippy::too_many_arguments)]
         #vis #unsafety fn #name(#inputs) #body
 
         #[doc = #doc]

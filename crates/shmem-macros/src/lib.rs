@@ -2,9 +2,9 @@
 //! typed description of it. See `shmem_device` for the user documentation.
 //!
 //! The entry point only converts token types; the work is split by phase in plain
-//! `proc_macro2` functions so that it can be unit-tested: [`parse`] reads the item and
-//! validates it (collecting every error), [`device`] generates the PTX entry and its
-//! metadata, [`host`] generates the launcher type.
+//! `proc_macro2` functions so that it can be unit-tested: `parse` reads the item and
+//! validates it (collecting every error), `device` generates the PTX entry and its
+//! metadata, `host` generates the launcher type.
 
 use proc_macro::TokenStream;
 

@@ -8,15 +8,15 @@
 //!
 //! | kernel | API group | collective |
 //! |---|---|---|
-//! | [`rma_p_g`] | `p`, `g` for every standard type | no |
-//! | [`rma_bulk`] | `put`, `put_nbi`, `get`, `get_nbi` × thread/warp/block | no |
-//! | [`signals`] | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` | yes (waits) |
-//! | [`waits`] | `wait_until`, `test` and their `_all`/`_any` forms, 4 types | yes (waits) |
-//! | [`atomics`] | every AMO, 6 types; a contended counter | no |
-//! | [`ordering`] | `fence` and `quiet` ordering a put before a flag | yes (waits) |
-//! | [`barriers`] | `barrier_all`, `sync_all`, team `barrier`/`sync` × scopes; team queries | yes |
+//! | [`rma_p_g`](rma_p_g()) | `p`, `g` for every standard type | no |
+//! | [`rma_bulk`](rma_bulk()) | `put`, `put_nbi`, `get`, `get_nbi` × thread/warp/block | no |
+//! | [`signals`](signals()) | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` | yes (waits) |
+//! | [`waits`](waits()) | `wait_until`, `test` and their `_all`/`_any` forms, 4 types | yes (waits) |
+//! | [`atomics`](atomics()) | every AMO, 6 types; a contended counter | no |
+//! | [`ordering`](ordering()) | `fence` and `quiet` ordering a put before a flag | yes (waits) |
+//! | [`barriers`](barriers()) | `barrier_all`, `sync_all`, team `barrier`/`sync` × scopes; team queries | yes |
 //! | `collectives` (crate `collectives-suite-kernels`: NVSHMEM's reductions are slow to compile) | block-scope collectives | yes |
-//! | [`peer_memory`] | `ptr`, scoped loads/stores/atomics over peer mappings | no (spins on memory) |
+//! | [`peer_memory`](peer_memory()) | `ptr`, scoped loads/stores/atomics over peer mappings | no (spins on memory) |
 
 #![no_std]
 
@@ -92,34 +92,27 @@ pub unsafe fn rma_bulk(src: SymSlice<u32>, dst: SymSlice<u32>) {
         )
     };
     macro_rules! case {
-        ($c:expr, $op:ident, $scope:expr, $who:expr, put) => {{
+        ($c:expr, $op:ident, $scope:expr, $who:expr) => {{
             let (s, d) = region($c);
-            // SAFETY: disjoint regions of symmetric buffers; `next` is valid; the scope's
-            // threads (`$who`) all make the call.
             if $who {
-                unsafe { $op($scope, d, s, next) }
-            }
-        }};
-        ($c:expr, $op:ident, $scope:expr, $who:expr, get) => {{
-            let (s, d) = region($c);
-            // SAFETY: as above, reading next's source region into our own destination region.
-            if $who {
+                // SAFETY: disjoint regions of symmetric buffers; `next` is valid; the scope's
+                // threads (`$who`) all make the call.
                 unsafe { $op($scope, d, s, next) }
             }
         }};
     }
-    case!(0, put, Thread, t == 0, put);
-    case!(1, put, Warp, t < 32, put);
-    case!(2, put, Block, true, put);
-    case!(3, put_nbi, Thread, t == 0, put);
-    case!(4, put_nbi, Warp, t < 32, put);
-    case!(5, put_nbi, Block, true, put);
-    case!(6, get, Thread, t == 0, get);
-    case!(7, get, Warp, t < 32, get);
-    case!(8, get, Block, true, get);
-    case!(9, get_nbi, Thread, t == 0, get);
-    case!(10, get_nbi, Warp, t < 32, get);
-    case!(11, get_nbi, Block, true, get);
+    case!(0, put, Thread, t == 0);
+    case!(1, put, Warp, t < 32);
+    case!(2, put, Block, true);
+    case!(3, put_nbi, Thread, t == 0);
+    case!(4, put_nbi, Warp, t < 32);
+    case!(5, put_nbi, Block, true);
+    case!(6, get, Thread, t == 0);
+    case!(7, get, Warp, t < 32);
+    case!(8, get, Block, true);
+    case!(9, get_nbi, Thread, t == 0);
+    case!(10, get_nbi, Warp, t < 32);
+    case!(11, get_nbi, Block, true);
     quiet();
     sync_threads();
 }
@@ -151,8 +144,8 @@ pub unsafe fn signals(
                 src.sub(c * SIGNAL_CASE, SIGNAL_CASE),
                 dst.sub(c * SIGNAL_CASE, SIGNAL_CASE),
             );
-            // SAFETY: symmetric buffers, disjoint case regions; the scope's threads call together.
             if $who {
+                // SAFETY: symmetric buffers, disjoint case regions; the scope's threads call together.
                 unsafe { $f($scope, d, s, sig.at(c), c as u64 + 1, $op, next) }
             }
             if t == 0 {
@@ -418,8 +411,8 @@ pub unsafe fn barriers(slots: SymSlice<u64>, got: SymSlice<u64>) {
                 }
             }
             sync_threads();
-            // SAFETY: every PE runs the same phases in order; the scope's threads call together.
             if $who {
+                // SAFETY: every PE runs the same phases in order; the scope's threads call together.
                 let _ = unsafe { $call };
             }
             sync_threads();

@@ -1,5 +1,6 @@
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn halo(
     grid: SymSlice<f32>,
     scratch: DeviceSlice<f32>,
@@ -14,7 +15,7 @@ pub unsafe extern "ptx-kernel" fn halo(
 #[unsafe(no_mangle)]
 pub static __shmem_kernel_meta_halo: [u8; 200usize] = *b"{\"name\":\"halo\",\"params\":[{\"name\":\"grid\",\"type\":\"SymSlice<f32>\"},{\"name\":\"scratch\",\"type\":\"DeviceSlice<f32>\"},{\"name\":\"sig\",\"type\":\"Sym<u64>\"},{\"name\":\"nx\",\"type\":\"u32\"},{\"name\":\"team\",\"type\":\"Team\"}]}";
 #[cfg(not(target_arch = "nvptx64"))]
-#[allow(dead_code, clippy::missing_safety_doc)]
+#[allow(dead_code, clippy::missing_safety_doc, clippy::too_many_arguments)]
 pub(crate) unsafe fn halo(
     grid: SymSlice<f32>,
     scratch: DeviceSlice<f32>,

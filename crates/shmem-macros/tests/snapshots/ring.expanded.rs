@@ -1,6 +1,7 @@
 #[cfg(target_arch = "nvptx64")]
 /// Ring.
 #[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn ring(dst: Sym<i32>) {
     unsafe { p(dst, my_pe(), (my_pe() + 1) % n_pes()) };
 }
@@ -10,7 +11,7 @@ pub unsafe extern "ptx-kernel" fn ring(dst: Sym<i32>) {
 pub static __shmem_kernel_meta_ring: [u8; 59usize] = *b"{\"name\":\"ring\",\"params\":[{\"name\":\"dst\",\"type\":\"Sym<i32>\"}]}";
 #[cfg(not(target_arch = "nvptx64"))]
 /// Ring.
-#[allow(dead_code, clippy::missing_safety_doc)]
+#[allow(dead_code, clippy::missing_safety_doc, clippy::too_many_arguments)]
 pub unsafe fn ring(dst: Sym<i32>) {
     unsafe { p(dst, my_pe(), (my_pe() + 1) % n_pes()) };
 }
