@@ -1,8 +1,41 @@
-//! Host side of shmem-rs.
+//! Host side of shmem-rs: NVSHMEM started on every GPU, symmetric memory, kernel modules
+//! from `cargo xtask build-ptx`, typed launches.
 //!
-//! The runtime (NVSHMEM start-up on every GPU, symmetric buffers, module loading and
-//! launch) is being built in the host-runtime issue. This crate already defines how a
-//! `#[shmem_kernel]`'s parameter types map to the host values a launch takes, because that
-//! mapping is what makes a wrong argument a compile error; see [`args`].
+//! ```no_run
+//! use shmem_host::{LaunchConfig, Shmem};
+//! # fn main() -> shmem_host::Result<()> {
+//! let rt = Shmem::init()?; // under `shmem-run -n 2 -- ./my-program`
+//! let received = rt.alloc::<i32>(1)?; // collective, same size on every PE
+//! let module = rt.load_module("target/ptx".as_ref(), "ring-kernels")?;
+//! let ring = module.kernel::<ring_kernels::ring>()?;
+//! // SAFETY: every PE launches it; `received` is a symmetric i32.
+//! unsafe { ring.launch(LaunchConfig::linear(1, 32), (&received,))? };
+//! rt.barrier_all()?;
+//! println!("PE {} received {:?}", rt.my_pe(), received.to_vec()?);
+//! # Ok(()) }
+//! ```
+//!
+//! | NVSHMEM (C) | shmem-host |
+//! |---|---|
+//! | `nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, ...)` | [`Shmem::init`] (under [`launcher`] / `shmem-run`) |
+//! | `nvshmem_finalize()` | dropping [`Shmem`] |
+//! | `nvshmem_malloc(n * sizeof(T))`, `nvshmem_free` | [`Shmem::alloc`] → [`SymBuffer`], dropped |
+//! | `cuModuleLoadData` + `nvshmemx_cumodule_init` | [`Shmem::load_module`] |
+//! | `cuLaunchKernel` / `nvshmemx_collective_launch` | [`KernelFn::launch`] (cooperative when the manifest says collective) |
+//! | `nvshmem_barrier_all()`, `nvshmemx_barrier_all_on_stream(s)` | [`Shmem::barrier_all`], [`Shmem::barrier_all_on_stream`] |
+//!
+//! NVSHMEM's host library is loaded at run time ([`nvshmem`]); building this crate needs
+//! neither CUDA nor NVSHMEM.
 
 pub mod args;
+pub mod buffer;
+pub mod error;
+pub mod launcher;
+pub mod module;
+pub mod nvshmem;
+pub mod runtime;
+
+pub use buffer::{SymAt, SymBuffer};
+pub use error::{Error, Result};
+pub use module::{KernelFn, LaunchConfig, Module};
+pub use runtime::Shmem;

@@ -1,0 +1,172 @@
+//! Typed buffers on the symmetric heap.
+
+use crate::args::HostArg;
+use crate::error::{Error, Result};
+use crate::runtime::Shmem;
+use cudarc::driver::{result, sys};
+use shmem_device::{Sym, SymSlice};
+use std::marker::PhantomData;
+
+/// `len` elements of `T` on the symmetric heap of every PE, allocated collectively by
+/// [`Shmem::alloc`]. It borrows the runtime, so it is freed before NVSHMEM is finalized.
+///
+/// Dropping it frees it with `nvshmem_free`, which is collective: every PE must drop its
+/// buffers in the same order (as with any NVSHMEM program).
+pub struct SymBuffer<'rt, T> {
+    rt: &'rt Shmem,
+    ptr: *mut T,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
+    pub(crate) fn new(rt: &'rt Shmem, len: usize) -> Result<Self> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::Invalid(format!(
+                "{len} elements of {} overflow",
+                std::any::type_name::<T>()
+            ))
+        })?;
+        let (min, max) = rt.min_max(bytes as i64)?;
+        if min != max {
+            return Err(Error::UnequalAllocation {
+                mine: bytes,
+                min: min as usize,
+                max: max as usize,
+            });
+        }
+        let ptr = rt.raw_malloc(bytes).cast::<T>();
+        if ptr.is_null() {
+            return Err(Error::Nvshmem {
+                call: "nvshmem_malloc (symmetric heap exhausted? see NVSHMEM_SYMMETRIC_SIZE)",
+                status: -1,
+            });
+        }
+        let b = SymBuffer {
+            rt,
+            ptr,
+            len,
+            _t: PhantomData,
+        };
+        b.zero()?;
+        Ok(b)
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The device address of this PE's copy (for cudarc launches and libraries such as cuBLAS).
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Fills this PE's copy with zero bytes.
+    pub fn zero(&self) -> Result<()> {
+        // SAFETY: `ptr` is `len * size_of::<T>()` bytes of this PE's symmetric heap.
+        unsafe {
+            result::memset_d8_sync(
+                self.ptr as sys::CUdeviceptr,
+                0,
+                self.len * std::mem::size_of::<T>(),
+            )?
+        };
+        Ok(())
+    }
+
+    /// Copies `src` into this PE's copy.
+    pub fn copy_from(&self, src: &[T]) -> Result<()> {
+        if src.len() != self.len {
+            return Err(Error::Invalid(format!(
+                "copy_from: buffer has {} elements, host slice {}",
+                self.len,
+                src.len()
+            )));
+        }
+        self.rt.stream().synchronize()?;
+        // SAFETY: lengths match; the destination is this PE's symmetric copy; the stream is idle.
+        unsafe { result::memcpy_htod_sync(self.ptr as sys::CUdeviceptr, src)? };
+        Ok(())
+    }
+
+    /// Copies this PE's copy into `dst`, after the stream's work has finished.
+    pub fn copy_to(&self, dst: &mut [T]) -> Result<()> {
+        if dst.len() != self.len {
+            return Err(Error::Invalid(format!(
+                "copy_to: buffer has {} elements, host slice {}",
+                self.len,
+                dst.len()
+            )));
+        }
+        self.rt.stream().synchronize()?;
+        // SAFETY: lengths match; the source is this PE's symmetric copy; the stream is idle.
+        unsafe { result::memcpy_dtoh_sync(dst, self.ptr as sys::CUdeviceptr)? };
+        Ok(())
+    }
+
+    /// This PE's copy as a `Vec`.
+    pub fn to_vec(&self) -> Result<Vec<T>>
+    where
+        T: Default,
+    {
+        let mut v = vec![T::default(); self.len];
+        self.copy_to(&mut v)?;
+        Ok(v)
+    }
+
+    /// Element `i`, to pass for a `Sym<T>` kernel parameter.
+    pub fn at(&self, i: usize) -> Result<SymAt<'_, T>> {
+        if i >= self.len {
+            return Err(Error::Invalid(format!(
+                "index {i} out of range for a buffer of {}",
+                self.len
+            )));
+        }
+        Ok(SymAt {
+            ptr: self.ptr.wrapping_add(i),
+            _b: PhantomData,
+        })
+    }
+}
+
+impl<T> Drop for SymBuffer<'_, T> {
+    fn drop(&mut self) {
+        let _ = self.rt.stream().synchronize();
+        // SAFETY: allocated by `nvshmem_malloc` in `new`, freed once; collective by the
+        // documented drop-order contract.
+        unsafe { (self.rt.lib().nvshmem_free)(self.ptr.cast()) }
+    }
+}
+
+/// One element of a [`SymBuffer`], for a `Sym<T>` kernel parameter.
+#[derive(Clone, Copy)]
+pub struct SymAt<'b, T> {
+    ptr: *mut T,
+    _b: PhantomData<&'b T>,
+}
+
+impl<T: Copy + 'static> HostArg<SymSlice<T>> for &SymBuffer<'_, T> {
+    fn to_param(&self) -> SymSlice<T> {
+        // SAFETY: `ptr..ptr+len` is a symmetric allocation alive for as long as `self`.
+        unsafe { SymSlice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl<T: Copy + 'static> HostArg<Sym<T>> for &SymBuffer<'_, T> {
+    fn to_param(&self) -> Sym<T> {
+        // SAFETY: the first element of a symmetric allocation (a zero-length buffer still has
+        // a valid symmetric address, which the kernel must not dereference).
+        unsafe { Sym::from_raw(self.ptr) }
+    }
+}
+
+impl<T: Copy + 'static> HostArg<Sym<T>> for SymAt<'_, T> {
+    fn to_param(&self) -> Sym<T> {
+        // SAFETY: an in-bounds element of a live symmetric allocation.
+        unsafe { Sym::from_raw(self.ptr) }
+    }
+}

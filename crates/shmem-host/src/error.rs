@@ -1,0 +1,103 @@
+//! Host-side errors: each says what failed and, where there is one, what to do.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Everything the host runtime can report.
+#[derive(Debug)]
+pub enum Error {
+    /// `libnvshmem_host.so.3` was not found or lacks a symbol.
+    NvshmemLibrary {
+        /// What went wrong.
+        problem: String,
+        /// Every path tried.
+        tried: Vec<PathBuf>,
+    },
+    /// A CUDA driver call failed (includes "no driver": libcuda could not be loaded).
+    Cuda(String),
+    /// An NVSHMEM call returned an error status.
+    Nvshmem {
+        /// The call.
+        call: &'static str,
+        /// Its status.
+        status: i32,
+    },
+    /// The process environment does not say how to start (rank, size, unique id).
+    Bootstrap(String),
+    /// PEs asked for different sizes in a collective allocation.
+    UnequalAllocation {
+        /// Bytes this PE asked for.
+        mine: usize,
+        /// The smallest request of any PE.
+        min: usize,
+        /// The largest request of any PE.
+        max: usize,
+    },
+    /// A module cannot run here (arch, NVSHMEM version, missing files, stale build).
+    Module(String),
+    /// A collective kernel's grid cannot be co-resident on the GPU, so it would deadlock.
+    GridNotCoResident {
+        /// The kernel.
+        kernel: String,
+        /// Blocks asked for.
+        blocks: u32,
+        /// Blocks that fit at once.
+        max_blocks: u32,
+    },
+    /// An argument is out of range (a PE number, a length, an index).
+    Invalid(String),
+    /// A launcher failure: a PE died or exited non-zero, or could not be started.
+    Launch(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NvshmemLibrary { problem, tried } => {
+                writeln!(f, "NVSHMEM host library: {problem}")?;
+                if !tried.is_empty() {
+                    writeln!(f, "  tried:")?;
+                    for t in tried {
+                        writeln!(f, "    {}", t.display())?;
+                    }
+                }
+                write!(
+                    f,
+                    "  fix: `pip install nvidia-nvshmem-cu13` (3.4 – 3.8), or set NVSHMEM_HOME to a directory with lib/libnvshmem_host.so.3"
+                )
+            }
+            Error::Cuda(m) => write!(f, "CUDA: {m}"),
+            Error::Nvshmem { call, status } => write!(f, "{call} returned {status}"),
+            Error::Bootstrap(m) => write!(f, "cannot start NVSHMEM: {m}"),
+            Error::UnequalAllocation { mine, min, max } => write!(
+                f,
+                "collective allocation with unequal sizes: this PE asked for {mine} bytes, others between {min} and {max}; \
+                 every PE must allocate the same size (nothing was allocated)"
+            ),
+            Error::Module(m) => write!(f, "{m}"),
+            Error::GridNotCoResident {
+                kernel,
+                blocks,
+                max_blocks,
+            } => write!(
+                f,
+                "kernel `{kernel}` must be launched collectively (it waits for other PEs), but its grid of {blocks} blocks \
+                 cannot be resident at once: at most {max_blocks} fit on this GPU with this block size and shared memory. \
+                 Launch at most {max_blocks} blocks (a grid-stride loop covers the rest), or use fewer threads/shared memory per block"
+            ),
+            Error::Invalid(m) => write!(f, "{m}"),
+            Error::Launch(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<cudarc::driver::DriverError> for Error {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        Error::Cuda(e.to_string())
+    }
+}
+
+/// Shorthand.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,274 @@
+//! Starts one process per PE on this machine and watches them.
+//!
+//! Each child gets `SHMEM_RANK`, `SHMEM_NRANKS`, `SHMEM_LOCAL_RANK` and `SHMEM_UID_FILE`
+//! (where rank 0 publishes NVSHMEM's unique id, see [`crate::runtime`]). Their output is
+//! forwarded line by line with a `[pe N]` prefix. If any child exits non-zero or is killed,
+//! the others are stopped at once and the launch fails naming that PE and its status.
+
+use crate::error::{Error, Result};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// What to launch.
+#[derive(Clone, Debug)]
+pub struct LaunchSpec {
+    /// Number of PEs (processes).
+    pub n: usize,
+    /// The program every PE runs.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Give up (and stop every PE) after this long.
+    pub timeout: Option<Duration>,
+}
+
+/// How a PE ended.
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        _ => format!("ended ({status})"),
+    }
+}
+
+/// The number of GPUs this process can see (`CUDA_VISIBLE_DEVICES` applies).
+pub fn visible_gpus() -> Result<usize> {
+    cudarc::driver::result::init()
+        .map_err(|e| Error::Cuda(format!("no usable NVIDIA driver: {e}")))?;
+    let n = cudarc::driver::result::device::get_count().map_err(|e| Error::Cuda(e.to_string()))?;
+    Ok(n.max(0) as usize)
+}
+
+fn forward(
+    pe: usize,
+    stream: impl std::io::Read + Send + 'static,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            if to_stderr {
+                let _ = writeln!(std::io::stderr().lock(), "[pe {pe}] {line}");
+            } else {
+                let _ = writeln!(std::io::stdout().lock(), "[pe {pe}] {line}");
+            }
+        }
+    })
+}
+
+/// Runs `spec.n` copies of the program and waits for all of them. `Ok` if every PE exited
+/// with status 0.
+pub fn launch(spec: &LaunchSpec) -> Result<()> {
+    if spec.n == 0 {
+        return Err(Error::Launch("cannot launch 0 PEs".into()));
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "shmem-run-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::Launch(format!("creating {}: {e}", dir.display())))?;
+    let uid_file = dir.join("uid");
+    let mut children: Vec<Child> = Vec::new();
+    let mut pumps = Vec::new();
+    for pe in 0..spec.n {
+        let spawned = Command::new(&spec.program)
+            .args(&spec.args)
+            .env("SHMEM_RANK", pe.to_string())
+            .env("SHMEM_NRANKS", spec.n.to_string())
+            .env("SHMEM_LOCAL_RANK", pe.to_string())
+            .env("SHMEM_UID_FILE", &uid_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so stopping a PE stops everything it started.
+            .process_group(0)
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                stop(&mut children);
+                return Err(Error::Launch(format!(
+                    "cannot start PE {pe} ({}): {e}",
+                    spec.program.display()
+                )));
+            }
+        };
+        pumps.push(forward(pe, child.stdout.take().expect("piped"), false));
+        pumps.push(forward(pe, child.stderr.take().expect("piped"), true));
+        children.push(child);
+    }
+    let start = Instant::now();
+    let mut done = vec![false; spec.n];
+    let outcome = loop {
+        let mut failed = None;
+        for (pe, c) in children.iter_mut().enumerate() {
+            if done[pe] {
+                continue;
+            }
+            match c.try_wait() {
+                Ok(Some(st)) if st.success() => done[pe] = true,
+                Ok(Some(st)) => {
+                    done[pe] = true;
+                    failed = Some(format!("PE {pe} {}", describe(st)));
+                    break;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    failed = Some(format!("cannot wait for PE {pe}: {e}"));
+                    break;
+                }
+            }
+        }
+        if let Some(f) = failed {
+            break Err(f);
+        }
+        if done.iter().all(|d| *d) {
+            break Ok(());
+        }
+        if spec.timeout.is_some_and(|t| start.elapsed() > t) {
+            break Err(format!(
+                "timed out after {:?}",
+                spec.timeout.unwrap_or_default()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stopped: Vec<usize> = (0..spec.n).filter(|pe| !done[*pe]).collect();
+    if outcome.is_err() {
+        stop(&mut children);
+    }
+    for p in pumps {
+        let _ = p.join();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome.map_err(|why| {
+        let others = if stopped.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; stopped PE {}",
+                stopped
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        Error::Launch(format!("{why}{others}"))
+    })
+}
+
+/// Stops every PE still running and whatever it started: SIGTERM to each process group,
+/// then SIGKILL to those still there after a grace period.
+fn stop(children: &mut [Child]) {
+    let signal_all = |children: &mut [Child], sig: i32| {
+        for c in children.iter_mut() {
+            if matches!(c.try_wait(), Ok(None)) {
+                // SAFETY: `kill` on the process group we created for this child (its pid).
+                unsafe { libc::kill(-(c.id() as i32), sig) };
+            }
+        }
+    };
+    signal_all(children, libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline
+        && children
+            .iter_mut()
+            .any(|c| matches!(c.try_wait(), Ok(None)))
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal_all(children, libc::SIGKILL);
+    for c in children.iter_mut() {
+        let _ = c.wait();
+        // Children of the PE (same group) may outlive it briefly; make sure they go too.
+        // SAFETY: as above; the group id is still ours to signal.
+        unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, n: usize) -> LaunchSpec {
+        LaunchSpec {
+            n,
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            timeout: Some(Duration::from_secs(60)),
+        }
+    }
+
+    #[test]
+    fn all_succeed() {
+        launch(&sh(
+            r#"test "$SHMEM_NRANKS" = 3 && test -n "$SHMEM_UID_FILE" && echo "rank $SHMEM_RANK""#,
+            3,
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn a_failing_pe_stops_the_others_quickly_and_is_named() {
+        let t = Instant::now();
+        let e = launch(&sh(
+            r#"if [ "$SHMEM_RANK" = 1 ]; then exit 3; fi; sleep 30"#,
+            3,
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            t.elapsed()
+        );
+        assert!(e.contains("PE 1 exited with status 3"), "{e}");
+        assert!(e.contains("stopped PE 0, 2"), "{e}");
+    }
+
+    #[test]
+    fn a_killed_pe_is_reported_with_its_signal() {
+        let e = launch(&sh(
+            r#"if [ "$SHMEM_RANK" = 0 ]; then kill -9 $$; fi; sleep 30"#,
+            2,
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("PE 0 was killed by signal 9") && e.contains("stopped PE 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_program_and_zero_pes() {
+        let e = launch(&LaunchSpec {
+            n: 2,
+            program: "/nonexistent/prog".into(),
+            args: vec![],
+            timeout: None,
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("cannot start PE 0"), "{e}");
+        assert!(launch(&sh("true", 0)).is_err());
+    }
+
+    #[test]
+    fn timeout_stops_everyone() {
+        let mut s = sh("sleep 30", 2);
+        s.timeout = Some(Duration::from_millis(300));
+        let e = launch(&s).unwrap_err().to_string();
+        assert!(
+            e.contains("timed out") && e.contains("stopped PE 0, 1"),
+            "{e}"
+        );
+    }
+}

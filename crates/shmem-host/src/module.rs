@@ -1,0 +1,365 @@
+//! Loading kernel modules built by `cargo xtask build-ptx` and launching their kernels.
+
+use crate::args::{HostArgs, ParamPtrs};
+use crate::error::{Error, Result};
+use crate::runtime::Shmem;
+use cudarc::driver::{result, sys};
+use shmem_build::Manifest;
+use shmem_device::kernel::Kernel;
+use std::ffi::{CString, c_void};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+/// Grid and block shape of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks per grid (x, y, z).
+    pub grid: (u32, u32, u32),
+    /// Threads per block (x, y, z).
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A 1-D launch of `blocks` blocks of `threads` threads.
+    pub fn linear(blocks: u32, threads: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid: (blocks, 1, 1),
+            block: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+    fn blocks(&self) -> u32 {
+        self.grid.0 * self.grid.1 * self.grid.2
+    }
+    fn threads(&self) -> u32 {
+        self.block.0 * self.block.1 * self.block.2
+    }
+}
+
+/// A loaded, NVSHMEM-registered module. Only a registered module hands out kernels.
+pub struct Module<'rt> {
+    rt: &'rt Shmem,
+    cu_module: sys::CUmodule,
+    manifest: Manifest,
+    /// The file loaded (cubin or PTX).
+    pub loaded_from: PathBuf,
+}
+
+/// The GPU's compute capability as `major * 10 + minor`.
+fn compute_capability(rt: &Shmem) -> Result<u32> {
+    use sys::CUdevice_attribute::*;
+    let major = rt
+        .context()
+        .attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = rt
+        .context()
+        .attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    Ok((major * 10 + minor) as u32)
+}
+
+fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
+    let mut it = v.split('.').map(|p| p.parse::<u32>().ok());
+    Some((it.next()??, it.next()??, it.next().flatten().unwrap_or(0)))
+}
+
+/// Decides whether a module built as `manifest` can run with NVSHMEM `runtime` on a GPU of
+/// compute capability `cc`, and from which file: `Ok(true)` for the cubin, `Ok(false)` for PTX.
+pub fn check_compatible(manifest: &Manifest, runtime: (u32, u32, u32), cc: u32) -> Result<bool> {
+    let linked = parse_version(&manifest.nvshmem_version).ok_or_else(|| {
+        Error::Module(format!(
+            "manifest has an unreadable NVSHMEM version {:?}",
+            manifest.nvshmem_version
+        ))
+    })?;
+    if linked > runtime {
+        return Err(Error::Module(format!(
+            "module `{}` was linked against NVSHMEM {} but this process runs NVSHMEM {}.{}.{}: device code may not be \
+             newer than the host library. Rebuild it against {}.{}.{} (`cargo xtask build-ptx --nvshmem DIR`) or upgrade the host library",
+            manifest.crate_name,
+            manifest.nvshmem_version,
+            runtime.0,
+            runtime.1,
+            runtime.2,
+            runtime.0,
+            runtime.1,
+            runtime.2
+        )));
+    }
+    let arch: u32 = manifest
+        .arch
+        .trim_start_matches("sm_")
+        .parse()
+        .unwrap_or(u32::MAX);
+    if arch > cc {
+        return Err(Error::Module(format!(
+            "module `{}` was built for {} but this GPU is sm_{cc}: build it with `cargo xtask build-ptx --arch sm_{cc}`",
+            manifest.crate_name, manifest.arch
+        )));
+    }
+    Ok(arch == cc && manifest.cubin.is_some())
+}
+
+impl Shmem {
+    /// Loads kernel crate `krate` from `ptx_dir` (as written by `cargo xtask build-ptx`:
+    /// `<ptx_dir>/<arch>/<krate>.{json,cubin,ptx}`), for this GPU's architecture, checks it
+    /// against this runtime and registers it with NVSHMEM (`nvshmemx_cumodule_init`).
+    /// Collective: every PE loads the same modules in the same order.
+    pub fn load_module(&self, ptx_dir: &Path, krate: &str) -> Result<Module<'_>> {
+        let cc = compute_capability(self)?;
+        let mut archs: Vec<(u32, PathBuf)> = std::fs::read_dir(ptx_dir)
+            .map_err(|e| {
+                Error::Module(format!(
+                    "cannot read {}: {e} (run `cargo xtask build-ptx`)",
+                    ptx_dir.display()
+                ))
+            })?
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().to_string();
+                let a: u32 = n.strip_prefix("sm_")?.parse().ok()?;
+                e.path()
+                    .join(format!("{krate}.json"))
+                    .is_file()
+                    .then_some((a, e.path()))
+            })
+            .collect();
+        archs.sort();
+        let dir = archs
+            .iter()
+            .rev()
+            .find(|(a, _)| *a <= cc)
+            .map(|(_, d)| d.clone())
+            .ok_or_else(|| {
+                Error::Module(format!(
+                    "no build of `{krate}` in {} runs on this sm_{cc} GPU (found: {}); run `cargo xtask build-ptx --arch sm_{cc}`",
+                    ptx_dir.display(),
+                    if archs.is_empty() { "none".into() } else { archs.iter().map(|(a, _)| format!("sm_{a}")).collect::<Vec<_>>().join(", ") }
+                ))
+            })?;
+        let manifest = Manifest::read(&dir.join(format!("{krate}.json")))
+            .map_err(|e| Error::Module(e.to_string()))?;
+        let use_cubin = check_compatible(&manifest, self.version(), cc)?;
+        let file = if use_cubin {
+            dir.join(manifest.cubin.clone().unwrap_or_default())
+        } else {
+            dir.join(&manifest.ptx)
+        };
+        let mut image = std::fs::read(&file)
+            .map_err(|e| Error::Module(format!("cannot read {}: {e}", file.display())))?;
+        image.push(0);
+        self.context().bind_to_thread()?;
+        // SAFETY: `image` is a NUL-terminated PTX text or a cubin, alive for the call.
+        let cu_module =
+            unsafe { result::module::load_data(image.as_ptr().cast()) }.map_err(|e| {
+                Error::Module(format!("the CUDA driver rejected {}: {e}", file.display()))
+            })?;
+        // SAFETY: a freshly loaded module of this context; NVSHMEM is running.
+        let rc = unsafe { (self.lib().nvshmemx_cumodule_init)(cu_module.cast()) };
+        if rc != 0 {
+            // SAFETY: the module was loaded above and is not used elsewhere.
+            let _ = unsafe { result::module::unload(cu_module) };
+            return Err(Error::Nvshmem {
+                call: "nvshmemx_cumodule_init",
+                status: rc,
+            });
+        }
+        Ok(Module {
+            rt: self,
+            cu_module,
+            manifest,
+            loaded_from: file,
+        })
+    }
+}
+
+impl<'rt> Module<'rt> {
+    /// The manifest the module was built with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The kernel `K` (a type generated by `#[shmem_kernel]`), checked against the module:
+    /// it must be an entry, with the parameters the Rust signature has now.
+    pub fn kernel<K: Kernel>(&self) -> Result<KernelFn<'_, K>> {
+        let entry = self.manifest.kernel(K::NAME).ok_or_else(|| {
+            Error::Module(format!(
+                "kernel `{}` is not in module `{}`: rebuild it (`cargo xtask build-ptx`)",
+                K::NAME,
+                self.manifest.crate_name
+            ))
+        })?;
+        let built: Vec<(&str, &str)> = entry
+            .params
+            .iter()
+            .map(|p| (p.name.as_str(), p.ty.as_str()))
+            .collect();
+        let now: Vec<(&str, &str)> = K::PARAMS.iter().map(|p| (p.name, p.ty)).collect();
+        if built != now {
+            return Err(Error::Module(format!(
+                "kernel `{}` changed since module `{}` was built ({built:?} then, {now:?} now): rebuild it",
+                K::NAME,
+                self.manifest.crate_name
+            )));
+        }
+        let name =
+            CString::new(K::NAME).map_err(|_| Error::Invalid("kernel name has a NUL".into()))?;
+        // SAFETY: the module is loaded; `name` is NUL-terminated.
+        let f = unsafe { result::module::get_function(self.cu_module, name) }?;
+        Ok(KernelFn {
+            module: self,
+            f,
+            collective: entry.collective,
+            _k: PhantomData,
+        })
+    }
+}
+
+impl Drop for Module<'_> {
+    fn drop(&mut self) {
+        let _ = self.rt.stream().synchronize();
+        // SAFETY: registered in `load_module`; no launch of it is in flight (synchronised).
+        unsafe {
+            (self.rt.lib().nvshmemx_cumodule_finalize)(self.cu_module.cast());
+            let _ = result::module::unload(self.cu_module);
+        }
+    }
+}
+
+/// A kernel of a registered module, launched with host arguments typed by `K`.
+pub struct KernelFn<'m, K> {
+    module: &'m Module<'m>,
+    f: sys::CUfunction,
+    collective: bool,
+    _k: PhantomData<K>,
+}
+
+impl<K: Kernel> KernelFn<'_, K>
+where
+    K::Params: ParamPtrs,
+{
+    /// Whether the manifest says it must be launched collectively.
+    pub fn is_collective(&self) -> bool {
+        self.collective
+    }
+
+    /// How many blocks of `cfg`'s shape can be resident on this GPU at once.
+    pub fn max_coresident_blocks(&self, cfg: &LaunchConfig) -> Result<u32> {
+        // SAFETY: `f` is a function of a loaded module of the current context.
+        let per_sm = unsafe {
+            result::occupancy::max_active_block_per_multiprocessor(
+                self.f,
+                cfg.threads() as i32,
+                cfg.shared_mem_bytes as usize,
+            )
+        }?;
+        let sms = self
+            .module
+            .rt
+            .context()
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        Ok((per_sm.max(0) * sms) as u32)
+    }
+
+    /// Launches the kernel on the runtime's stream. Collective kernels (per the manifest) are
+    /// launched cooperatively, after checking that the whole grid fits on the GPU at once; a
+    /// grid that does not is an error, not a deadlock.
+    ///
+    /// # Safety
+    /// The kernel's own `# Safety` contract holds for these arguments and this shape (which
+    /// PEs launch it, buffer sizes, block shape). For a collective kernel, every PE launches it.
+    pub unsafe fn launch(&self, cfg: LaunchConfig, args: impl HostArgs<K::Params>) -> Result<()> {
+        if cfg.blocks() == 0 || cfg.threads() == 0 {
+            return Err(Error::Invalid(format!(
+                "launch of `{}` with an empty grid or block: {cfg:?}",
+                K::NAME
+            )));
+        }
+        let mut params = args.to_params();
+        let mut ptrs: Vec<*mut c_void> = params.param_ptrs();
+        let stream = self.module.rt.stream().cu_stream();
+        self.module.rt.context().bind_to_thread()?;
+        if self.collective {
+            let max = self.max_coresident_blocks(&cfg)?;
+            if cfg.blocks() > max {
+                return Err(Error::GridNotCoResident {
+                    kernel: K::NAME.to_string(),
+                    blocks: cfg.blocks(),
+                    max_blocks: max,
+                });
+            }
+            // SAFETY: `ptrs` point at the fields of `params`, alive until the call returns (the
+            // driver copies them); their types are the kernel's parameters (`K::Params`).
+            unsafe {
+                result::launch_cooperative_kernel(
+                    self.f,
+                    cfg.grid,
+                    cfg.block,
+                    cfg.shared_mem_bytes,
+                    stream,
+                    &mut ptrs,
+                )
+            }?;
+        } else {
+            // SAFETY: as above.
+            unsafe {
+                result::launch_kernel(
+                    self.f,
+                    cfg.grid,
+                    cfg.block,
+                    cfg.shared_mem_bytes,
+                    stream,
+                    &mut ptrs,
+                )
+            }?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(version: &str, arch: &str, cubin: bool) -> Manifest {
+        Manifest {
+            format: 1,
+            crate_name: "k".into(),
+            arch: arch.into(),
+            ptx_isa: "8.5".into(),
+            ptx: "k.ptx".into(),
+            nvshmem_version: version.into(),
+            nvshmem_bitcode: String::new(),
+            toolchain: String::new(),
+            ptxas_verified: cubin,
+            cubin: cubin.then(|| "k.cubin".into()),
+            kernels: vec![],
+            fingerprint: String::new(),
+        }
+    }
+
+    #[test]
+    fn newer_device_library_than_host_is_refused() {
+        let e = check_compatible(&manifest("3.8.0", "sm_90", true), (3, 4, 5), 90)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("linked against NVSHMEM 3.8.0") && e.contains("3.4.5"),
+            "{e}"
+        );
+        assert!(check_compatible(&manifest("3.4.5", "sm_90", true), (3, 8, 0), 90).unwrap());
+    }
+
+    #[test]
+    fn arch_rules() {
+        let e = check_compatible(&manifest("3.4.5", "sm_90", true), (3, 4, 5), 80)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("built for sm_90 but this GPU is sm_80"), "{e}");
+        // Same arch: the cubin; older arch: PTX (JIT); no cubin: PTX.
+        assert!(check_compatible(&manifest("3.4.5", "sm_90", true), (3, 4, 5), 90).unwrap());
+        assert!(!check_compatible(&manifest("3.4.5", "sm_80", true), (3, 4, 5), 90).unwrap());
+        assert!(!check_compatible(&manifest("3.4.5", "sm_90", false), (3, 4, 5), 90).unwrap());
+    }
+}

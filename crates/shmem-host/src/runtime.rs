@@ -1,0 +1,508 @@
+//! The runtime handle: NVSHMEM started on this process's GPU, finalized on drop.
+//!
+//! One PE per process, one GPU per PE. [`Shmem::init`] reads how to start from the
+//! environment:
+//!
+//! - under `shmem-run` (or [`crate::launcher`]): `SHMEM_RANK`, `SHMEM_NRANKS`,
+//!   `SHMEM_LOCAL_RANK` and `SHMEM_UID_FILE`. Rank 0 creates NVSHMEM's unique id and
+//!   publishes it in that file; the others read it; all start with
+//!   `NVSHMEMX_INIT_WITH_UNIQUEID`;
+//! - otherwise, under a cluster launcher (`mpirun`, `srun`): NVSHMEM's own PMI bootstrap
+//!   (`NVSHMEM_BOOTSTRAP`, default PMI; PMIx is selected when `PMIX_RANK` is set), the GPU
+//!   chosen by the launcher's local rank.
+
+use crate::error::{Error, Result};
+use crate::nvshmem::{self, InitAttr, Lib, RawUniqueId};
+use cudarc::driver::{CudaContext, CudaStream, result, sys};
+use std::ffi::c_void;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// NVSHMEM's unique id: 128 opaque bytes that rank 0 makes and every rank starts with.
+#[derive(Clone, Copy)]
+pub struct UniqueId(pub(crate) RawUniqueId);
+
+impl UniqueId {
+    /// Asks NVSHMEM for a fresh id (rank 0 only).
+    pub fn new() -> Result<UniqueId> {
+        let lib = nvshmem::lib()?;
+        let mut raw = RawUniqueId {
+            version: (1 << 16) + 128,
+            internal: [0; 124],
+        };
+        // SAFETY: `raw` is a valid, writable nvshmemx_uniqueid_t with its version set.
+        let rc = unsafe { (lib.nvshmemx_get_uniqueid)(&mut raw) };
+        if rc != 0 {
+            return Err(Error::Nvshmem {
+                call: "nvshmemx_get_uniqueid",
+                status: rc,
+            });
+        }
+        Ok(UniqueId(raw))
+    }
+
+    /// The 128 bytes, to hand to the other ranks.
+    pub fn to_bytes(&self) -> [u8; 128] {
+        let mut out = [0u8; 128];
+        out[..4].copy_from_slice(&self.0.version.to_ne_bytes());
+        out[4..].copy_from_slice(&self.0.internal);
+        out
+    }
+
+    /// Rebuilds an id from [`UniqueId::to_bytes`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<UniqueId> {
+        let b: &[u8; 128] = bytes.try_into().map_err(|_| {
+            Error::Bootstrap(format!("a unique id is 128 bytes, got {}", bytes.len()))
+        })?;
+        let mut internal = [0u8; 124];
+        internal.copy_from_slice(&b[4..]);
+        Ok(UniqueId(RawUniqueId {
+            version: i32::from_ne_bytes([b[0], b[1], b[2], b[3]]),
+            internal,
+        }))
+    }
+}
+
+/// Writes the id where the other ranks wait for it (atomically: write, then rename).
+pub fn publish_uid(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, bytes)
+        .map_err(|e| Error::Bootstrap(format!("writing {}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| Error::Bootstrap(format!("publishing {}: {e}", path.display())))
+}
+
+/// Waits up to `timeout` for rank 0 to publish the id.
+pub fn wait_uid(path: &Path, timeout: Duration) -> Result<Vec<u8>> {
+    let start = Instant::now();
+    loop {
+        if let Ok(b) = std::fs::read(path) {
+            return Ok(b);
+        }
+        if start.elapsed() > timeout {
+            return Err(Error::Bootstrap(format!(
+                "rank 0 did not publish NVSHMEM's unique id in {} within {:?} (did rank 0 fail?)",
+                path.display(),
+                timeout
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// How this process was asked to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// Our launcher: rank, size, local rank, unique-id file.
+    Launcher {
+        /// This PE.
+        rank: i32,
+        /// PEs in all.
+        nranks: i32,
+        /// Index among this node's PEs (the GPU ordinal).
+        local_rank: usize,
+        /// Where rank 0 publishes the unique id.
+        uid_file: std::path::PathBuf,
+    },
+    /// A cluster launcher; NVSHMEM bootstraps itself through PMI/PMIx/MPI.
+    Pmi {
+        /// The GPU ordinal, from the launcher's local rank.
+        local_rank: usize,
+    },
+}
+
+impl Bootstrap {
+    /// Reads the environment (through `get`, so tests can supply one).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Bootstrap> {
+        let num = |k: &str| -> Result<Option<i64>> {
+            get(k)
+                .map(|v| {
+                    v.trim()
+                        .parse::<i64>()
+                        .map_err(|_| Error::Bootstrap(format!("{k}={v:?} is not a number")))
+                })
+                .transpose()
+        };
+        if let Some(rank) = num("SHMEM_RANK")? {
+            let nranks = num("SHMEM_NRANKS")?.ok_or_else(|| {
+                Error::Bootstrap("SHMEM_RANK is set but SHMEM_NRANKS is not".into())
+            })?;
+            if rank < 0 || rank >= nranks {
+                return Err(Error::Bootstrap(format!(
+                    "SHMEM_RANK={rank} is outside 0..{nranks}"
+                )));
+            }
+            let uid_file = get("SHMEM_UID_FILE").ok_or_else(|| {
+                Error::Bootstrap("SHMEM_RANK is set but SHMEM_UID_FILE is not".into())
+            })?;
+            let local_rank = num("SHMEM_LOCAL_RANK")?.unwrap_or(rank) as usize;
+            return Ok(Bootstrap::Launcher {
+                rank: rank as i32,
+                nranks: nranks as i32,
+                local_rank,
+                uid_file: uid_file.into(),
+            });
+        }
+        for k in [
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "SLURM_LOCALID",
+            "MPI_LOCALRANKID",
+            "MV2_COMM_WORLD_LOCAL_RANK",
+            "PMI_LOCAL_RANK",
+            "PALS_LOCAL_RANKID",
+        ] {
+            if let Some(l) = num(k)? {
+                return Ok(Bootstrap::Pmi {
+                    local_rank: l as usize,
+                });
+            }
+        }
+        Err(Error::Bootstrap(
+            "no launcher environment: run under `shmem-run -n N -- <program>` (or shmem_host::launcher), \
+             or under mpirun/srun so that NVSHMEM can bootstrap through PMI"
+                .into(),
+        ))
+    }
+}
+
+/// NVSHMEM running on this process's GPU. Dropping it finalizes NVSHMEM; everything that
+/// borrows it (symmetric buffers, modules) is gone by then, because the borrow says so.
+pub struct Shmem {
+    lib: &'static Lib,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    my_pe: i32,
+    n_pes: i32,
+    version: (u32, u32, u32),
+    /// 4 symmetric `i64`s for the runtime's own agreement checks.
+    ctl: *mut i64,
+}
+
+impl Shmem {
+    /// Starts NVSHMEM as the environment says (see the module documentation).
+    pub fn init() -> Result<Shmem> {
+        match Bootstrap::from_env(|k| std::env::var(k).ok())? {
+            Bootstrap::Launcher {
+                rank,
+                nranks,
+                local_rank,
+                uid_file,
+            } => {
+                let uid = if rank == 0 {
+                    let id = UniqueId::new()?;
+                    publish_uid(&uid_file, &id.to_bytes())?;
+                    id
+                } else {
+                    UniqueId::from_bytes(&wait_uid(&uid_file, Duration::from_secs(120))?)?
+                };
+                Shmem::init_with_uid(rank, nranks, &uid, local_rank)
+            }
+            Bootstrap::Pmi { local_rank } => Shmem::init_pmi(local_rank),
+        }
+    }
+
+    /// Starts NVSHMEM with a unique id handed over by the caller, on GPU `device`.
+    pub fn init_with_uid(rank: i32, nranks: i32, uid: &UniqueId, device: usize) -> Result<Shmem> {
+        let lib = nvshmem::lib()?;
+        let ctx = Self::begin(lib, device)?;
+        let mut attr = InitAttr::new();
+        // SAFETY: `uid` and `attr` are valid for the call; NVSHMEM copies what it keeps.
+        let rc = unsafe { (lib.nvshmemx_set_attr_uniqueid_args)(rank, nranks, &uid.0, &mut attr) };
+        if rc != 0 {
+            RUNNING.store(false, Ordering::SeqCst);
+            return Err(Error::Nvshmem {
+                call: "nvshmemx_set_attr_uniqueid_args",
+                status: rc,
+            });
+        }
+        // SAFETY: `attr` was filled by `nvshmemx_set_attr_uniqueid_args`; this GPU's context is current.
+        let rc =
+            unsafe { (lib.nvshmemx_hostlib_init_attr)(nvshmem::INIT_WITH_UNIQUEID, &mut attr) };
+        Self::finish(lib, ctx, rc)
+    }
+
+    /// Starts NVSHMEM through its own PMI/PMIx/MPI bootstrap, on GPU `device`.
+    pub fn init_pmi(device: usize) -> Result<Shmem> {
+        let lib = nvshmem::lib()?;
+        if std::env::var_os("PMIX_RANK").is_some()
+            && std::env::var_os("NVSHMEM_BOOTSTRAP_PMI").is_none()
+        {
+            // SAFETY: set before NVSHMEM starts and before this crate starts any thread; NVSHMEM
+            // reads it during init below.
+            unsafe { std::env::set_var("NVSHMEM_BOOTSTRAP_PMI", "PMIX") };
+        }
+        let ctx = Self::begin(lib, device)?;
+        let mut attr = InitAttr::new();
+        // SAFETY: a default attribute block with its versions set; this GPU's context is current.
+        let rc = unsafe { (lib.nvshmemx_hostlib_init_attr)(0, &mut attr) };
+        Self::finish(lib, ctx, rc)
+    }
+
+    fn begin(lib: &'static Lib, device: usize) -> Result<Arc<CudaContext>> {
+        if RUNNING.swap(true, Ordering::SeqCst) {
+            return Err(Error::Bootstrap(
+                "NVSHMEM is already running in this process (one Shmem per process)".into(),
+            ));
+        }
+        for (var, path) in nvshmem::bootstrap_plugins(&lib.path) {
+            if std::env::var_os(var).is_none() {
+                // SAFETY: set before NVSHMEM starts and before this crate starts any thread;
+                // NVSHMEM reads these variables during init.
+                unsafe { std::env::set_var(var, path) };
+            }
+        }
+        let ctx = CudaContext::new(device).map_err(|e| {
+            RUNNING.store(false, Ordering::SeqCst);
+            Error::Cuda(format!("cannot open GPU {device}: {e} (is the NVIDIA driver installed and the GPU visible?)"))
+        })?;
+        ctx.bind_to_thread()?;
+        Ok(ctx)
+    }
+
+    fn finish(lib: &'static Lib, ctx: Arc<CudaContext>, rc: i32) -> Result<Shmem> {
+        if rc != 0 {
+            RUNNING.store(false, Ordering::SeqCst);
+            return Err(Error::Nvshmem {
+                call: "nvshmemx_hostlib_init_attr",
+                status: rc,
+            });
+        }
+        let (mut a, mut b, mut c) = (0, 0, 0);
+        // SAFETY: NVSHMEM is initialised; the three out-pointers are valid.
+        unsafe { (lib.nvshmemx_vendor_get_version_info)(&mut a, &mut b, &mut c) };
+        // SAFETY: NVSHMEM is initialised.
+        let (my_pe, n_pes) = unsafe { ((lib.nvshmem_my_pe)(), (lib.nvshmem_n_pes)()) };
+        let stream = ctx.new_stream()?;
+        // SAFETY: collective allocation, made by every PE at the same point of init.
+        let ctl = unsafe { (lib.nvshmem_malloc)(4 * std::mem::size_of::<i64>()) }.cast::<i64>();
+        if ctl.is_null() {
+            return Err(Error::Nvshmem {
+                call: "nvshmem_malloc (runtime control block)",
+                status: -1,
+            });
+        }
+        Ok(Shmem {
+            lib,
+            ctx,
+            stream,
+            my_pe,
+            n_pes,
+            version: (a as u32, b as u32, c as u32),
+            ctl,
+        })
+    }
+
+    /// This PE's number in the world team.
+    pub fn my_pe(&self) -> i32 {
+        self.my_pe
+    }
+    /// The number of PEs.
+    pub fn n_pes(&self) -> i32 {
+        self.n_pes
+    }
+    /// This PE's number on its node (`NVSHMEMX_TEAM_NODE`).
+    pub fn node_pe(&self) -> i32 {
+        // SAFETY: NVSHMEM is running.
+        unsafe { (self.lib.nvshmem_team_my_pe)(nvshmem::TEAM_NODE) }
+    }
+    /// PEs on this node.
+    pub fn node_n_pes(&self) -> i32 {
+        // SAFETY: NVSHMEM is running.
+        unsafe { (self.lib.nvshmem_team_n_pes)(nvshmem::TEAM_NODE) }
+    }
+    /// The host library's version, `(major, minor, patch)`.
+    pub fn version(&self) -> (u32, u32, u32) {
+        self.version
+    }
+    /// The CUDA context of this PE's GPU.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+    /// The stream launches and on-stream operations use.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    pub(crate) fn lib(&self) -> &'static Lib {
+        self.lib
+    }
+
+    /// Checks that `pe` names a PE.
+    pub fn check_pe(&self, pe: i32) -> Result<i32> {
+        if (0..self.n_pes).contains(&pe) {
+            Ok(pe)
+        } else {
+            Err(Error::Invalid(format!(
+                "PE {pe} is out of range: there are {} PEs (0..{})",
+                self.n_pes, self.n_pes
+            )))
+        }
+    }
+
+    /// Completes this PE's operations and waits for every PE (host-side, after synchronising
+    /// this PE's stream). Collective.
+    pub fn barrier_all(&self) -> Result<()> {
+        self.stream.synchronize()?;
+        // SAFETY: NVSHMEM is running; collective by contract.
+        unsafe { (self.lib.nvshmem_barrier_all)() };
+        Ok(())
+    }
+    /// Waits for every PE without completing operations. Collective.
+    pub fn sync_all(&self) -> Result<()> {
+        self.stream.synchronize()?;
+        // SAFETY: NVSHMEM is running; collective by contract.
+        unsafe { (self.lib.nvshmem_sync_all)() };
+        Ok(())
+    }
+    /// Completes this PE's host-initiated operations.
+    pub fn quiet(&self) {
+        // SAFETY: NVSHMEM is running.
+        unsafe { (self.lib.nvshmem_quiet)() }
+    }
+    /// [`Shmem::barrier_all`] enqueued on the stream. Collective.
+    pub fn barrier_all_on_stream(&self) {
+        // SAFETY: NVSHMEM is running; the stream belongs to this context.
+        unsafe { (self.lib.nvshmemx_barrier_all_on_stream)(self.stream.cu_stream().cast()) }
+    }
+    /// [`Shmem::sync_all`] enqueued on the stream. Collective.
+    pub fn sync_all_on_stream(&self) {
+        // SAFETY: as above.
+        unsafe { (self.lib.nvshmemx_sync_all_on_stream)(self.stream.cu_stream().cast()) }
+    }
+    /// [`Shmem::quiet`] enqueued on the stream.
+    pub fn quiet_on_stream(&self) {
+        // SAFETY: as above.
+        unsafe { (self.lib.nvshmemx_quiet_on_stream)(self.stream.cu_stream().cast()) }
+    }
+
+    /// The smallest and largest of every PE's `value` (a collective on the stream).
+    pub(crate) fn min_max(&self, value: i64) -> Result<(i64, i64)> {
+        let ctl = self.ctl as sys::CUdeviceptr;
+        // SAFETY: `ctl` holds 4 i64s of this PE's symmetric heap; the copies are synchronous
+        // and no kernel uses the control block.
+        unsafe {
+            result::memcpy_htod_sync(ctl, &[value, -value])?;
+            let rc = (self.lib.nvshmemx_int64_max_reduce_on_stream)(
+                nvshmem::TEAM_WORLD,
+                self.ctl.add(2),
+                self.ctl,
+                2,
+                self.stream.cu_stream().cast(),
+            );
+            if rc != 0 {
+                return Err(Error::Nvshmem {
+                    call: "nvshmemx_int64_max_reduce_on_stream",
+                    status: rc,
+                });
+            }
+            self.stream.synchronize()?;
+            let mut out = [0i64; 2];
+            result::memcpy_dtoh_sync(&mut out, ctl + 16)?;
+            Ok((-out[1], out[0]))
+        }
+    }
+
+    /// Allocates `len` elements on the symmetric heap. Collective: every PE must call it with
+    /// the same `len`; if they differ, every PE gets [`Error::UnequalAllocation`] and nothing
+    /// is allocated.
+    pub fn alloc<T: Copy + 'static>(&self, len: usize) -> Result<crate::buffer::SymBuffer<'_, T>> {
+        crate::buffer::SymBuffer::new(self, len)
+    }
+
+    pub(crate) fn raw_malloc(&self, bytes: usize) -> *mut c_void {
+        // SAFETY: collective by contract of the caller (`SymBuffer::new` checked agreement).
+        unsafe { (self.lib.nvshmem_malloc)(bytes.max(1)) }
+    }
+}
+
+impl Drop for Shmem {
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+        // SAFETY: every buffer and module borrowing `self` is gone (lifetimes); the control
+        // block was allocated at init by every PE and is freed by every PE here, before
+        // NVSHMEM is finalized.
+        unsafe {
+            (self.lib.nvshmem_free)(self.ctl.cast());
+            (self.lib.nvshmemx_hostlib_finalize)();
+        }
+        RUNNING.store(false, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn launcher_environment() {
+        let b = Bootstrap::from_env(env(&[
+            ("SHMEM_RANK", "1"),
+            ("SHMEM_NRANKS", "2"),
+            ("SHMEM_UID_FILE", "/tmp/u"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            b,
+            Bootstrap::Launcher {
+                rank: 1,
+                nranks: 2,
+                local_rank: 1,
+                uid_file: "/tmp/u".into()
+            }
+        );
+        let e = Bootstrap::from_env(env(&[
+            ("SHMEM_RANK", "2"),
+            ("SHMEM_NRANKS", "2"),
+            ("SHMEM_UID_FILE", "/tmp/u"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("outside 0..2"), "{e}");
+        let e = Bootstrap::from_env(env(&[("SHMEM_RANK", "x")])).unwrap_err();
+        assert!(e.to_string().contains("is not a number"), "{e}");
+    }
+
+    #[test]
+    fn cluster_and_missing_environment() {
+        assert_eq!(
+            Bootstrap::from_env(env(&[("OMPI_COMM_WORLD_LOCAL_RANK", "3")])).unwrap(),
+            Bootstrap::Pmi { local_rank: 3 }
+        );
+        let e = Bootstrap::from_env(env(&[])).unwrap_err().to_string();
+        assert!(e.contains("shmem-run") && e.contains("mpirun"), "{e}");
+    }
+
+    #[test]
+    fn unique_id_round_trips_through_the_file() {
+        let dir = std::env::temp_dir().join(format!("shmem-uid-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("uid");
+        let mut bytes = [0u8; 128];
+        bytes.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        let reader = {
+            let path = path.clone();
+            std::thread::spawn(move || wait_uid(&path, Duration::from_secs(10)))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        publish_uid(&path, &bytes).unwrap();
+        let got = reader.join().unwrap().unwrap();
+        let id = UniqueId::from_bytes(&got).unwrap();
+        assert_eq!(id.to_bytes(), bytes);
+        assert!(UniqueId::from_bytes(&got[..10]).is_err());
+        let e = wait_uid(&dir.join("never"), Duration::from_millis(30))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did not publish"), "{e}");
+    }
+}
