@@ -61,6 +61,41 @@ fn forward(
     })
 }
 
+/// What [`run_as_pes`] made of this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// This process is a PE: start the runtime and do the work.
+    Pe,
+    /// This process launched the PEs, and all of them succeeded: exit.
+    LaunchedAll,
+}
+
+/// Lets a program be started directly: if this process is not already a PE (no
+/// `SHMEM_RANK`, no cluster launcher's rank), it re-runs itself once per PE (`n`, default one
+/// per visible GPU) under [`launch`] and reports how that went.
+pub fn run_as_pes(n: Option<usize>) -> Result<Role> {
+    let env = |k: &str| std::env::var(k).ok();
+    if crate::runtime::Bootstrap::from_env(env).is_ok() {
+        return Ok(Role::Pe);
+    }
+    let n = match n {
+        Some(n) => n,
+        None => visible_gpus()?,
+    };
+    if n == 0 {
+        return Err(Error::Launch("no GPU visible".into()));
+    }
+    let program = std::env::current_exe()
+        .map_err(|e| Error::Launch(format!("cannot find this program: {e}")))?;
+    launch(&LaunchSpec {
+        n,
+        program,
+        args: std::env::args_os().skip(1).collect(),
+        timeout: None,
+    })?;
+    Ok(Role::LaunchedAll)
+}
+
 /// Runs `spec.n` copies of the program and waits for all of them. `Ok` if every PE exited
 /// with status 0.
 pub fn launch(spec: &LaunchSpec) -> Result<()> {

@@ -4,29 +4,28 @@
 
 use crate::{BULK_CASE, SIGNAL_CASE, Val, neighbours, pattern};
 
-/// `rma_p_g`: `(dst[k], got[k])` for slot `k` on PE `pe`.
+/// `rma_p_g`: what the host puts in `src[k]` on PE `pe`: `pattern(pe, k)` as slot `k`'s type,
+/// zero-extended bits.
+pub fn p_g_source(pe: i32, k: usize) -> u64 {
+    let v = pattern(pe, k);
+    match k {
+        0 => i8::from_u64(v).bits(),
+        1 => i16::from_u64(v).bits(),
+        2 => i32::from_u64(v).bits(),
+        3 => i64::from_u64(v).bits(),
+        4 => u8::from_u64(v).bits(),
+        5 => u16::from_u64(v).bits(),
+        6 => u32::from_u64(v).bits(),
+        7 => u64::from_u64(v).bits(),
+        8 => f32::from_u64(v).bits(),
+        _ => f64::from_u64(v).bits(),
+    }
+}
+
+/// `rma_p_g`: `(dst[k], got[k])` on PE `pe`: prev's value (put here) and next's (read).
 pub fn p_g(pe: i32, n: i32, k: usize) -> (u64, u64) {
     let (next, prev) = neighbours(pe, n);
-    macro_rules! typed {
-        ($t:ty) => {
-            (
-                <$t>::from_u64(pattern(prev, k)).bits(),
-                <$t>::from_u64(pattern(next, k)).bits(),
-            )
-        };
-    }
-    match k {
-        0 => typed!(i8),
-        1 => typed!(i16),
-        2 => typed!(i32),
-        3 => typed!(i64),
-        4 => typed!(u8),
-        5 => typed!(u16),
-        6 => typed!(u32),
-        7 => typed!(u64),
-        8 => typed!(f32),
-        _ => typed!(f64),
-    }
+    (p_g_source(prev, k), p_g_source(next, k))
 }
 
 /// `rma_bulk`: `dst[i]` on PE `pe`.
@@ -143,10 +142,16 @@ mod tests {
         // reductions over 2 PEs, element 0: inputs 1 and 4.
         assert_eq!((reduce_input(0, 0), reduce_input(1, 0)), (1, 4));
         assert_eq!(reduce_i32(2, 0), 5);
-        assert_eq!(reduce_i32(2, 4), 4);
-        assert_eq!(reduce_i32(2, 12), 4);
-        assert_eq!(reduce_i32(2, 16), 1 & 4);
-        assert_eq!(reduce_i32(2, 24), 1 ^ 4);
+        let pair = |i: usize| (reduce_input(0, i), reduce_input(1, i));
+        let r = crate::coll_layout::REDUCE_LEN;
+        let (a, b) = pair(r);
+        assert_eq!(reduce_i32(2, r), a * b);
+        let (a, b) = pair(3 * r);
+        assert_eq!(reduce_i32(2, 3 * r), a.max(b));
+        let (a, b) = pair(4 * r);
+        assert_eq!(reduce_i32(2, 4 * r), a & b);
+        let (a, b) = pair(6 * r);
+        assert_eq!(reduce_i32(2, 6 * r), a ^ b);
         assert_eq!(reduce_f64(2, 0), 1.5 + 4.5);
         // alltoall: PE 1 gets PE 0's block 1.
         assert_eq!(collectives_dst(1, 2, 128), Some(pattern(0, 130)));
