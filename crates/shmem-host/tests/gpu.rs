@@ -47,7 +47,7 @@ fn on_all_pes(name: &str, body: fn(&Shmem)) {
         n,
         program,
         args,
-        timeout: Some(Duration::from_secs(240)),
+        timeout: Some(Duration::from_secs(100)),
     })
     .unwrap_or_else(|e| panic!("{name}: {e}"));
 }
