@@ -64,6 +64,32 @@ pub trait AmoExtended: Copy + sealed::Sealed {
 }
 
 macro_rules! impl_amo_ext {
+    ($($t:ty => $m:ident, swap via $swap:ident as $bits:ty),*) => { $(
+        impl AmoExtended for $t {
+            #[inline(always)]
+            unsafe fn raw_fetch(src: *const Self, pe: i32) -> Self {
+                // SAFETY: forwarded obligation of the caller (`amo::atomic_fetch`).
+                unsafe { sys::amo::ext::$m::fetch(src, pe) }
+            }
+            #[inline(always)]
+            unsafe fn raw_set(dest: *mut Self, value: Self, pe: i32) {
+                // SAFETY: forwarded obligation of the caller (`amo::atomic_set`).
+                unsafe { sys::amo::ext::$m::set(dest, value, pe) }
+            }
+            #[inline(always)]
+            unsafe fn raw_swap(dest: *mut Self, value: Self, pe: i32) -> Self {
+                // A swap moves bits, so the unsigned swap of the same width is the same
+                // operation. It is used for floats because NVSHMEM 3.4's
+                // `nvshmem_double_atomic_swap` converts the old value numerically (`uitofp`)
+                // instead of reinterpreting it (found on H200s, fixed in 3.8).
+                // SAFETY: forwarded obligation of the caller (`amo::atomic_swap`); `$t` and
+                // `$bits` have the same size and alignment.
+                unsafe { <$t>::from_bits(sys::amo::ext::$swap::swap(dest.cast(), value.to_bits(), pe)) }
+            }
+        }
+    )* };
+}
+macro_rules! impl_amo_ext_int {
     ($($t:ty => $m:ident),*) => { $(
         impl AmoExtended for $t {
             #[inline(always)]
@@ -84,7 +110,8 @@ macro_rules! impl_amo_ext {
         }
     )* };
 }
-impl_amo_ext!(i32 => int32, i64 => int64, u32 => uint32, u64 => uint64, f32 => float, f64 => double);
+impl_amo_ext_int!(i32 => int32, i64 => int64, u32 => uint32, u64 => uint64);
+impl_amo_ext!(f32 => float, swap via uint32 as u32, f64 => double, swap via uint64 as u64);
 
 /// Integer types with the standard AMOs (`compare_swap`, `fetch_add`, `add`, `fetch_inc`,
 /// `inc`) and bitwise AMOs: `i32`, `i64`, `u32`, `u64`.
