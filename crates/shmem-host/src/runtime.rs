@@ -7,9 +7,10 @@
 //!   `SHMEM_LOCAL_RANK` and `SHMEM_UID_FILE`. Rank 0 creates NVSHMEM's unique id and
 //!   publishes it in that file; the others read it; all start with
 //!   `NVSHMEMX_INIT_WITH_UNIQUEID`;
-//! - otherwise, under a cluster launcher (`mpirun`, `srun`): NVSHMEM's own PMI bootstrap
-//!   (`NVSHMEM_BOOTSTRAP`, default PMI; PMIx is selected when `PMIX_RANK` is set), the GPU
-//!   chosen by the launcher's local rank.
+//! - otherwise, under a cluster launcher (`mpirun`, `srun`): NVSHMEM bootstraps itself —
+//!   through MPI under Open MPI, through PMIx under another PMIx launcher, as
+//!   [`cluster_bootstrap`] decides unless `NVSHMEM_BOOTSTRAP` is set — on the GPU of the
+//!   launcher's local rank.
 
 use crate::error::{Error, Result};
 use crate::nvshmem::{self, InitAttr, Lib, RawUniqueId};
@@ -169,6 +170,26 @@ impl Bootstrap {
     }
 }
 
+/// The bootstrap to ask NVSHMEM for under a cluster launcher, unless the user chose one
+/// (`NVSHMEM_BOOTSTRAP` / `NVSHMEM_BOOTSTRAP_PMI` set): under Open MPI, NVSHMEM's MPI
+/// bootstrap (its PMIx plugin failed against the PMIx of the Open MPI 5.0.11 wheel:
+/// `undefined symbol: pmix_value_load`; the MPI plugin ran); under another PMIx launcher
+/// (srun with PMIx), NVSHMEM's PMIx bootstrap.
+pub fn cluster_bootstrap(
+    get: impl Fn(&str) -> Option<String>,
+) -> Option<(&'static str, &'static str)> {
+    if get("NVSHMEM_BOOTSTRAP").is_some() || get("NVSHMEM_BOOTSTRAP_PMI").is_some() {
+        return None;
+    }
+    if get("OMPI_COMM_WORLD_RANK").is_some() {
+        Some(("NVSHMEM_BOOTSTRAP", "MPI"))
+    } else if get("PMIX_RANK").is_some() {
+        Some(("NVSHMEM_BOOTSTRAP_PMI", "PMIX"))
+    } else {
+        None
+    }
+}
+
 /// NVSHMEM running on this process's GPU. Dropping it finalizes NVSHMEM; everything that
 /// borrows it (symmetric buffers, modules) is gone by then, because the borrow says so.
 pub struct Shmem {
@@ -228,12 +249,10 @@ impl Shmem {
     /// Starts NVSHMEM through its own PMI/PMIx/MPI bootstrap, on GPU `device`.
     pub fn init_pmi(device: usize) -> Result<Shmem> {
         let lib = nvshmem::lib()?;
-        if std::env::var_os("PMIX_RANK").is_some()
-            && std::env::var_os("NVSHMEM_BOOTSTRAP_PMI").is_none()
-        {
+        if let Some((var, value)) = cluster_bootstrap(|k| std::env::var(k).ok()) {
             // SAFETY: set before NVSHMEM starts and before this crate starts any thread; NVSHMEM
             // reads it during init below.
-            unsafe { std::env::set_var("NVSHMEM_BOOTSTRAP_PMI", "PMIX") };
+            unsafe { std::env::set_var(var, value) };
         }
         let ctx = Self::begin(lib, device)?;
         let mut attr = InitAttr::new();
@@ -471,6 +490,26 @@ mod tests {
         assert!(e.to_string().contains("outside 0..2"), "{e}");
         let e = Bootstrap::from_env(env(&[("SHMEM_RANK", "x")])).unwrap_err();
         assert!(e.to_string().contains("is not a number"), "{e}");
+    }
+
+    #[test]
+    fn cluster_bootstrap_choice() {
+        assert_eq!(
+            cluster_bootstrap(env(&[("OMPI_COMM_WORLD_RANK", "0"), ("PMIX_RANK", "0")])),
+            Some(("NVSHMEM_BOOTSTRAP", "MPI"))
+        );
+        assert_eq!(
+            cluster_bootstrap(env(&[("PMIX_RANK", "0")])),
+            Some(("NVSHMEM_BOOTSTRAP_PMI", "PMIX"))
+        );
+        assert_eq!(
+            cluster_bootstrap(env(&[
+                ("OMPI_COMM_WORLD_RANK", "0"),
+                ("NVSHMEM_BOOTSTRAP", "PMI")
+            ])),
+            None
+        );
+        assert_eq!(cluster_bootstrap(env(&[])), None);
     }
 
     #[test]

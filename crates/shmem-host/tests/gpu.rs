@@ -5,7 +5,9 @@
 //! Opt in with `SHMEM_GPU_TESTS=1`; kernels come from `SHMEM_PTX_DIR` (default
 //! `target/ptx`, made by `cargo xtask build-ptx`). Without the opt-in every test prints
 //! that it was skipped. Each test re-runs this binary once per PE under
-//! `shmem_host::launcher` (`<test> --exact`), and the PEs do the checking.
+//! `shmem_host::launcher` (`<test> --exact`), and the PEs do the checking. Under `mpirun`
+//! (`mpirun -np 2 gpu-tests <test> --exact`), each rank is a PE directly, through NVSHMEM's
+//! PMIx bootstrap; one test per `mpirun`, since NVSHMEM starts once per process.
 
 use shmem_host::launcher::{LaunchSpec, launch, visible_gpus};
 use shmem_host::{Error, LaunchConfig, Shmem, SymBuffer};
@@ -27,7 +29,8 @@ fn on_all_pes(name: &str, body: fn(&Shmem)) {
         eprintln!("skipped {name}: set SHMEM_GPU_TESTS=1 on a machine with GPUs");
         return;
     }
-    if std::env::var_os("SHMEM_RANK").is_some() {
+    // A PE of our launcher, or of mpirun/srun: do the work.
+    if shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
         let rt = Shmem::init().expect("NVSHMEM starts");
         body(&rt);
         rt.barrier_all().unwrap();
