@@ -357,6 +357,31 @@ impl<T> LocalSlice<T> for SymSlice<T> {
     }
 }
 
+/// The raw operands of a byte-wise transfer between a symmetric range and a local one.
+pub(crate) struct Operands {
+    /// The symmetric side.
+    pub sym: *mut core::ffi::c_void,
+    /// The local side.
+    pub local: *mut core::ffi::c_void,
+    /// Bytes to move.
+    pub bytes: usize,
+}
+
+/// Checks that both sides have the same length and returns them as raw operands.
+#[inline(always)]
+#[track_caller]
+pub(crate) fn operands<T>(sym: SymSlice<T>, local: impl LocalSlice<T>) -> Operands {
+    assert!(
+        sym.len == local.local_len(),
+        "RMA operands have different lengths"
+    );
+    Operands {
+        sym: sym.ptr.cast(),
+        local: local.local_ptr().cast(),
+        bytes: sym.len * core::mem::size_of::<T>(),
+    }
+}
+
 /// Returns a pointer through which this PE can load and store `pe`'s copy of `sym`, or
 /// `None` if `pe` is not reachable by loads and stores (another node, no P2P).
 ///

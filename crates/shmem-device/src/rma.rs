@@ -26,19 +26,10 @@
 //!   until the transfer is complete and made visible as described above;
 //! - the scope's convergence rule ([`crate::scope`]) holds.
 
-use crate::mem::{LocalSlice, Sym, SymSlice};
+use crate::mem::{LocalSlice, Sym, SymSlice, operands};
 use crate::scope::{Scope, by_scope};
 use crate::sys;
 use crate::types::RmaElem;
-use core::ffi::c_void;
-use core::mem::size_of;
-
-#[inline(always)]
-#[track_caller]
-fn same_len(a: usize, b: usize) -> usize {
-    assert!(a == b, "RMA operands have different lengths");
-    a
-}
 
 /// Writes `value` into `pe`'s copy of `dest`. NVSHMEM: `nvshmem_TYPE_p`.
 ///
@@ -76,11 +67,8 @@ pub unsafe fn put<S: Scope, T: Copy>(
     src: impl LocalSlice<T>,
     pe: i32,
 ) {
-    let bytes = same_len(dest.len(), src.local_len()) * size_of::<T>();
-    let (d, s) = (
-        dest.as_ptr().cast::<c_void>(),
-        src.local_ptr().cast::<c_void>().cast_const(),
-    );
+    let o = operands(dest, src);
+    let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {
         by_scope!(
@@ -110,11 +98,8 @@ pub unsafe fn put_nbi<S: Scope, T: Copy>(
     src: impl LocalSlice<T>,
     pe: i32,
 ) {
-    let bytes = same_len(dest.len(), src.local_len()) * size_of::<T>();
-    let (d, s) = (
-        dest.as_ptr().cast::<c_void>(),
-        src.local_ptr().cast::<c_void>().cast_const(),
-    );
+    let o = operands(dest, src);
+    let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {
         by_scope!(
@@ -143,11 +128,8 @@ pub unsafe fn get<S: Scope, T: Copy>(
     src: SymSlice<T>,
     pe: i32,
 ) {
-    let bytes = same_len(src.len(), dest.local_len()) * size_of::<T>();
-    let (d, s) = (
-        dest.local_ptr().cast::<c_void>(),
-        src.as_ptr().cast::<c_void>().cast_const(),
-    );
+    let o = operands(src, dest);
+    let (d, s, bytes) = (o.local, o.sym.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {
         by_scope!(
@@ -176,11 +158,8 @@ pub unsafe fn get_nbi<S: Scope, T: Copy>(
     src: SymSlice<T>,
     pe: i32,
 ) {
-    let bytes = same_len(src.len(), dest.local_len()) * size_of::<T>();
-    let (d, s) = (
-        dest.local_ptr().cast::<c_void>(),
-        src.as_ptr().cast::<c_void>().cast_const(),
-    );
+    let o = operands(src, dest);
+    let (d, s, bytes) = (o.local, o.sym.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {
         by_scope!(

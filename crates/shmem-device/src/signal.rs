@@ -9,12 +9,10 @@
 //! Those of [`crate::rma`], and: `sig` is a symmetric `u64` that only signal operations and
 //! waits access while signals are in flight.
 
-use crate::mem::{LocalSlice, Sym, SymSlice};
+use crate::mem::{LocalSlice, Sym, SymSlice, operands};
 use crate::p2p::Cmp;
 use crate::scope::{Scope, by_scope};
 use crate::sys;
-use core::ffi::c_void;
-use core::mem::size_of;
 
 /// How a signal word is updated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,15 +43,8 @@ pub unsafe fn put_signal<S: Scope, T: Copy>(
     op: SignalOp,
     pe: i32,
 ) {
-    assert!(
-        dest.len() == src.local_len(),
-        "RMA operands have different lengths"
-    );
-    let bytes = dest.len() * size_of::<T>();
-    let (d, s) = (
-        dest.as_ptr().cast::<c_void>(),
-        src.local_ptr().cast::<c_void>().cast_const(),
-    );
+    let o = operands(dest, src);
+    let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     let (sg, o) = (sig.as_ptr(), op as i32);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {
@@ -87,15 +78,8 @@ pub unsafe fn put_signal_nbi<S: Scope, T: Copy>(
     op: SignalOp,
     pe: i32,
 ) {
-    assert!(
-        dest.len() == src.local_len(),
-        "RMA operands have different lengths"
-    );
-    let bytes = dest.len() * size_of::<T>();
-    let (d, s) = (
-        dest.as_ptr().cast::<c_void>(),
-        src.local_ptr().cast::<c_void>().cast_const(),
-    );
+    let o = operands(dest, src);
+    let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     let (sg, o) = (sig.as_ptr(), op as i32);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {

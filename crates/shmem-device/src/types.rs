@@ -64,7 +64,7 @@ pub trait AmoExtended: Copy + sealed::Sealed {
 }
 
 macro_rules! impl_amo_ext {
-    ($($t:ty => $m:ident, swap via $swap:ident as $bits:ty),*) => { $(
+    ($($t:ty => $m:ident, swap: |$d:ident, $v:ident, $pe:ident| $swap:expr;)*) => { $(
         impl AmoExtended for $t {
             #[inline(always)]
             unsafe fn raw_fetch(src: *const Self, pe: i32) -> Self {
@@ -77,41 +77,25 @@ macro_rules! impl_amo_ext {
                 unsafe { sys::amo::ext::$m::set(dest, value, pe) }
             }
             #[inline(always)]
-            unsafe fn raw_swap(dest: *mut Self, value: Self, pe: i32) -> Self {
-                // A swap moves bits, so the unsigned swap of the same width is the same
-                // operation. It is used for floats because NVSHMEM 3.4's
-                // `nvshmem_double_atomic_swap` converts the old value numerically (`uitofp`)
-                // instead of reinterpreting it (found on H200s, fixed in 3.8).
-                // SAFETY: forwarded obligation of the caller (`amo::atomic_swap`); `$t` and
-                // `$bits` have the same size and alignment.
-                unsafe { <$t>::from_bits(sys::amo::ext::$swap::swap(dest.cast(), value.to_bits(), pe)) }
+            unsafe fn raw_swap($d: *mut Self, $v: Self, $pe: i32) -> Self {
+                // SAFETY: forwarded obligation of the caller (`amo::atomic_swap`); the float
+                // forms pass the same address as the unsigned type of the same size and alignment.
+                unsafe { $swap }
             }
         }
     )* };
 }
-macro_rules! impl_amo_ext_int {
-    ($($t:ty => $m:ident),*) => { $(
-        impl AmoExtended for $t {
-            #[inline(always)]
-            unsafe fn raw_fetch(src: *const Self, pe: i32) -> Self {
-                // SAFETY: forwarded obligation of the caller (`amo::atomic_fetch`).
-                unsafe { sys::amo::ext::$m::fetch(src, pe) }
-            }
-            #[inline(always)]
-            unsafe fn raw_set(dest: *mut Self, value: Self, pe: i32) {
-                // SAFETY: forwarded obligation of the caller (`amo::atomic_set`).
-                unsafe { sys::amo::ext::$m::set(dest, value, pe) }
-            }
-            #[inline(always)]
-            unsafe fn raw_swap(dest: *mut Self, value: Self, pe: i32) -> Self {
-                // SAFETY: forwarded obligation of the caller (`amo::atomic_swap`).
-                unsafe { sys::amo::ext::$m::swap(dest, value, pe) }
-            }
-        }
-    )* };
+// A swap moves bits, so for floats the unsigned swap of the same width is the same operation.
+// It is used because NVSHMEM 3.4's `nvshmem_double_atomic_swap` converts the old value
+// numerically (`uitofp`) instead of reinterpreting it (found on H200s; fixed in 3.8).
+impl_amo_ext! {
+    i32 => int32, swap: |d, v, pe| sys::amo::ext::int32::swap(d, v, pe);
+    i64 => int64, swap: |d, v, pe| sys::amo::ext::int64::swap(d, v, pe);
+    u32 => uint32, swap: |d, v, pe| sys::amo::ext::uint32::swap(d, v, pe);
+    u64 => uint64, swap: |d, v, pe| sys::amo::ext::uint64::swap(d, v, pe);
+    f32 => float, swap: |d, v, pe| f32::from_bits(sys::amo::ext::uint32::swap(d.cast(), v.to_bits(), pe));
+    f64 => double, swap: |d, v, pe| f64::from_bits(sys::amo::ext::uint64::swap(d.cast(), v.to_bits(), pe));
 }
-impl_amo_ext_int!(i32 => int32, i64 => int64, u32 => uint32, u64 => uint64);
-impl_amo_ext!(f32 => float, swap via uint32 as u32, f64 => double, swap via uint64 as u64);
 
 /// Integer types with the standard AMOs (`compare_swap`, `fetch_add`, `add`, `fetch_inc`,
 /// `inc`) and bitwise AMOs: `i32`, `i64`, `u32`, `u64`.
