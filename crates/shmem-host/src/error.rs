@@ -99,5 +99,31 @@ impl From<cudarc::driver::DriverError> for Error {
     }
 }
 
+/// Checks that the CUDA driver library can be loaded, before anything asks cudarc for it
+/// (cudarc panics when it is missing; this says what is wrong instead).
+pub fn ensure_driver() -> Result<()> {
+    static FOUND: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let mut errors = Vec::new();
+            for name in ["libcuda.so.1", "libcuda.so"] {
+                // SAFETY: loading the CUDA driver library runs only its own initialisers; the
+                // handle is dropped at once (cudarc loads it again for real).
+                match unsafe { libloading::Library::new(name) } {
+                    Ok(_) => return Ok(()),
+                    Err(e) => errors.push(format!("{name}: {e}")),
+                }
+            }
+            Err(errors.join("; "))
+        })
+        .clone()
+        .map_err(|why| {
+            Error::Cuda(format!(
+                "no NVIDIA driver: the CUDA driver library could not be loaded ({why}). Install the NVIDIA driver \
+                 (it provides libcuda.so.1), or run on a machine with a GPU"
+            ))
+        })
+}
+
 /// Shorthand.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -38,6 +38,7 @@ fn describe(status: ExitStatus) -> String {
 
 /// The number of GPUs this process can see (`CUDA_VISIBLE_DEVICES` applies).
 pub fn visible_gpus() -> Result<usize> {
+    crate::error::ensure_driver()?;
     cudarc::driver::result::init()
         .map_err(|e| Error::Cuda(format!("no usable NVIDIA driver: {e}")))?;
     let n = cudarc::driver::result::device::get_count().map_err(|e| Error::Cuda(e.to_string()))?;
@@ -294,6 +295,19 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("cannot start PE 0"), "{e}");
         assert!(launch(&sh("true", 0)).is_err());
+    }
+
+    #[test]
+    fn missing_driver_is_an_error_not_a_panic() {
+        // On a machine with a driver this counts GPUs; without one it must say so.
+        match visible_gpus() {
+            Ok(n) => eprintln!("driver present: {n} GPUs"),
+            Err(e) => assert!(
+                e.to_string().contains("no NVIDIA driver")
+                    && e.to_string().contains("libcuda.so.1"),
+                "{e}"
+            ),
+        }
     }
 
     #[test]

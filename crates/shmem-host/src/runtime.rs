@@ -262,6 +262,7 @@ impl Shmem {
     }
 
     fn begin(lib: &'static Lib, device: usize) -> Result<Arc<CudaContext>> {
+        crate::error::ensure_driver()?;
         if RUNNING.swap(true, Ordering::SeqCst) {
             return Err(Error::Bootstrap(
                 "NVSHMEM is already running in this process (one Shmem per process)".into(),
