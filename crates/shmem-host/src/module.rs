@@ -146,14 +146,51 @@ impl Shmem {
         } else {
             dir.join(&manifest.ptx)
         };
-        let mut image = std::fs::read(&file)
+        let image = std::fs::read(&file)
             .map_err(|e| Error::Module(format!("cannot read {}: {e}", file.display())))?;
+        self.register(manifest, image, file)
+    }
+
+    /// Loads a module embedded in the program: its manifest (the `.json`) and the cubin or PTX
+    /// it names, e.g. through `include_str!`/`include_bytes!` of `build-ptx`'s output or of a
+    /// `build.rs` that ran `shmem_build::Builder`. The same checks as [`Shmem::load_module`]
+    /// apply; `is_cubin` says which of the two `image` is.
+    pub fn load_module_embedded(
+        &self,
+        manifest_json: &str,
+        image: &[u8],
+        is_cubin: bool,
+    ) -> Result<Module<'_>> {
+        let manifest: Manifest = serde_json::from_str(manifest_json)
+            .map_err(|e| Error::Module(format!("embedded manifest is unreadable: {e}")))?;
+        let cc = compute_capability(self)?;
+        let cubin_ok = check_compatible(&manifest, self.version(), cc)?;
+        if is_cubin && !cubin_ok {
+            return Err(Error::Module(format!(
+                "the embedded cubin of `{}` is for {}, this GPU is sm_{cc}: embed the PTX instead, or build for sm_{cc}",
+                manifest.crate_name, manifest.arch
+            )));
+        }
+        let origin = PathBuf::from(format!("<embedded {}>", manifest.crate_name));
+        self.register(manifest, image.to_vec(), origin)
+    }
+
+    /// Loads `image` (cubin or PTX) into this GPU's context and registers it with NVSHMEM.
+    fn register(
+        &self,
+        manifest: Manifest,
+        mut image: Vec<u8>,
+        origin: PathBuf,
+    ) -> Result<Module<'_>> {
         image.push(0);
         self.context().bind_to_thread()?;
         // SAFETY: `image` is a NUL-terminated PTX text or a cubin, alive for the call.
         let cu_module =
             unsafe { result::module::load_data(image.as_ptr().cast()) }.map_err(|e| {
-                Error::Module(format!("the CUDA driver rejected {}: {e}", file.display()))
+                Error::Module(format!(
+                    "the CUDA driver rejected {}: {e}",
+                    origin.display()
+                ))
             })?;
         // SAFETY: a freshly loaded module of this context; NVSHMEM is running.
         let rc = unsafe { (self.lib().nvshmemx_cumodule_init)(cu_module.cast()) };
@@ -169,7 +206,7 @@ impl Shmem {
             rt: self,
             cu_module,
             manifest,
-            loaded_from: file,
+            loaded_from: origin,
         })
     }
 }

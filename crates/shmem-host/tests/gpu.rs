@@ -459,3 +459,23 @@ fn bad_input_is_refused() {
         assert!(b.at(4).is_err());
     });
 }
+
+#[test]
+fn embedded_module() {
+    on_all_pes("embedded_module", |rt| {
+        let (me, n) = (rt.my_pe(), rt.n_pes());
+        // What a program gets from include_str!/include_bytes! of build-ptx's output.
+        let dir = ptx_dir().join("sm_90");
+        let manifest = std::fs::read_to_string(dir.join("ring-kernels.json")).unwrap();
+        let cubin = std::fs::read(dir.join("ring-kernels.cubin")).unwrap();
+        let m = rt.load_module_embedded(&manifest, &cubin, true).unwrap();
+        let k = m.kernel::<ring_kernels::ring>().unwrap();
+        let received = filled(rt, 1, |_| -1i32);
+        rt.barrier_all().unwrap();
+        // SAFETY: every PE launches it once; `received` is symmetric.
+        unsafe { k.launch(LaunchConfig::linear(1, 32), (&received,)).unwrap() };
+        rt.barrier_all().unwrap();
+        assert_eq!(received.to_vec().unwrap(), vec![(me + n - 1) % n]);
+        assert!(rt.load_module_embedded("{", &cubin, true).is_err());
+    });
+}
