@@ -173,3 +173,15 @@ fn manifest_records_parameter_layout() {
     let reread = shmem_build::Manifest::read(Path::new(&a.manifest_path)).unwrap();
     assert_eq!(reread, a.manifest);
 }
+
+#[test]
+fn sm_100_ring_both_nvshmem_versions() {
+    if !prerequisites() {
+        return;
+    }
+    for version in ["3.4.5", "3.8.0"] {
+        let a = build("ring", version, Arch::Sm100);
+        check(&a, version, RING);
+        assert_eq!(a.manifest.ptx_isa, "8.6", "sm_100 needs PTX ISA 8.6");
+    }
+}
