@@ -3,6 +3,11 @@
 //! kernel's entry and NVSHMEM's globals are in the PTX; the manifest marks exactly the
 //! kernels that wait or synchronise as collective.
 //!
+//! One exception: NVSHMEM 3.8.0's collectives module is built and verified structurally but
+//! not given to ptxas here. 3.8's bitcode makes it 11 MB of PTX, and ptxas took 9 minutes for
+//! sm_80 and over 20 for sm_90 (9 GB) on this 2-core machine, which CI cannot afford. The
+//! GPUs run 3.4.5, whose collectives module ptxas checks for both archs below.
+//!
 //! Needs `cargo xtask setup --nvshmem-version 3.4.5 --nvshmem-version 3.8.0` (CI runs it).
 //! Without it the test says what is missing and passes only if `SHMEM_REQUIRE_PIPELINE` is
 //! unset; CI sets it, so there a missing dependency fails the run.
@@ -48,6 +53,11 @@ fn prerequisites() -> bool {
     false
 }
 
+/// Whether CI runs ptxas on this build (see the module documentation).
+fn ptxas_in_ci(krate: &str, version: &str) -> bool {
+    !(krate == "collectives-suite" && version == "3.8.0")
+}
+
 /// Builds `krate` for both archs against `version`, into an output directory of its own
 /// (3.4.5 into `target/ptx`, shared with `cargo xtask build-ptx`, so a CI run that built the
 /// examples first relinks nothing here).
@@ -60,7 +70,11 @@ fn build(krate: &str, version: &str, arch: Arch) -> Artifact {
     let mut a = Builder::new(root().join("examples").join(krate))
         .archs([arch])
         .nvshmem_dir(nvshmem_dir(version).unwrap())
-        .ptxas(PtxasCheck::Require)
+        .ptxas(if ptxas_in_ci(krate, version) {
+            PtxasCheck::Require
+        } else {
+            PtxasCheck::Skip
+        })
         .out_dir(out)
         .build()
         .unwrap_or_else(|e| panic!("{krate} {arch} NVSHMEM {version}: {e}"));
@@ -71,13 +85,15 @@ fn check(a: &Artifact, version: &str, expected: &[(&str, bool)]) {
     let m = &a.manifest;
     assert_eq!(m.nvshmem_version, version, "{}", a.ptx.display());
     assert_eq!(m.arch, a.arch.name());
-    assert!(m.ptxas_verified, "ptxas did not run on {}", a.ptx.display());
-    let cubin = a.ptx.with_extension("cubin");
-    assert!(
-        cubin.is_file() && std::fs::metadata(&cubin).unwrap().len() > 0,
-        "no cubin beside {}",
-        a.ptx.display()
-    );
+    if ptxas_in_ci(m.crate_name.trim_end_matches("-kernels"), version) {
+        assert!(m.ptxas_verified, "ptxas did not run on {}", a.ptx.display());
+        let cubin = a.ptx.with_extension("cubin");
+        assert!(
+            cubin.is_file() && std::fs::metadata(&cubin).unwrap().len() > 0,
+            "no cubin beside {}",
+            a.ptx.display()
+        );
+    }
     let text = std::fs::read_to_string(&a.ptx).unwrap();
     let info = ptx::parse(&text);
     assert_eq!(info.target, a.arch.name());
