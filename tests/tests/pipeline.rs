@@ -148,6 +148,7 @@ const API: &[(&str, bool)] = &[
     ("ordering", true),
     ("barriers", true),
     ("peer_memory", false),
+    ("bounds_check", false),
 ];
 const COLL: &[(&str, bool)] = &[("collectives", true)];
 

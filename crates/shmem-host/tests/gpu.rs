@@ -479,3 +479,30 @@ fn embedded_module() {
         assert!(rt.load_module_embedded("{", &cubin, true).is_err());
     });
 }
+
+#[test]
+fn kernel_panic_traps_and_is_reported() {
+    on_all_pes("kernel_panic_traps_and_is_reported", |rt| {
+        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+        let k = m.kernel::<api_suite_kernels::bounds_check>().unwrap();
+        let data = rt.alloc::<u32>(4).unwrap();
+        // SAFETY: index 3 is in bounds.
+        unsafe {
+            k.launch(LaunchConfig::linear(1, 32), (&data, 3u32))
+                .unwrap()
+        };
+        assert_eq!(data.to_vec().unwrap(), vec![0, 0, 0, 1]);
+        // SAFETY: index 4 is out of bounds on purpose: the kernel panics and traps.
+        unsafe {
+            k.launch(LaunchConfig::linear(1, 32), (&data, 4u32))
+                .unwrap()
+        };
+        let e = rt
+            .stream()
+            .synchronize()
+            .expect_err("the trapped kernel must fail the stream");
+        println!("PE {}: kernel trapped as expected: {e}", rt.my_pe());
+        // The context is unusable after a trap; NVSHMEM cannot be finalized cleanly.
+        std::process::exit(0);
+    });
+}

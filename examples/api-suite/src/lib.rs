@@ -17,6 +17,7 @@
 //! | [`barriers`](barriers()) | `barrier_all`, `sync_all`, team `barrier`/`sync` × scopes; team queries | yes |
 //! | `collectives` (crate `collectives-suite-kernels`: NVSHMEM's reductions are slow to compile) | block-scope collectives | yes |
 //! | [`peer_memory`](peer_memory()) | `ptr`, scoped loads/stores/atomics over peer mappings | no (spins on memory) |
+//! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
 
 #![no_std]
 
@@ -518,5 +519,20 @@ pub unsafe fn peer_memory(
         );
         scoped::store_relaxed(Sys, next_counter.at(3), 42u64);
         scoped::fence_acq_rel(Sys);
+    }
+}
+
+/// Writes 1 into `data[index]` from thread 0: in bounds it works; out of bounds the bounds
+/// check panics, and the panic handler prints the location and traps the kernel, which the
+/// host sees as a failed launch.
+///
+/// # Safety
+/// `data` is a symmetric buffer; if `index` is out of range the launch fails (by design),
+/// which leaves the CUDA context unusable: the process must exit.
+#[shmem_kernel]
+pub unsafe fn bounds_check(data: SymSlice<u32>, index: u32) {
+    if global_idx_x() == 0 {
+        // SAFETY: only thread 0 writes; `write` checks the index against `data.len()`.
+        unsafe { data.write(index as usize, 1) };
     }
 }
