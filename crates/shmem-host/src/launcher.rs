@@ -45,19 +45,30 @@ pub fn visible_gpus() -> Result<usize> {
     Ok(n.max(0) as usize)
 }
 
+/// Forwards a PE's output line by line with its prefix. Lines are bytes, not UTF-8: a PE may
+/// print anything (a GPU's printf buffer included), and stopping to read would close the pipe
+/// and kill the PE with EPIPE.
 fn forward(
     pe: usize,
     stream: impl std::io::Read + Send + 'static,
     to_stderr: bool,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            if to_stderr {
-                let _ = writeln!(std::io::stderr().lock(), "[pe {pe}] {line}");
-            } else {
-                let _ = writeln!(std::io::stdout().lock(), "[pe {pe}] {line}");
+        let mut reader = BufReader::new(stream);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
             }
+            let text = String::from_utf8_lossy(&buf);
+            let line = text.trim_end_matches(['\n', '\r']);
+            let _ = if to_stderr {
+                writeln!(std::io::stderr().lock(), "[pe {pe}] {line}")
+            } else {
+                writeln!(std::io::stdout().lock(), "[pe {pe}] {line}")
+            };
         }
     })
 }
@@ -268,6 +279,16 @@ mod tests {
         );
         assert!(e.contains("PE 1 exited with status 3"), "{e}");
         assert!(e.contains("stopped PE 0, 2"), "{e}");
+    }
+
+    #[test]
+    fn output_that_is_not_utf8_is_forwarded_and_does_not_break_the_pipe() {
+        // Invalid UTF-8, then more output: the PE must not die of EPIPE.
+        launch(&sh(
+            r#"printf 'bad \377\376 bytes\n'; sleep 0.2; echo after; echo more >&2"#,
+            2,
+        ))
+        .unwrap();
     }
 
     #[test]
