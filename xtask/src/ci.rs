@@ -54,6 +54,8 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
     let mut build = Command::new(&xtask);
     build.args(["build-ptx", "--arch", "sm_80,sm_90", "--require-ptxas"]);
     step("build-ptx", &mut build)?;
+    step("doctests", &mut c(&["test", "--workspace", "--doc"]))?;
+    // Last, so the run's closing lines are the test suite's counts.
     step(
         "test",
         c(&["test", "--workspace", "--all-targets"]).env("SHMEM_REQUIRE_PIPELINE", "1"),
