@@ -75,7 +75,7 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
     for dir in crates {
         let mut b = Builder::new(&dir)
             .archs(archs.iter().copied())
-            .toolchain(tc.name.clone())
+            .in_workspace(tc.clone(), ws.clone())
             .ptxas(ptxas);
         if let Some(n) = f.value("nvshmem") {
             b = b.nvshmem_dir(n);

@@ -69,6 +69,7 @@ pub struct Builder {
     toolchain: Option<String>,
     out_dir: Option<PathBuf>,
     ptxas: PtxasCheck,
+    context: Option<(Toolchain, Workspace)>,
 }
 
 /// One built PTX file and its manifest.
@@ -98,7 +99,14 @@ impl Builder {
             toolchain: None,
             out_dir: None,
             ptxas: PtxasCheck::IfFound,
+            context: None,
         }
+    }
+    /// Reuse a toolchain and workspace the caller already has (building several crates:
+    /// detect and run `cargo metadata` once, not once per crate).
+    pub fn in_workspace(mut self, toolchain: Toolchain, workspace: Workspace) -> Builder {
+        self.context = Some((toolchain, workspace));
+        self
     }
     /// Build for these architectures (default: `sm_90`).
     pub fn archs(mut self, archs: impl IntoIterator<Item = Arch>) -> Builder {
@@ -128,9 +136,15 @@ impl Builder {
 
     /// Runs the pipeline for every architecture.
     pub fn build(&self) -> Result<Vec<Artifact>> {
-        let tc = Toolchain::detect(self.toolchain.as_deref())?;
         let manifest_path = self.crate_dir.join("Cargo.toml");
-        let meta = Workspace::read(&tc, &manifest_path)?;
+        let (tc, meta) = match &self.context {
+            Some((tc, ws)) => (tc.clone(), ws.clone()),
+            None => {
+                let tc = Toolchain::detect(self.toolchain.as_deref())?;
+                let ws = Workspace::read(&tc, &manifest_path)?;
+                (tc, ws)
+            }
+        };
         let pkg = meta
             .packages
             .iter()

@@ -136,8 +136,14 @@ pub fn local_nvshmem_installs(project_root: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// Python's site-packages directories (system, user, and an active virtualenv).
+/// Python's site-packages directories (system, user, and an active virtualenv), asked of
+/// Python once per process.
 pub fn site_packages() -> Vec<PathBuf> {
+    static DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(ask_python_for_site_packages).clone()
+}
+
+fn ask_python_for_site_packages() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV")
         && let Ok(rd) = std::fs::read_dir(Path::new(&venv).join("lib"))
