@@ -75,7 +75,8 @@ impl<T> ScopedTarget<T> for Sym<T> {
     }
 }
 
-/// Word types of the scoped operations: `u32`, `i32`, `u64`, `i64`.
+/// Word types of the scoped operations: `u32`, `i32`, `u64`, `i64`, `f32`, `f64` (the float
+/// adds are `atom`/`red` `.add.f32`/`.f64`; compare-and-swap compares the bits).
 pub trait ScopedWord: Copy + sealed::Sealed {
     #[doc(hidden)]
     unsafe fn ld<S: MemScope>(acquire: bool, p: *const Self) -> Self;
@@ -92,6 +93,8 @@ impl sealed::Sealed for u32 {}
 impl sealed::Sealed for i32 {}
 impl sealed::Sealed for u64 {}
 impl sealed::Sealed for i64 {}
+impl sealed::Sealed for f32 {}
+impl sealed::Sealed for f64 {}
 
 /// Runs the asm template with `.cta`, `.gpu` or `.sys` spliced in, chosen by `S` at compile time.
 #[cfg(target_arch = "nvptx64")]
@@ -175,6 +178,8 @@ scoped_word! {
     i32: "32", "s32", reg32;
     u64: "64", "u64", reg64;
     i64: "64", "u64", reg64;
+    f32: "32", "f32", reg32;
+    f64: "64", "f64", reg64;
 }
 
 /// Load with acquire semantics at scope `S`: later accesses of this thread are not moved

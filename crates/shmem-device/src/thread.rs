@@ -198,3 +198,97 @@ pub fn sync_warp(mask: u32) {
         crate::arch::device_only("sync_warp")
     }
 }
+
+/// Values a warp shuffle moves: 32-bit words in one `shfl`, 64-bit ones in two.
+pub trait Shuffle: Copy + sealed::Sealed {
+    #[doc(hidden)]
+    fn shfl_bfly(self, lane_mask: u32) -> Self;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn shfl_bfly_u32(v: u32, lane_mask: u32) -> u32 {
+    let out: u32;
+    // SAFETY: `shfl.sync.bfly` reads registers of the lanes in the full mask only; the
+    // convergence rule of [`shfl_xor`] is the caller's, and a violation hangs the warp
+    // rather than touching memory.
+    unsafe {
+        core::arch::asm!(
+            "shfl.sync.bfly.b32 {o}, {v}, {m}, 0x1f, 0xffffffff;",
+            o = out(reg32) out,
+            v = in(reg32) v,
+            m = in(reg32) lane_mask,
+            options(nomem, nostack)
+        )
+    };
+    out
+}
+
+macro_rules! shuffle32 {
+    ($($t:ty),*) => { $(
+        impl sealed::Sealed for $t {}
+        impl Shuffle for $t {
+            #[inline(always)]
+            fn shfl_bfly(self, lane_mask: u32) -> Self {
+                #[cfg(target_arch = "nvptx64")]
+                {
+                    <$t>::from_ne_bytes(shfl_bfly_u32(u32::from_ne_bytes(self.to_ne_bytes()), lane_mask).to_ne_bytes())
+                }
+                #[cfg(not(target_arch = "nvptx64"))]
+                {
+                    let _ = lane_mask;
+                    crate::arch::device_only("shfl_xor")
+                }
+            }
+        }
+    )* };
+}
+macro_rules! shuffle64 {
+    ($($t:ty),*) => { $(
+        impl sealed::Sealed for $t {}
+        impl Shuffle for $t {
+            #[inline(always)]
+            fn shfl_bfly(self, lane_mask: u32) -> Self {
+                #[cfg(target_arch = "nvptx64")]
+                {
+                    let bits = u64::from_ne_bytes(self.to_ne_bytes());
+                    let lo = shfl_bfly_u32(bits as u32, lane_mask) as u64;
+                    let hi = shfl_bfly_u32((bits >> 32) as u32, lane_mask) as u64;
+                    <$t>::from_ne_bytes((lo | (hi << 32)).to_ne_bytes())
+                }
+                #[cfg(not(target_arch = "nvptx64"))]
+                {
+                    let _ = lane_mask;
+                    crate::arch::device_only("shfl_xor")
+                }
+            }
+        }
+    )* };
+}
+shuffle32!(u32, i32, f32);
+shuffle64!(u64, i64, f64);
+
+/// `__shfl_xor_sync(0xffffffff, v, lane_mask)`: this lane gets `v` of lane
+/// `lane_id() ^ lane_mask`. All 32 lanes of the warp must call it together (a full warp,
+/// converged), or the warp hangs.
+#[inline(always)]
+pub fn shfl_xor<T: Shuffle>(v: T, lane_mask: u32) -> T {
+    v.shfl_bfly(lane_mask)
+}
+
+/// The sum of `v` over the 32 lanes of the warp, in every lane (a butterfly of
+/// [`shfl_xor`]s: the same order of additions in every lane, so every lane gets the same
+/// bits). Same convergence rule as [`shfl_xor`].
+#[inline(always)]
+pub fn warp_sum<T: Shuffle + core::ops::Add<Output = T>>(mut v: T) -> T {
+    let mut m = WARP_SIZE / 2;
+    while m > 0 {
+        v = v + shfl_xor(v, m);
+        m /= 2;
+    }
+    v
+}

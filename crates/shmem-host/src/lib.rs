@@ -36,6 +36,8 @@ pub mod nvshmem;
 pub mod runtime;
 
 pub use buffer::{SymAt, SymBuffer};
+/// The CUDA driver bindings the runtime is built on (contexts, streams, events).
+pub use cudarc;
 pub use error::{Error, Result};
-pub use module::{KernelFn, LaunchConfig, Module};
+pub use module::{ForeignKernel, ForeignModule, KernelFn, LaunchConfig, Module};
 pub use runtime::Shmem;

@@ -176,12 +176,18 @@ impl Shmem {
     }
 
     /// Loads `image` (cubin or PTX) into this GPU's context and registers it with NVSHMEM.
-    fn register(
-        &self,
-        manifest: Manifest,
-        mut image: Vec<u8>,
-        origin: PathBuf,
-    ) -> Result<Module<'_>> {
+    fn register(&self, manifest: Manifest, image: Vec<u8>, origin: PathBuf) -> Result<Module<'_>> {
+        let cu_module = self.load_and_init(image, &origin)?;
+        Ok(Module {
+            rt: self,
+            cu_module,
+            manifest,
+            loaded_from: origin,
+        })
+    }
+
+    /// Loads `image` into this GPU's context, then `nvshmemx_cumodule_init` on it.
+    fn load_and_init(&self, mut image: Vec<u8>, origin: &Path) -> Result<sys::CUmodule> {
         image.push(0);
         self.context().bind_to_thread()?;
         // SAFETY: `image` is a NUL-terminated PTX text or a cubin, alive for the call.
@@ -202,13 +208,118 @@ impl Shmem {
                 status: rc,
             });
         }
-        Ok(Module {
+        Ok(cu_module)
+    }
+
+    /// Loads a module that was *not* built by shmem-rs: a cubin (or PTX) of CUDA C++ kernels
+    /// linked with NVSHMEM's device library, as `nvcc -rdc=true -c k.cu && nvcc -dlink -cubin
+    /// k.o libnvshmem_device.a -o k.cubin` makes it. It is registered with NVSHMEM like a Rust
+    /// module, so its kernels share this runtime's symmetric heap with the Rust ones; this is
+    /// how the benchmarks run a CUDA C++ reference next to a Rust kernel in one process.
+    ///
+    /// Nothing records the NVSHMEM version or the kernels' signatures of such a file: its
+    /// kernels are looked up by name and launched through [`ForeignModule::kernel`], whose
+    /// caller states their parameter types.
+    pub fn load_foreign_module(&self, path: &Path) -> Result<ForeignModule<'_>> {
+        let image = std::fs::read(path)
+            .map_err(|e| Error::Module(format!("cannot read {}: {e}", path.display())))?;
+        let cu_module = self.load_and_init(image, path)?;
+        Ok(ForeignModule {
             rt: self,
             cu_module,
-            manifest,
-            loaded_from: origin,
+            loaded_from: path.to_path_buf(),
         })
     }
+}
+
+/// Unloads a registered module once no launch of it is in flight.
+fn unload(rt: &Shmem, cu_module: sys::CUmodule) {
+    let _ = rt.stream().synchronize();
+    // SAFETY: registered by `load_and_init`; no launch of it is in flight (synchronised); the
+    // caller drops its only handle.
+    unsafe {
+        (rt.lib().nvshmemx_cumodule_finalize)(cu_module.cast());
+        let _ = result::module::unload(cu_module);
+    }
+}
+
+/// Looks up `name` in `cu_module`.
+fn function(cu_module: sys::CUmodule, name: &str, origin: &Path) -> Result<sys::CUfunction> {
+    let c = CString::new(name).map_err(|_| Error::Invalid("kernel name has a NUL".into()))?;
+    // SAFETY: the module is loaded; `c` is NUL-terminated.
+    unsafe { result::module::get_function(cu_module, c) }.map_err(|e| {
+        Error::Module(format!(
+            "kernel `{name}` is not in {}: {e}",
+            origin.display()
+        ))
+    })
+}
+
+/// How many blocks of `cfg`'s shape of `f` can be resident on the runtime's GPU at once.
+fn coresident_blocks(rt: &Shmem, f: sys::CUfunction, cfg: &LaunchConfig) -> Result<u32> {
+    // SAFETY: `f` is a function of a loaded module of the runtime's context.
+    let per_sm = unsafe {
+        result::occupancy::max_active_block_per_multiprocessor(
+            f,
+            cfg.threads() as i32,
+            cfg.shared_mem_bytes as usize,
+        )
+    }?;
+    let sms = rt
+        .context()
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    Ok((per_sm.max(0) * sms) as u32)
+}
+
+/// Launches `f` on the runtime's stream; cooperatively (after the co-residency check) when
+/// `collective`.
+///
+/// # Safety
+/// `ptrs` point at values whose types are `f`'s parameters, alive for the call; the kernel's
+/// own contract holds for them and for `cfg`.
+unsafe fn launch_raw(
+    rt: &Shmem,
+    f: sys::CUfunction,
+    name: &str,
+    collective: bool,
+    cfg: LaunchConfig,
+    ptrs: &mut [*mut c_void],
+) -> Result<()> {
+    if cfg.blocks() == 0 || cfg.threads() == 0 {
+        return Err(Error::Invalid(format!(
+            "launch of `{name}` with an empty grid or block: {cfg:?}"
+        )));
+    }
+    let stream = rt.stream().cu_stream();
+    rt.context().bind_to_thread()?;
+    if collective {
+        let max = coresident_blocks(rt, f, &cfg)?;
+        if cfg.blocks() > max {
+            return Err(Error::GridNotCoResident {
+                kernel: name.to_string(),
+                blocks: cfg.blocks(),
+                max_blocks: max,
+            });
+        }
+        // SAFETY: the caller's contract: `ptrs` match `f`'s parameters and live for the call
+        // (the driver copies them).
+        unsafe {
+            result::launch_cooperative_kernel(
+                f,
+                cfg.grid,
+                cfg.block,
+                cfg.shared_mem_bytes,
+                stream,
+                ptrs,
+            )
+        }?;
+    } else {
+        // SAFETY: as above.
+        unsafe {
+            result::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_mem_bytes, stream, ptrs)
+        }?;
+    }
+    Ok(())
 }
 
 impl<'rt> Module<'rt> {
@@ -240,10 +351,7 @@ impl<'rt> Module<'rt> {
                 self.manifest.crate_name
             )));
         }
-        let name =
-            CString::new(K::NAME).map_err(|_| Error::Invalid("kernel name has a NUL".into()))?;
-        // SAFETY: the module is loaded; `name` is NUL-terminated.
-        let f = unsafe { result::module::get_function(self.cu_module, name) }?;
+        let f = function(self.cu_module, K::NAME, &self.loaded_from)?;
         Ok(KernelFn {
             module: self,
             f,
@@ -255,12 +363,7 @@ impl<'rt> Module<'rt> {
 
 impl Drop for Module<'_> {
     fn drop(&mut self) {
-        let _ = self.rt.stream().synchronize();
-        // SAFETY: registered in `load_module`; no launch of it is in flight (synchronised).
-        unsafe {
-            (self.rt.lib().nvshmemx_cumodule_finalize)(self.cu_module.cast());
-            let _ = result::module::unload(self.cu_module);
-        }
+        unload(self.rt, self.cu_module);
     }
 }
 
@@ -283,20 +386,7 @@ where
 
     /// How many blocks of `cfg`'s shape can be resident on this GPU at once.
     pub fn max_coresident_blocks(&self, cfg: &LaunchConfig) -> Result<u32> {
-        // SAFETY: `f` is a function of a loaded module of the current context.
-        let per_sm = unsafe {
-            result::occupancy::max_active_block_per_multiprocessor(
-                self.f,
-                cfg.threads() as i32,
-                cfg.shared_mem_bytes as usize,
-            )
-        }?;
-        let sms = self
-            .module
-            .rt
-            .context()
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        Ok((per_sm.max(0) * sms) as u32)
+        coresident_blocks(self.module.rt, self.f, cfg)
     }
 
     /// Launches the kernel on the runtime's stream. Collective kernels (per the manifest) are
@@ -307,51 +397,86 @@ where
     /// The kernel's own `# Safety` contract holds for these arguments and this shape (which
     /// PEs launch it, buffer sizes, block shape). For a collective kernel, every PE launches it.
     pub unsafe fn launch(&self, cfg: LaunchConfig, args: impl HostArgs<K::Params>) -> Result<()> {
-        if cfg.blocks() == 0 || cfg.threads() == 0 {
-            return Err(Error::Invalid(format!(
-                "launch of `{}` with an empty grid or block: {cfg:?}",
-                K::NAME
-            )));
-        }
         let mut params = args.to_params();
         let mut ptrs: Vec<*mut c_void> = params.param_ptrs();
-        let stream = self.module.rt.stream().cu_stream();
-        self.module.rt.context().bind_to_thread()?;
-        if self.collective {
-            let max = self.max_coresident_blocks(&cfg)?;
-            if cfg.blocks() > max {
-                return Err(Error::GridNotCoResident {
-                    kernel: K::NAME.to_string(),
-                    blocks: cfg.blocks(),
-                    max_blocks: max,
-                });
-            }
-            // SAFETY: `ptrs` point at the fields of `params`, alive until the call returns (the
-            // driver copies them); their types are the kernel's parameters (`K::Params`).
-            unsafe {
-                result::launch_cooperative_kernel(
-                    self.f,
-                    cfg.grid,
-                    cfg.block,
-                    cfg.shared_mem_bytes,
-                    stream,
-                    &mut ptrs,
-                )
-            }?;
-        } else {
-            // SAFETY: as above.
-            unsafe {
-                result::launch_kernel(
-                    self.f,
-                    cfg.grid,
-                    cfg.block,
-                    cfg.shared_mem_bytes,
-                    stream,
-                    &mut ptrs,
-                )
-            }?;
+        // SAFETY: `ptrs` point at the fields of `params` (alive until the call returns), whose
+        // types are the kernel's parameters (`K::Params`, checked against the manifest).
+        unsafe {
+            launch_raw(
+                self.module.rt,
+                self.f,
+                K::NAME,
+                self.collective,
+                cfg,
+                &mut ptrs,
+            )
         }
-        Ok(())
+    }
+}
+
+/// A module of CUDA C++ (or any non-shmem-rs) kernels, registered with NVSHMEM; from
+/// [`Shmem::load_foreign_module`].
+pub struct ForeignModule<'rt> {
+    rt: &'rt Shmem,
+    cu_module: sys::CUmodule,
+    /// The file loaded.
+    pub loaded_from: PathBuf,
+}
+
+impl ForeignModule<'_> {
+    /// The `extern "C"` kernel `name`, whose parameters are the tuple `P` (for example
+    /// `(SymSlice<f32>, u32)` for `__global__ void k(float *, unsigned)`). Launches take the
+    /// same host arguments as a Rust kernel with those parameters.
+    ///
+    /// # Safety
+    /// `P` is the kernel's parameter list: same number, order, sizes and meaning. Nothing can
+    /// check this: a CUDA C++ cubin carries no signatures.
+    pub unsafe fn kernel<P: ParamPtrs>(&self, name: &str) -> Result<ForeignKernel<'_, P>> {
+        Ok(ForeignKernel {
+            rt: self.rt,
+            f: function(self.cu_module, name, &self.loaded_from)?,
+            name: name.to_string(),
+            _p: PhantomData,
+        })
+    }
+}
+
+impl Drop for ForeignModule<'_> {
+    fn drop(&mut self) {
+        unload(self.rt, self.cu_module);
+    }
+}
+
+/// A kernel of a [`ForeignModule`], with parameter tuple `P`.
+pub struct ForeignKernel<'m, P> {
+    rt: &'m Shmem,
+    f: sys::CUfunction,
+    name: String,
+    _p: PhantomData<P>,
+}
+
+impl<P: ParamPtrs> ForeignKernel<'_, P> {
+    /// How many blocks of `cfg`'s shape can be resident on this GPU at once.
+    pub fn max_coresident_blocks(&self, cfg: &LaunchConfig) -> Result<u32> {
+        coresident_blocks(self.rt, self.f, cfg)
+    }
+
+    /// Launches the kernel on the runtime's stream; cooperatively, after the co-residency
+    /// check, when `cooperative` (which a kernel that waits on other blocks or PEs needs).
+    ///
+    /// # Safety
+    /// The kernel's own contract holds for these arguments and this shape.
+    pub unsafe fn launch(
+        &self,
+        cfg: LaunchConfig,
+        cooperative: bool,
+        args: impl HostArgs<P>,
+    ) -> Result<()> {
+        let mut params = args.to_params();
+        let mut ptrs = params.param_ptrs();
+        // SAFETY: `ptrs` point at the fields of `params`, alive for the call; `P` is the
+        // kernel's parameter list (the contract of `ForeignModule::kernel`).
+        unsafe { launch_raw(self.rt, self.f, &self.name, cooperative, cfg, &mut ptrs) }
     }
 }
 

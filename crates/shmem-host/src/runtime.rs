@@ -398,8 +398,9 @@ impl Shmem {
         unsafe { (self.lib.nvshmemx_quiet_on_stream)(self.stream.cu_stream().cast()) }
     }
 
-    /// The smallest and largest of every PE's `value` (a collective on the stream).
-    pub(crate) fn min_max(&self, value: i64) -> Result<(i64, i64)> {
+    /// The smallest and largest of every PE's `value`. Collective: every PE calls it; it
+    /// waits for the runtime's stream.
+    pub fn min_max(&self, value: i64) -> Result<(i64, i64)> {
         let ctl = self.ctl as sys::CUdeviceptr;
         // SAFETY: `ctl` holds 4 i64s of this PE's symmetric heap; the copies are synchronous
         // and no kernel uses the control block.

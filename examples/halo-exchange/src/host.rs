@@ -1,0 +1,479 @@
+//! The host driver: allocate the slab, launch the kernels, time them, check the result.
+//!
+//! [`run`] is what the `halo_exchange` example and the GPU tests call on every PE. It runs
+//! either the Rust kernels of this crate or the CUDA C++ kernels of `cuda/halo.cu` (loaded
+//! as a [`ForeignModule`]) with the same buffers, launch shape and timing, so the two
+//! implementations differ only in their device code.
+
+use crate::kernels::{self, Slab};
+use crate::{FromF64, max_rows, partition, reference, slab};
+use shmem_device::kernel::Kernel;
+use shmem_device::{Sym, SymSlice, kernel::KernelParam};
+use shmem_host::args::{HostArg, HostArgs, ParamPtrs};
+use shmem_host::{
+    Error, ForeignKernel, ForeignModule, KernelFn, LaunchConfig, Module, Result, Shmem,
+};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+impl HostArg<Slab> for Slab {
+    fn to_param(&self) -> Slab {
+        *self
+    }
+}
+
+/// The element type of the grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dtype {
+    /// `f32`.
+    F32,
+    /// `f64`.
+    F64,
+}
+
+/// How iterations map to launches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// One launch per iteration.
+    PerIteration,
+    /// One launch for all iterations, with a grid barrier between them.
+    Persistent,
+}
+
+/// Whose kernels run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Implementation {
+    /// This crate's Rust kernels, from `build-ptx`'s output directory.
+    Rust {
+        /// The directory `cargo xtask build-ptx` wrote (`target/ptx`).
+        ptx_dir: PathBuf,
+    },
+    /// The CUDA C++ kernels of `cuda/halo.cu`, built into a cubin with NVSHMEM's device
+    /// library (`cuda/build.sh`).
+    Cuda {
+        /// The cubin.
+        cubin: PathBuf,
+    },
+}
+
+/// One solve.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Columns, including the border.
+    pub nx: u32,
+    /// Rows, including the border.
+    pub ny: u32,
+    /// Timed iterations.
+    pub iters: u32,
+    /// Untimed iterations first (then the grid is reset).
+    pub warmup: u32,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Launch per iteration or persistent.
+    pub variant: Variant,
+    /// Residual every this many iterations (0: never).
+    pub check_every: u32,
+    /// Seed of the initial interior.
+    pub seed: u64,
+    /// Threads per block (a multiple of 32).
+    pub threads: u32,
+    /// Blocks; `None` for as many as fit on the GPU at once, but no more than rows + 2.
+    pub blocks: Option<u32>,
+    /// Compare with the CPU reference afterwards (keep the grid small).
+    pub verify: bool,
+    /// Print residuals (PE 0) while it runs.
+    pub progress: bool,
+    /// Which kernels.
+    pub implementation: Implementation,
+}
+
+impl Options {
+    /// Defaults for an `nx × ny` grid with the Rust kernels in `ptx_dir`.
+    pub fn new(nx: u32, ny: u32, ptx_dir: PathBuf) -> Options {
+        Options {
+            nx,
+            ny,
+            iters: 1000,
+            warmup: 10,
+            dtype: Dtype::F32,
+            variant: Variant::Persistent,
+            check_every: 100,
+            seed: 0x5eed,
+            threads: 512,
+            blocks: None,
+            verify: false,
+            progress: false,
+            implementation: Implementation::Rust { ptx_dir },
+        }
+    }
+}
+
+/// What a solve measured and found, on this PE.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Seconds per iteration: the slowest PE's timed loop over the iterations.
+    pub seconds_per_iter: f64,
+    /// Bytes of halo rows that crossed between PEs per iteration, all PEs together.
+    pub halo_bytes_per_iter: u64,
+    /// `(iteration, residual)`: the L2 norm of the change made by that iteration.
+    pub residuals: Vec<(u32, f64)>,
+    /// Blocks and threads per block of the launches.
+    pub launch: (u32, u32),
+    /// With `verify`: points of this PE's slab that differ from the CPU reference.
+    pub mismatches: Option<usize>,
+    /// With `verify`: the largest relative difference of a residual from the CPU's.
+    pub residual_error: Option<f64>,
+}
+
+type StepParams<T> = (
+    Sym<T>,
+    Sym<T>,
+    SymSlice<u64>,
+    SymSlice<u32>,
+    SymSlice<f64>,
+    SymSlice<f64>,
+    Slab,
+    u64,
+    i32,
+);
+type PersistentParams<T> = (
+    Sym<T>,
+    Sym<T>,
+    SymSlice<u64>,
+    SymSlice<u32>,
+    SymSlice<f64>,
+    SymSlice<f64>,
+    Slab,
+    u32,
+    u32,
+);
+
+/// The element types with their kernels.
+pub trait Element: FromF64 + KernelParam + PartialEq + Default {
+    /// The per-iteration kernel.
+    type Step: Kernel<Params = StepParams<Self>>;
+    /// The persistent kernel.
+    type Persistent: Kernel<Params = PersistentParams<Self>>;
+}
+impl Element for f32 {
+    type Step = kernels::step_f32;
+    type Persistent = kernels::persistent_f32;
+}
+impl Element for f64 {
+    type Step = kernels::step_f64;
+    type Persistent = kernels::persistent_f64;
+}
+
+/// A Rust or a CUDA C++ kernel with parameters `P`.
+enum Launcher<'m, K: Kernel> {
+    Rust(KernelFn<'m, K>),
+    Cuda(ForeignKernel<'m, K::Params>),
+}
+
+impl<K: Kernel> Launcher<'_, K>
+where
+    K::Params: ParamPtrs,
+{
+    fn max_coresident_blocks(&self, cfg: &LaunchConfig) -> Result<u32> {
+        match self {
+            Launcher::Rust(k) => k.max_coresident_blocks(cfg),
+            Launcher::Cuda(k) => k.max_coresident_blocks(cfg),
+        }
+    }
+
+    /// # Safety
+    /// The kernel's contract.
+    unsafe fn launch(&self, cfg: LaunchConfig, args: impl HostArgs<K::Params>) -> Result<()> {
+        // SAFETY: the caller's contract; both kernels are collective (they wait on
+        // neighbours) and go through the co-residency check.
+        unsafe {
+            match self {
+                Launcher::Rust(k) => k.launch(cfg, args),
+                Launcher::Cuda(k) => k.launch(cfg, true, args),
+            }
+        }
+    }
+}
+
+enum Loaded<'rt> {
+    Rust(Box<Module<'rt>>),
+    Cuda(ForeignModule<'rt>),
+}
+
+impl Loaded<'_> {
+    fn kernel<K: Kernel>(&self) -> Result<Launcher<'_, K>>
+    where
+        K::Params: ParamPtrs,
+    {
+        Ok(match self {
+            Loaded::Rust(m) => Launcher::Rust(m.kernel::<K>()?),
+            // SAFETY: `cuda/halo.cu` declares each kernel with the parameters of the Rust
+            // kernel of the same name, in the same order: its `Slice<T>` is `SymSlice<T>`'s
+            // `#[repr(C)]` layout (pointer, length) and its `Slab` is `Slab`'s.
+            Loaded::Cuda(m) => Launcher::Cuda(unsafe { m.kernel::<K::Params>(K::NAME)? }),
+        })
+    }
+}
+
+/// Loads the kernels `opts` asks for. Collective.
+fn load<'rt>(rt: &'rt Shmem, opts: &Options) -> Result<Loaded<'rt>> {
+    Ok(match &opts.implementation {
+        Implementation::Rust { ptx_dir } => {
+            Loaded::Rust(Box::new(rt.load_module(ptx_dir, "halo-exchange")?))
+        }
+        Implementation::Cuda { cubin } => Loaded::Cuda(rt.load_foreign_module(cubin)?),
+    })
+}
+
+/// Runs one solve on this PE (collective: every PE calls it with the same options).
+pub fn run(rt: &Shmem, opts: &Options) -> Result<Outcome> {
+    match opts.dtype {
+        Dtype::F32 => solve::<f32>(rt, opts),
+        Dtype::F64 => solve::<f64>(rt, opts),
+    }
+}
+
+fn check_options(opts: &Options, n: u32) -> Result<()> {
+    if opts.nx < 3 || opts.ny < 3 {
+        return Err(Error::Invalid(format!(
+            "the grid must be at least 3 × 3 (border and one interior point), not {} × {}",
+            opts.nx, opts.ny
+        )));
+    }
+    if opts.ny - 2 < n {
+        return Err(Error::Invalid(format!(
+            "{} interior rows cannot be split over {n} PEs: every PE needs at least one",
+            opts.ny - 2
+        )));
+    }
+    if opts.threads == 0 || !opts.threads.is_multiple_of(32) || opts.threads > 1024 {
+        return Err(Error::Invalid(format!(
+            "threads per block must be a multiple of 32 up to 1024, not {}",
+            opts.threads
+        )));
+    }
+    if opts.blocks.is_some_and(|b| b < 3) {
+        return Err(Error::Invalid(
+            "the kernels need at least 3 blocks (two edge rows and the interior)".into(),
+        ));
+    }
+    if opts.iters == 0 {
+        return Err(Error::Invalid("at least one iteration".into()));
+    }
+    Ok(())
+}
+
+/// This PE's slab of the initial grid, halos included: `(rows + 2) × nx`, padded to
+/// `max_rows + 2` rows.
+fn initial_slab<T: FromF64>(opts: &Options, pe: u32, n: u32) -> Vec<T> {
+    let (start, rows) = partition(opts.ny, pe, n);
+    let nx = opts.nx as usize;
+    let mut v = vec![T::from_f64(0.0); (max_rows(opts.ny, n) as usize + 2) * nx];
+    for r in 0..rows as usize + 2 {
+        let y = start - 1 + r as u32;
+        for x in 0..nx {
+            v[r * nx + x] = T::from_f64(crate::initial(opts.seed, opts.nx, opts.ny, y, x as u32));
+        }
+    }
+    v
+}
+
+fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
+    let (me, n) = (rt.my_pe() as u32, rt.n_pes() as u32);
+    check_options(opts, n)?;
+    let s = slab(opts.nx, opts.ny, me, n);
+    let checks = opts
+        .iters
+        .max(opts.warmup)
+        .checked_div(opts.check_every)
+        .unwrap_or(0) as usize;
+    let len = (max_rows(opts.ny, n) as usize + 2) * opts.nx as usize;
+    let a = rt.alloc::<T>(len)?;
+    let a_new = rt.alloc::<T>(len)?;
+    let sync = rt.alloc::<u64>(3)?;
+    let work = rt.alloc::<u32>(2)?;
+    let stats = rt.alloc::<f64>(1 + checks)?;
+    let norms = rt.alloc::<f64>((n as usize * checks).max(1))?;
+    let module = load(rt, opts)?;
+    let step = module.kernel::<T::Step>()?;
+    let persistent = module.kernel::<T::Persistent>()?;
+
+    let threads = opts.threads;
+    let probe = LaunchConfig::linear(1, threads);
+    let fit = match opts.variant {
+        Variant::PerIteration => step.max_coresident_blocks(&probe)?,
+        Variant::Persistent => persistent.max_coresident_blocks(&probe)?,
+    };
+    let blocks = opts.blocks.unwrap_or_else(|| fit.min(s.rows + 2).max(3));
+    let cfg = LaunchConfig::linear(blocks, threads);
+    let init = initial_slab::<T>(opts, me, n);
+
+    // Resets the grid and the synchronisation words; collective.
+    let reset = || -> Result<()> {
+        rt.barrier_all()?;
+        a.copy_from(&init)?;
+        a_new.copy_from(&init)?;
+        sync.zero()?;
+        work.zero()?;
+        stats.zero()?;
+        norms.zero()?;
+        rt.barrier_all()
+    };
+    // `iters` iterations from the initial grid; returns the buffer holding the result.
+    let iterate = |iters: u32| -> Result<bool> {
+        match opts.variant {
+            Variant::PerIteration => {
+                let mut check = 0;
+                for e in 0..iters {
+                    let (src, dst) = if e % 2 == 0 {
+                        (&a, &a_new)
+                    } else {
+                        (&a_new, &a)
+                    };
+                    let c = if opts.check_every > 0 && (e + 1) % opts.check_every == 0 {
+                        check += 1;
+                        check - 1
+                    } else {
+                        -1
+                    };
+                    // SAFETY: every PE launches the same sequence (collective `run`); buffers
+                    // and shape as the kernel documents; epochs count up from 0 after `reset`.
+                    unsafe {
+                        step.launch(
+                            cfg,
+                            (src, dst, &sync, &work, &stats, &norms, s, u64::from(e), c),
+                        )?
+                    };
+                }
+            }
+            Variant::Persistent => {
+                // SAFETY: as above; `work` was zeroed by `reset`.
+                unsafe {
+                    persistent.launch(
+                        cfg,
+                        (
+                            &a,
+                            &a_new,
+                            &sync,
+                            &work,
+                            &stats,
+                            &norms,
+                            s,
+                            iters,
+                            opts.check_every,
+                        ),
+                    )?
+                };
+            }
+        }
+        Ok(iters % 2 == 1)
+    };
+
+    if opts.warmup > 0 {
+        reset()?;
+        iterate(opts.warmup)?;
+        rt.stream().synchronize()?;
+    }
+    reset()?;
+    let ctx = rt.context();
+    let flags = Some(shmem_host::cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = rt.stream().record_event(flags)?;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let in_a_new = std::thread::scope(|scope| -> Result<bool> {
+        if opts.progress && me == 0 && checks > 0 {
+            let (done, addr, len) = (&done, stats.device_ptr(), stats.len());
+            scope.spawn(move || watch(ctx, addr, len, opts, done));
+        }
+        let r = iterate(opts.iters);
+        rt.barrier_all_on_stream();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    })?;
+    let end = rt.stream().record_event(flags)?;
+    end.synchronize()?;
+    let ms = f64::from(start.elapsed_ms(&end)?);
+    let (_, slowest_ns) = rt.min_max((ms * 1e6) as i64)?;
+    let seconds_per_iter = slowest_ns as f64 * 1e-9 / f64::from(opts.iters);
+
+    let all_stats = stats.to_vec()?;
+    let done_checks = opts.iters.checked_div(opts.check_every).unwrap_or(0) as usize;
+    let residuals: Vec<(u32, f64)> = (0..done_checks)
+        .map(|k| ((k as u32 + 1) * opts.check_every, all_stats[1 + k].sqrt()))
+        .collect();
+
+    let (mut mismatches, mut residual_error) = (None, None);
+    if opts.verify {
+        let got = if in_a_new {
+            a_new.to_vec()?
+        } else {
+            a.to_vec()?
+        };
+        let (want, want_res) =
+            reference::solve::<T>(opts.seed, opts.nx, opts.ny, opts.iters, opts.check_every);
+        let (start_row, rows) = partition(opts.ny, me, n);
+        let nx = opts.nx as usize;
+        let mine = &got[nx..(rows as usize + 1) * nx];
+        let theirs = &want[start_row as usize * nx..(start_row + rows) as usize * nx];
+        mismatches = Some(mine.iter().zip(theirs).filter(|(x, y)| x != y).count());
+        residual_error = Some(
+            residuals
+                .iter()
+                .zip(&want_res)
+                .map(|((_, g), w)| (g * g - w).abs() / w.abs().max(f64::MIN_POSITIVE))
+                .fold(0.0, f64::max),
+        );
+        if residuals.len() != want_res.len() {
+            residual_error = Some(f64::INFINITY);
+        }
+    }
+    Ok(Outcome {
+        seconds_per_iter,
+        halo_bytes_per_iter: 2 * u64::from(n - 1) * u64::from(opts.nx) * size_of::<T>() as u64,
+        residuals,
+        launch: (blocks, threads),
+        mismatches,
+        residual_error,
+    })
+}
+
+/// Prints residuals as the kernels write them (PE 0), reading `stats` (`len` `f64`s at device
+/// address `addr`) on a stream of its own so that the solve's stream is never stalled.
+fn watch(
+    ctx: &std::sync::Arc<shmem_host::cudarc::driver::CudaContext>,
+    addr: u64,
+    len: usize,
+    opts: &Options,
+    done: &std::sync::atomic::AtomicBool,
+) {
+    use shmem_host::cudarc::driver::result;
+    if ctx.bind_to_thread().is_err() {
+        return;
+    }
+    let Ok(stream) = ctx.new_stream() else { return };
+    let t0 = Instant::now();
+    let mut shown = 0;
+    let mut buf = vec![0f64; len];
+    loop {
+        let finished = done.load(std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `addr` is this PE's `stats` buffer of `len` f64s, alive until the solve
+        // (which outlives this thread) returns; `buf` has `len` elements and is borrowed until
+        // the synchronisation below. A value being written concurrently is read old or new.
+        let copied = unsafe { result::memcpy_dtoh_async(&mut buf, addr, stream.cu_stream()) };
+        if copied.is_err() || stream.synchronize().is_err() {
+            return;
+        }
+        while 1 + shown < buf.len() && buf[1 + shown] != 0.0 {
+            println!(
+                "  iteration {:>7}: residual {:.6e}  ({:.2} s)",
+                (shown as u32 + 1) * opts.check_every,
+                buf[1 + shown].sqrt(),
+                t0.elapsed().as_secs_f64()
+            );
+            shown += 1;
+        }
+        if finished {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

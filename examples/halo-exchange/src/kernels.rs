@@ -1,0 +1,407 @@
+//! The Jacobi kernels: one iteration per launch ([`step_f32`], [`step_f64`]) and all
+//! iterations in one launch ([`persistent_f32`], [`persistent_f64`]).
+//!
+//! # The algorithm
+//! Laplace's equation on an `nx × ny` grid with fixed (Dirichlet) values on its border. The
+//! `ny - 2` interior rows are split over the PEs in contiguous slabs ([`crate::partition`]);
+//! each PE stores its slab with one halo row above and below (`(max_rows + 2) × nx`
+//! elements, the same on every PE, so that the buffer is symmetric). An iteration computes
+//! every interior point of the slab from `a` into `a_new`:
+//!
+//! `a_new[y][x] = (((a[y][x-1] + a[y][x+1]) + a[y-1][x]) + a[y+1][x]) * 0.25`
+//!
+//! in exactly that order, so that the CPU reference ([`crate::reference`]) and the CUDA C++
+//! kernels (`cuda/halo.cu`) produce the same bits.
+//!
+//! # The exchange
+//! Block 0 computes the slab's first row, block 1 its last row (block 0 does both when the
+//! slab has one row); the other blocks compute the rows in between. When an edge row is
+//! done, its block puts it into the neighbour's halo row of *its* `a_new` with
+//! [`put_signal`] (block scope), which sets the neighbour's signal word to `epoch + 1` after
+//! the data has landed. Before an edge block reads a halo row of `a` it waits until the
+//! word is at least `epoch` (the halo of the previous iteration has arrived). That one wait
+//! also protects the halo it is about to overwrite on the neighbour: the neighbour sent the
+//! row being waited for only after reading that halo in the previous iteration. There is no
+//! global barrier per iteration; PEs only ever wait for their two neighbours.
+//!
+//! The grids arrive as `Sym<T>` (a bare pointer) rather than `SymSlice<T>`: a kernel
+//! parameter that is a pointer is known to LLVM to point to global memory, so the stencil's
+//! loads are `ld.global` as in CUDA C++; a pointer inside a struct parameter reaches the
+//! kernel as an integer and gives generic loads (measured: see BENCHMARKS.md).
+//!
+//! Signal words (`sync`): `[0]` the top halo's epoch, `[1]` the bottom halo's epoch,
+//! `[2]` arrivals of residual contributions.
+//!
+//! # The residual
+//! On a check iteration every thread also sums `(a_new - a)²` in `f64`; warps reduce with
+//! [`warp_sum`] and add to `stats[0]`; the last block to finish (a counter in `work[1]`)
+//! sends the PE's sum to slot `check * n + me` of every PE's `norms` with `p`, then, after a
+//! [`fence`], adds 1 to every PE's arrival word; it waits for all `n` arrivals and writes
+//! the sum over PEs, in PE order (so every PE has the same bits), to `stats[1 + check]`.
+
+use core::ops::{Add, Mul};
+use shmem_device::kernel::{KernelParam, ParamKind};
+use shmem_device::prelude::*;
+use shmem_device::scoped::{self, Gpu};
+
+/// The part of the grid one PE owns, and its neighbours. Passed by value to every kernel;
+/// the CUDA C++ kernels take the same `struct` (same fields, same order).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slab {
+    /// Columns, including the two fixed border columns.
+    pub nx: u32,
+    /// Rows this PE updates: local rows `1..=rows`; rows `0` and `rows + 1` are halos.
+    pub rows: u32,
+    /// The PE above, or -1 when row 0 is the domain's top border.
+    pub top_pe: i32,
+    /// The PE below, or -1 when row `rows + 1` is the domain's bottom border.
+    pub bottom_pe: i32,
+    /// Rows of the PE above: this PE's first row goes to its row `top_rows + 1`.
+    pub top_rows: u32,
+    /// Number of PEs (slots per check in `norms`).
+    pub n_pes: u32,
+}
+
+// SAFETY: `#[repr(C)]` of 4-byte integers with no padding: the same layout on the host and the
+// GPU, and every bit pattern is a valid value.
+unsafe impl KernelParam for Slab {
+    const KIND: ParamKind = ParamKind::Scalar;
+}
+
+/// The element types of the solver.
+pub trait Real: Copy + Add<Output = Self> + Mul<Output = Self> + 'static {
+    /// `0.25`.
+    const QUARTER: Self;
+    /// Widening to `f64` (exact for both types).
+    fn to_f64(self) -> f64;
+}
+impl Real for f32 {
+    const QUARTER: f32 = 0.25;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+impl Real for f64 {
+    const QUARTER: f64 = 0.25;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+/// One Jacobi update of `a_new[c]` from `a`, returning `(a_new - a)²` in `f64`.
+///
+/// # Safety
+/// `c - nx`, `c - 1`, `c + 1` and `c + nx` are in bounds of `a`, `c` of `a_new`, and no other
+/// thread writes them during the call.
+#[inline(always)]
+pub unsafe fn update<T: Real>(a: *const T, a_new: *mut T, c: usize, nx: usize) -> (T, T) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let v = (((*a.add(c - 1) + *a.add(c + 1)) + *a.add(c - nx)) + *a.add(c + nx)) * T::QUARTER;
+        *a_new.add(c) = v;
+        (v, *a.add(c))
+    }
+}
+
+/// Updates interior columns `1 + first, 1 + first + stride, ... < nx - 1` of local row `row`,
+/// adding the squared changes to `acc` when `check`.
+///
+/// # Safety
+/// `row` is in `1..=rows` of a slab laid out as in the module documentation.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn update_row<T: Real>(
+    a: *const T,
+    a_new: *mut T,
+    nx: usize,
+    row: usize,
+    first: usize,
+    stride: usize,
+    check: bool,
+    acc: &mut f64,
+) {
+    let base = row * nx;
+    let mut x = 1 + first;
+    while x < nx - 1 {
+        // SAFETY: `1 <= x < nx - 1` and `row` has rows above and below (caller's contract).
+        let (v, old) = unsafe { update(a, a_new, base + x, nx) };
+        if check {
+            let d = v.to_f64() - old.to_f64();
+            *acc += d * d;
+        }
+        x += stride;
+    }
+}
+
+/// The symmetric buffers of a solve.
+#[derive(Clone, Copy)]
+struct Bufs<T> {
+    a: Sym<T>,
+    a_new: Sym<T>,
+    sync: SymSlice<u64>,
+    work: SymSlice<u32>,
+    stats: SymSlice<f64>,
+    norms: SymSlice<f64>,
+}
+
+/// One iteration over the whole slab by the whole grid; returns this thread's residual part.
+///
+/// # Safety
+/// The kernels' contract; every block of the grid calls it with the same arguments.
+#[inline(always)]
+unsafe fn iterate<T: Real>(b: &Bufs<T>, s: Slab, epoch: u64, check: bool) -> f64 {
+    let (blk, nblk) = (block_idx_x() as usize, grid_dim_x() as usize);
+    let (tid, bs) = (thread_idx_x() as usize, block_dim_x() as usize);
+    let (nx, rows) = (s.nx as usize, s.rows as usize);
+    let (a, a_new) = (b.a.as_ptr().cast_const(), b.a_new.as_ptr());
+    let mut acc = 0.0f64;
+    if blk == 0 || (blk == 1 && rows >= 2) {
+        // An edge block: the first row (block 0) or the last (block 1, or block 0 when the
+        // slab has one row).
+        let row = if blk == 0 { 1 } else { rows };
+        let to_top = blk == 0 && s.top_pe >= 0;
+        let to_bottom = (blk == 1 || rows == 1) && s.bottom_pe >= 0;
+        if tid == 0 {
+            // SAFETY: `sync` is symmetric with 3 words; the neighbours set these words.
+            unsafe {
+                if to_top {
+                    signal_wait_until(b.sync.at(0), Cmp::Ge, epoch);
+                }
+                if to_bottom {
+                    signal_wait_until(b.sync.at(1), Cmp::Ge, epoch);
+                }
+            }
+        }
+        sync_threads();
+        // SAFETY: `row` is in `1..=rows`; this block alone writes it.
+        unsafe { update_row(a, a_new, nx, row, tid, bs, check, &mut acc) };
+        sync_threads();
+        // SAFETY: the neighbours are valid PEs with the same buffers, whose halo rows (row 0,
+        // row `top_rows + 1`) are in bounds; those rows are theirs to receive (module
+        // documentation), `row` is this block's own, and the whole block calls.
+        unsafe {
+            let src = DeviceSlice::from_raw_parts(a_new.add(row * nx), nx);
+            if to_top {
+                let halo = b.a_new.as_ptr().add((s.top_rows as usize + 1) * nx);
+                let halo = SymSlice::from_raw_parts(halo, nx);
+                put_signal(
+                    Block,
+                    halo,
+                    src,
+                    b.sync.at(1),
+                    epoch + 1,
+                    SignalOp::Set,
+                    s.top_pe,
+                );
+            }
+            if to_bottom {
+                let halo = SymSlice::from_raw_parts(b.a_new.as_ptr(), nx);
+                put_signal(
+                    Block,
+                    halo,
+                    src,
+                    b.sync.at(0),
+                    epoch + 1,
+                    SignalOp::Set,
+                    s.bottom_pe,
+                );
+            }
+        }
+    } else if nblk > 2 {
+        let mut row = 2 + (blk - 2);
+        while row < rows {
+            // SAFETY: `2 <= row < rows`: an interior row of the slab, owned by this block.
+            unsafe { update_row(a, a_new, nx, row, tid, bs, check, &mut acc) };
+            row += nblk - 2;
+        }
+    }
+    acc
+}
+
+/// Adds the block's residual parts to `stats[0]`; the last block of the grid to do so
+/// exchanges the PE's sum with the other PEs (module documentation) and writes the total to
+/// `stats[1 + check]`.
+///
+/// # Safety
+/// Every thread of every block calls it once per check, with full warps.
+#[inline(always)]
+unsafe fn finish_check(b: &Bufs<f64>, s: Slab, check: usize, acc: f64) {
+    let sum = warp_sum(acc);
+    if lane_id() == 0 {
+        // SAFETY: `stats[0]` is this PE's accumulator, only touched atomically here.
+        unsafe { scoped::add_release(Gpu, b.stats.at(0), sum) };
+    }
+    sync_threads();
+    if thread_idx_x() != 0 {
+        return;
+    }
+    let nblk = grid_dim_x();
+    // SAFETY: `work[1]` counts the blocks done with this check; only touched atomically.
+    let done = unsafe { scoped::fetch_add(Gpu, b.work.at(1), 1u32) };
+    if done + 1 != nblk {
+        return;
+    }
+    // The last block: every other block's additions happened before its increment.
+    let (me, n) = (my_pe() as usize, s.n_pes as usize);
+    // SAFETY: this thread alone touches `stats[0]` and `work[1]` until the next check, which
+    // is after the next launch or grid barrier; `norms` has `n` slots per check, of which
+    // slot `me` is written only by this PE; `sync[2]` only counts arrivals.
+    unsafe {
+        let local = scoped::load_acquire(Gpu, b.stats.at(0));
+        scoped::store_relaxed(Gpu, b.stats.at(0), 0.0);
+        scoped::store_relaxed(Gpu, b.work.at(1), 0u32);
+        let slot = b.norms.at(check * n + me);
+        for pe in 0..n {
+            p(slot, local, pe as i32);
+        }
+        fence();
+        for pe in 0..n {
+            signal_op(b.sync.at(2), 1, SignalOp::Add, pe as i32);
+        }
+        signal_wait_until(b.sync.at(2), Cmp::Ge, ((check + 1) * n) as u64);
+        let mut total = 0.0f64;
+        for pe in 0..n {
+            total += b.norms.at(check * n + pe).read_volatile();
+        }
+        b.stats.write(1 + check, total);
+    }
+}
+
+/// A grid-wide barrier on a counter that only grows: the `k`-th barrier of a launch waits
+/// until `counter >= k * gridDim.x`.
+///
+/// # Safety
+/// The whole grid is co-resident (cooperative launch) and calls it the same number of times;
+/// `counter` is zero at the launch and touched by nothing else.
+#[inline(always)]
+unsafe fn grid_barrier(counter: Sym<u32>, k: u32) {
+    sync_threads();
+    if thread_idx_x() == 0 {
+        let target = k * grid_dim_x();
+        // SAFETY: the caller's contract; acquire/release order the grid's writes around it.
+        unsafe {
+            scoped::fetch_add(Gpu, counter, 1u32);
+            while scoped::load_acquire(Gpu, counter) < target {}
+        }
+    }
+    sync_threads();
+}
+
+/// One iteration (the per-iteration variant).
+///
+/// # Safety
+/// The kernels' contract: see [`step_f32`].
+#[inline(always)]
+unsafe fn step<T: Real>(b: Bufs<T>, s: Slab, epoch: u64, check: i32) {
+    // SAFETY: the kernels' contract.
+    let acc = unsafe { iterate(&b, s, epoch, check >= 0) };
+    if check >= 0 {
+        // SAFETY: every thread reaches this with the same `check`.
+        unsafe { finish_check(&b.f64_view(), s, check as usize, acc) };
+    }
+}
+
+/// All `iters` iterations, with a grid barrier between them (the persistent variant).
+///
+/// # Safety
+/// The kernels' contract: see [`persistent_f32`].
+#[inline(always)]
+unsafe fn persistent<T: Real>(b: Bufs<T>, s: Slab, iters: u32, check_every: u32) {
+    let mut bufs = b;
+    let mut check = 0usize;
+    for it in 0..iters {
+        let checking = check_every > 0 && (it + 1) % check_every == 0;
+        // SAFETY: the kernels' contract; the barrier below separates iterations.
+        let acc = unsafe { iterate(&bufs, s, it as u64, checking) };
+        if checking {
+            // SAFETY: every thread reaches this in the same iteration.
+            unsafe { finish_check(&bufs.f64_view(), s, check, acc) };
+            check += 1;
+        }
+        // SAFETY: cooperative launch, every block runs every iteration.
+        unsafe { grid_barrier(bufs.work.at(0), it + 1) };
+        core::mem::swap(&mut bufs.a, &mut bufs.a_new);
+    }
+}
+
+impl<T> Bufs<T> {
+    /// The same buffers with the field type erased (the residual code needs only the rest).
+    #[inline(always)]
+    fn f64_view(&self) -> Bufs<f64> {
+        // SAFETY: `a` and `a_new` are never dereferenced through the view.
+        unsafe {
+            Bufs {
+                a: self.a.cast(),
+                a_new: self.a_new.cast(),
+                sync: self.sync,
+                work: self.work,
+                stats: self.stats,
+                norms: self.norms,
+            }
+        }
+    }
+}
+
+macro_rules! kernels {
+    ($t:ty, $step:ident, $persistent:ident) => {
+        #[doc = concat!("One Jacobi iteration on `", stringify!($t), "` from `a` into `a_new`, at `epoch`.")]
+        ///
+        /// `check >= 0` also computes the residual into `stats[1 + check]`.
+        ///
+        /// # Safety
+        /// Every PE launches it, with the same `epoch` and `check`, grid of at least 3 blocks
+        /// whose block size is a multiple of 32, co-resident (cooperative launch). `a` and
+        /// `a_new` are symmetric `(max_rows + 2) * nx` buffers laid out as in the module
+        /// documentation with `slab` this PE's part from [`crate::partition`]; `sync` (3),
+        /// `work` (2), `stats` (1 + checks) and `norms` (`n_pes * checks`) are symmetric,
+        /// zeroed together with a barrier before epoch 0, and epochs go up by one per launch.
+        #[shmem_kernel]
+        pub unsafe fn $step(
+            a: Sym<$t>,
+            a_new: Sym<$t>,
+            sync: SymSlice<u64>,
+            work: SymSlice<u32>,
+            stats: SymSlice<f64>,
+            norms: SymSlice<f64>,
+            slab: Slab,
+            epoch: u64,
+            check: i32,
+        ) {
+            let b = Bufs { a, a_new, sync, work, stats, norms };
+            // SAFETY: this kernel's contract.
+            unsafe { step(b, slab, epoch, check) }
+        }
+
+        #[doc = concat!("`iters` Jacobi iterations on `", stringify!($t), "` in one launch, starting from `a`.")]
+        ///
+        /// Iteration `i` writes into `a` when `i` is odd, `a_new` when even (so the result is
+        /// in `a_new` when `iters` is odd). With `check_every > 0`, every `check_every`-th
+        /// iteration writes a residual to `stats[1 + k]`, `k = 0, 1, ...`.
+        ///
+        /// # Safety
+        /// As [`step_f32`], with epochs starting at 0 for this launch, and `work` zeroed
+        /// before it (the grid barrier counts in `work[0]`).
+        #[shmem_kernel]
+        pub unsafe fn $persistent(
+            a: Sym<$t>,
+            a_new: Sym<$t>,
+            sync: SymSlice<u64>,
+            work: SymSlice<u32>,
+            stats: SymSlice<f64>,
+            norms: SymSlice<f64>,
+            slab: Slab,
+            iters: u32,
+            check_every: u32,
+        ) {
+            let b = Bufs { a, a_new, sync, work, stats, norms };
+            // SAFETY: this kernel's contract.
+            unsafe { persistent(b, slab, iters, check_every) }
+        }
+    };
+}
+
+kernels!(f32, step_f32, persistent_f32);
+kernels!(f64, step_f64, persistent_f64);
