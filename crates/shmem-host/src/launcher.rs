@@ -241,6 +241,42 @@ fn stop(children: &mut [Child]) {
     }
 }
 
+/// The harness of GPU tests: runs `body` on `pes` PEs (default `SHMEM_GPU_PES`, else one per
+/// visible GPU) when `SHMEM_GPU_TESTS=1`, and prints that the test was skipped otherwise.
+///
+/// In the test runner's process it re-runs the test binary once per PE under [`launch`]
+/// (`<name> --exact`) and panics, naming the failure, if any PE fails. In a PE (started by
+/// [`launch`], `mpirun` or `srun`) it starts the runtime, runs `body`, and ends with a
+/// barrier. `name` is the test's name as the harness knows it (its path within the binary).
+pub fn gpu_test(name: &str, pes: Option<usize>, body: impl FnOnce(&crate::Shmem)) {
+    if std::env::var("SHMEM_GPU_TESTS").as_deref() != Ok("1") {
+        eprintln!("skipped {name}: set SHMEM_GPU_TESTS=1 on a machine with GPUs");
+        return;
+    }
+    if crate::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
+        let rt = crate::Shmem::init().expect("NVSHMEM starts");
+        body(&rt);
+        rt.barrier_all().expect("final barrier");
+        println!("PE {}/{}: {name} ok", rt.my_pe(), rt.n_pes());
+        return;
+    }
+    let n = match (pes, std::env::var("SHMEM_GPU_PES")) {
+        (Some(n), _) => n,
+        (None, Ok(v)) => v.parse().expect("SHMEM_GPU_PES is a number"),
+        (None, Err(_)) => visible_gpus().expect("a CUDA driver"),
+    };
+    let args = [name, "--exact", "--nocapture", "--test-threads=1"]
+        .map(Into::into)
+        .to_vec();
+    launch(&LaunchSpec {
+        n,
+        program: std::env::current_exe().expect("the test binary"),
+        args,
+        timeout: Some(Duration::from_secs(100)),
+    })
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

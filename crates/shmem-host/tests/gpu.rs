@@ -9,10 +9,9 @@
 //! (`mpirun -np 2 gpu-tests <test> --exact`), each rank is a PE directly, through NVSHMEM's
 //! PMIx bootstrap; one test per `mpirun`, since NVSHMEM starts once per process.
 
-use shmem_host::launcher::{LaunchSpec, launch, visible_gpus};
+use shmem_host::launcher::{gpu_test, visible_gpus};
 use shmem_host::{Error, LaunchConfig, Shmem, SymBuffer};
 use std::path::PathBuf;
-use std::time::Duration;
 use suite_common::expect;
 use suite_common::*;
 
@@ -22,37 +21,18 @@ fn ptx_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"))
 }
 
-/// Runs `body` on every PE: as the launcher when this process is the test runner, as the
-/// PE when the launcher started it.
+/// Runs `body` on every PE (at least 2): see [`shmem_host::launcher::gpu_test`].
 fn on_all_pes(name: &str, body: fn(&Shmem)) {
-    if std::env::var("SHMEM_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped {name}: set SHMEM_GPU_TESTS=1 on a machine with GPUs");
-        return;
+    if let Ok(n) = visible_gpus() {
+        let n = std::env::var("SHMEM_GPU_PES").map_or(n, |v| v.parse().unwrap_or(n));
+        let opted_in = std::env::var("SHMEM_GPU_TESTS").as_deref() == Ok("1");
+        let is_pe = shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok();
+        assert!(
+            !opted_in || is_pe || n >= 2,
+            "the GPU suite needs at least 2 PEs, found {n}"
+        );
     }
-    // A PE of our launcher, or of mpirun/srun: do the work.
-    if shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
-        let rt = Shmem::init().expect("NVSHMEM starts");
-        body(&rt);
-        rt.barrier_all().unwrap();
-        println!("PE {}/{}: {name} ok", rt.my_pe(), rt.n_pes());
-        return;
-    }
-    let n = match std::env::var("SHMEM_GPU_PES") {
-        Ok(v) => v.parse().expect("SHMEM_GPU_PES is a number"),
-        Err(_) => visible_gpus().expect("a CUDA driver"),
-    };
-    assert!(n >= 2, "the GPU suite needs at least 2 PEs, found {n}");
-    let program = std::env::current_exe().unwrap();
-    let args = [name, "--exact", "--nocapture", "--test-threads=1"]
-        .map(Into::into)
-        .to_vec();
-    launch(&LaunchSpec {
-        n,
-        program,
-        args,
-        timeout: Some(Duration::from_secs(100)),
-    })
-    .unwrap_or_else(|e| panic!("{name}: {e}"));
+    gpu_test(name, None, body);
 }
 
 fn filled<'rt, T: Copy + Default + 'static>(

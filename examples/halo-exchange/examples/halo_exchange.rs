@@ -143,14 +143,14 @@ fn summary(o: &Options, out: &Outcome, n: i32) -> String {
 fn pe(o: &Options) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
     let out = run(&rt, o)?;
-    if let Some(m) = out.mismatches {
-        if m != 0 || out.residual_error.is_some_and(|e| e > 1e-9) {
-            return Err(Error::Invalid(format!(
-                "PE {}: {m} points differ from the CPU reference, residual error {:?}",
-                rt.my_pe(),
-                out.residual_error
-            )));
-        }
+    if let Some(m) = out.mismatches
+        && (m != 0 || out.residual_error.is_some_and(|e| e > 1e-9))
+    {
+        return Err(Error::Invalid(format!(
+            "PE {}: {m} points differ from the CPU reference, residual error {:?}",
+            rt.my_pe(),
+            out.residual_error
+        )));
     }
     if rt.my_pe() == 0 {
         println!("{}", summary(o, &out, rt.n_pes()));
