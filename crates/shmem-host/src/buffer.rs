@@ -108,6 +108,16 @@ impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
         Ok(())
     }
 
+    /// The address at which this process can reach `pe`'s copy by loads, stores and
+    /// copy-engine copies (`nvshmem_ptr`), or `None` when `pe` is not mapped (another node).
+    pub fn peer_device_ptr(&self, pe: i32) -> Result<Option<u64>> {
+        self.rt.check_pe(pe)?;
+        // SAFETY: `ptr` is a live symmetric address; `pe` is in range; the call only
+        // translates the address.
+        let p = unsafe { (self.rt.lib().nvshmem_ptr)(self.ptr.cast_const().cast(), pe) };
+        Ok((!p.is_null()).then_some(p as u64))
+    }
+
     /// This PE's copy as a `Vec`.
     pub fn to_vec(&self) -> Result<Vec<T>>
     where

@@ -39,5 +39,7 @@ pub use buffer::{SymAt, SymBuffer};
 /// The CUDA driver bindings the runtime is built on (contexts, streams, events).
 pub use cudarc;
 pub use error::{Error, Result};
-pub use module::{ForeignKernel, ForeignModule, KernelFn, LaunchConfig, Module};
+pub use module::{
+    AnyKernel, AnyModule, ForeignKernel, ForeignModule, KernelFn, LaunchConfig, Module,
+};
 pub use runtime::Shmem;

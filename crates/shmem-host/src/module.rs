@@ -480,6 +480,78 @@ impl<P: ParamPtrs> ForeignKernel<'_, P> {
     }
 }
 
+/// A module of either kind: a shmem-rs module or a [`ForeignModule`] whose kernels have the
+/// same names and parameters (for running a Rust kernel and its CUDA C++ counterpart through
+/// the same host code).
+pub enum AnyModule<'rt> {
+    /// Built by shmem-rs.
+    Rust(Box<Module<'rt>>),
+    /// Built from CUDA C++.
+    Foreign(ForeignModule<'rt>),
+}
+
+impl AnyModule<'_> {
+    /// The kernel named like `K` with `K`'s parameters. For a foreign module, `collective`
+    /// says whether to launch it cooperatively (a Rust module's manifest says it itself).
+    ///
+    /// # Safety
+    /// For a foreign module, the kernel named `K::NAME` takes exactly `K::Params` (see
+    /// [`ForeignModule::kernel`]).
+    pub unsafe fn kernel<K: Kernel>(&self, collective: bool) -> Result<AnyKernel<'_, K>>
+    where
+        K::Params: ParamPtrs,
+    {
+        Ok(match self {
+            AnyModule::Rust(m) => AnyKernel::Rust(m.kernel::<K>()?),
+            AnyModule::Foreign(m) => AnyKernel::Foreign {
+                // SAFETY: the caller's contract.
+                kernel: unsafe { m.kernel::<K::Params>(K::NAME)? },
+                collective,
+            },
+        })
+    }
+}
+
+/// A kernel of an [`AnyModule`].
+pub enum AnyKernel<'m, K: Kernel> {
+    /// From a shmem-rs module.
+    Rust(KernelFn<'m, K>),
+    /// From a foreign module.
+    Foreign {
+        /// The kernel.
+        kernel: ForeignKernel<'m, K::Params>,
+        /// Launched cooperatively.
+        collective: bool,
+    },
+}
+
+impl<K: Kernel> AnyKernel<'_, K>
+where
+    K::Params: ParamPtrs,
+{
+    /// How many blocks of `cfg`'s shape can be resident on this GPU at once.
+    pub fn max_coresident_blocks(&self, cfg: &LaunchConfig) -> Result<u32> {
+        match self {
+            AnyKernel::Rust(k) => k.max_coresident_blocks(cfg),
+            AnyKernel::Foreign { kernel, .. } => kernel.max_coresident_blocks(cfg),
+        }
+    }
+
+    /// Launches it (see [`KernelFn::launch`] and [`ForeignKernel::launch`]).
+    ///
+    /// # Safety
+    /// The kernel's own contract holds for these arguments and this shape.
+    pub unsafe fn launch(&self, cfg: LaunchConfig, args: impl HostArgs<K::Params>) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self {
+                AnyKernel::Rust(k) => k.launch(cfg, args),
+                AnyKernel::Foreign { kernel, collective } => kernel.launch(cfg, *collective, args),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,17 +2,15 @@
 //!
 //! [`run`] is what the `halo_exchange` example and the GPU tests call on every PE. It runs
 //! either the Rust kernels of this crate or the CUDA C++ kernels of `cuda/halo.cu` (loaded
-//! as a [`ForeignModule`]) with the same buffers, launch shape and timing, so the two
+//! as a [`shmem_host::ForeignModule`]) with the same buffers, launch shape and timing, so the two
 //! implementations differ only in their device code.
 
 use crate::kernels::{self, Slab};
 use crate::{FromF64, max_rows, partition, reference, slab};
 use shmem_device::kernel::Kernel;
 use shmem_device::{Sym, SymSlice, kernel::KernelParam};
-use shmem_host::args::{HostArg, HostArgs, ParamPtrs};
-use shmem_host::{
-    Error, ForeignKernel, ForeignModule, KernelFn, LaunchConfig, Module, Result, Shmem,
-};
+use shmem_host::args::HostArg;
+use shmem_host::{AnyModule, Error, LaunchConfig, Result, Shmem};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -164,64 +162,13 @@ impl Element for f64 {
     type Persistent = kernels::persistent_f64;
 }
 
-/// A Rust or a CUDA C++ kernel with parameters `P`.
-enum Launcher<'m, K: Kernel> {
-    Rust(KernelFn<'m, K>),
-    Cuda(ForeignKernel<'m, K::Params>),
-}
-
-impl<K: Kernel> Launcher<'_, K>
-where
-    K::Params: ParamPtrs,
-{
-    fn max_coresident_blocks(&self, cfg: &LaunchConfig) -> Result<u32> {
-        match self {
-            Launcher::Rust(k) => k.max_coresident_blocks(cfg),
-            Launcher::Cuda(k) => k.max_coresident_blocks(cfg),
-        }
-    }
-
-    /// # Safety
-    /// The kernel's contract.
-    unsafe fn launch(&self, cfg: LaunchConfig, args: impl HostArgs<K::Params>) -> Result<()> {
-        // SAFETY: the caller's contract; both kernels are collective (they wait on
-        // neighbours) and go through the co-residency check.
-        unsafe {
-            match self {
-                Launcher::Rust(k) => k.launch(cfg, args),
-                Launcher::Cuda(k) => k.launch(cfg, true, args),
-            }
-        }
-    }
-}
-
-enum Loaded<'rt> {
-    Rust(Box<Module<'rt>>),
-    Cuda(ForeignModule<'rt>),
-}
-
-impl Loaded<'_> {
-    fn kernel<K: Kernel>(&self) -> Result<Launcher<'_, K>>
-    where
-        K::Params: ParamPtrs,
-    {
-        Ok(match self {
-            Loaded::Rust(m) => Launcher::Rust(m.kernel::<K>()?),
-            // SAFETY: `cuda/halo.cu` declares each kernel with the parameters of the Rust
-            // kernel of the same name, in the same order: its `Slice<T>` is `SymSlice<T>`'s
-            // `#[repr(C)]` layout (pointer, length) and its `Slab` is `Slab`'s.
-            Loaded::Cuda(m) => Launcher::Cuda(unsafe { m.kernel::<K::Params>(K::NAME)? }),
-        })
-    }
-}
-
 /// Loads the kernels `opts` asks for. Collective.
-fn load<'rt>(rt: &'rt Shmem, opts: &Options) -> Result<Loaded<'rt>> {
+fn load<'rt>(rt: &'rt Shmem, opts: &Options) -> Result<AnyModule<'rt>> {
     Ok(match &opts.implementation {
         Implementation::Rust { ptx_dir } => {
-            Loaded::Rust(Box::new(rt.load_module(ptx_dir, "halo-exchange")?))
+            AnyModule::Rust(Box::new(rt.load_module(ptx_dir, "halo-exchange")?))
         }
-        Implementation::Cuda { cubin } => Loaded::Cuda(rt.load_foreign_module(cubin)?),
+        Implementation::Cuda { cubin } => AnyModule::Foreign(rt.load_foreign_module(cubin)?),
     })
 }
 
@@ -295,8 +242,15 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
     let stats = rt.alloc::<f64>(1 + checks)?;
     let norms = rt.alloc::<f64>((n as usize * checks).max(1))?;
     let module = load(rt, opts)?;
-    let step = module.kernel::<T::Step>()?;
-    let persistent = module.kernel::<T::Persistent>()?;
+    // SAFETY: `cuda/halo.cu` declares each kernel with the parameters of the Rust kernel of
+    // the same name, in the same order: its `Slice<T>` is `SymSlice<T>`'s `#[repr(C)]` layout
+    // (pointer, length), its `Slab` is `Slab`'s. Both wait on other PEs: cooperative.
+    let (step, persistent) = unsafe {
+        (
+            module.kernel::<T::Step>(true)?,
+            module.kernel::<T::Persistent>(true)?,
+        )
+    };
 
     let threads = opts.threads;
     let probe = LaunchConfig::linear(1, threads);

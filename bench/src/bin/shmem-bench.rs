@@ -1,0 +1,187 @@
+//! `shmem-bench`: NVSHMEM's standard measurements, Rust kernels next to CUDA C++ ones.
+//!
+//! ```text
+//! shmem-bench --cuda perftest.cubin [--out DIR] [--reps 5] [--quick] [--only put_bw,...]
+//! ```
+//!
+//! Started directly it launches one PE per visible GPU (at least 2 are needed); under
+//! `shmem-run` or `mpirun` it is one PE. PE 0 prints the table and writes `DIR/bench.json`
+//! and `DIR/table.txt`; `plot.py DIR/bench.json` draws the curves. Kernels: the Rust ones
+//! from `SHMEM_PTX_DIR` (default `target/ptx`), the CUDA C++ ones from `--cuda` (the cubin
+//! `scripts/nvcc-cubin.sh` builds from `bench/cuda/perftest.cu`).
+
+use serde_json::json;
+use shmem_bench::host::{self, Measured};
+use shmem_host::launcher::{Role, run_as_pes};
+use shmem_host::{AnyModule, Error, Shmem};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const HELP: &str = "\
+shmem-bench: NVSHMEM perftest measurements, Rust kernels against CUDA C++ kernels
+
+usage: shmem-bench --cuda CUBIN [options]
+  --cuda CUBIN     the CUDA C++ kernels (scripts/nvcc-cubin.sh ARCH CUBIN bench/cuda/perftest.cu)
+  --out DIR        write DIR/bench.json and DIR/table.txt (default: bench-out)
+  --reps N         timed launches per implementation and point (default 5)
+  --quick          three sizes per curve (a smoke test)
+  --only A,B       only these tests (put_bw get_bw p_bw put_lat get_lat p_lat g_lat
+                   signal_pingpong put_signal_pingpong alltoall_lat)
+environment: SHMEM_PTX_DIR (default target/ptx)";
+
+struct Args {
+    cuda: PathBuf,
+    out: PathBuf,
+    reps: usize,
+    quick: bool,
+    only: Option<Vec<String>>,
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        cuda: PathBuf::new(),
+        out: PathBuf::from("bench-out"),
+        reps: 5,
+        quick: false,
+        only: None,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().cloned().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--cuda" => a.cuda = value()?.into(),
+            "--out" => a.out = value()?.into(),
+            "--reps" => {
+                a.reps = value()?
+                    .parse()
+                    .ok()
+                    .filter(|r| *r > 0)
+                    .ok_or("--reps needs a positive number")?
+            }
+            "--quick" => a.quick = true,
+            "--only" => a.only = Some(value()?.split(',').map(String::from).collect()),
+            "--help" | "-h" => return Err(String::new()),
+            other => return Err(format!("unknown option `{other}` (see --help)")),
+        }
+    }
+    if a.cuda.as_os_str().is_empty() {
+        return Err("--cuda CUBIN is required: the CUDA C++ side of every comparison".into());
+    }
+    Ok(a)
+}
+
+fn ptx_dir() -> PathBuf {
+    std::env::var_os("SHMEM_PTX_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ptx"))
+}
+
+fn pe(a: &Args) -> shmem_host::Result<()> {
+    let rt = Shmem::init()?;
+    if rt.n_pes() < 2 {
+        return Err(Error::Invalid("shmem-bench needs at least 2 PEs".into()));
+    }
+    let me = rt.my_pe();
+    let rust = AnyModule::Rust(Box::new(rt.load_module(&ptx_dir(), "shmem-bench")?));
+    let cuda = AnyModule::Foreign(rt.load_foreign_module(&a.cuda)?);
+    let points: Vec<_> = host::plan(a.quick)
+        .into_iter()
+        .filter(|p| {
+            a.only
+                .as_ref()
+                .is_none_or(|o| o.iter().any(|t| t == p.test.name()))
+        })
+        .collect();
+    let ceiling = host::ceiling(&rt, a.reps)?.unwrap_or(0.0);
+    if me == 0 {
+        println!("copy-engine ceiling (256 MiB, PE 0 -> PE 1): {ceiling:.1} GB/s");
+        println!(
+            "{} points x {} reps, Rust and CUDA C++ interleaved",
+            points.len(),
+            a.reps
+        );
+    }
+    let started = std::time::Instant::now();
+    let ms: Vec<Measured> = host::run(&rt, &rust, &cuda, &points, a.reps, |i, m| {
+        if me == 0 {
+            println!("{:>4} {}", i + 1, host::line(m, ceiling));
+        }
+    })?;
+    if me != 0 {
+        return Ok(());
+    }
+    let verdict = host::verdict(&ms, ceiling);
+    println!("== summary ({:.0} s)", started.elapsed().as_secs_f64());
+    for l in &verdict {
+        println!("{l}");
+    }
+    let ctx = rt.context();
+    let (major, minor, patch) = rt.version();
+    let meta = json!({
+        "device": ctx.name().unwrap_or_default(),
+        "pes": rt.n_pes(),
+        "nvshmem": format!("{major}.{minor}.{patch}"),
+        "reps": a.reps,
+        "rust_ptx": rust_origin(&rust),
+        "cuda_cubin": a.cuda.display().to_string(),
+        "verdict": verdict,
+    });
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| Error::Invalid(format!("creating {}: {e}", a.out.display())))?;
+    let json = host::to_json(&ms, ceiling, meta);
+    let write = |name: &str, text: String| {
+        std::fs::File::create(a.out.join(name))
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| Error::Invalid(format!("writing {}: {e}", a.out.join(name).display())))
+    };
+    write(
+        "bench.json",
+        serde_json::to_string_pretty(&json).unwrap_or_default(),
+    )?;
+    let mut table = format!("copy-engine ceiling: {ceiling:.1} GB/s\n");
+    for m in &ms {
+        table += &host::line(m, ceiling);
+        table.push('\n');
+    }
+    for l in &verdict {
+        table += l;
+        table.push('\n');
+    }
+    write("table.txt", table)?;
+    println!("wrote {}/bench.json and table.txt", a.out.display());
+    Ok(())
+}
+
+fn rust_origin(m: &AnyModule<'_>) -> String {
+    match m {
+        AnyModule::Rust(m) => m.loaded_from.display().to_string(),
+        AnyModule::Foreign(m) => m.loaded_from.display().to_string(),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let a = match parse(&args) {
+        Ok(a) => a,
+        Err(e) if e.is_empty() => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("shmem-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = run_as_pes(None).and_then(|role| match role {
+        Role::Pe => pe(&a),
+        Role::LaunchedAll => Ok(()),
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shmem-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
