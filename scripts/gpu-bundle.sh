@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
 # Builds, on this (GPU-less) machine, everything the GPU machine runs, into carry/
-# (git-ignored): release binaries of the launcher, the ring example and the GPU test suite,
-# and the kernels (PTX, cubin, manifest) for sm_90. The GPU machine has no Rust toolchain.
+# (git-ignored): release binaries of the launcher, the ring and halo_exchange examples,
+# shmem-bench and the GPU test suites, and the kernels (PTX, cubin, manifest) for sm_90.
+# The GPU machine has no Rust toolchain; it builds the CUDA C++ references with its nvcc.
 # Then: device run with carry=["carry"], command `bash scripts/gpu-run.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo xtask build-ptx --arch sm_90 --require-ptxas
 cargo xtask build-ptx --arch sm_90 --require-ptxas --nvshmem .shmem/nvshmem-3.8.0 --out target/ptx-nvshmem-3.8.0 ring-kernels
 cargo build --release -p shmem-host --bin shmem-run --example ring
-gpu_test=$(cargo test --release -p shmem-host --test gpu --no-run --message-format=json 2>/dev/null \
-  | python3 -c 'import sys,json
+cargo build --release -p halo-exchange --example halo_exchange
+cargo build --release -p shmem-bench --bin shmem-bench
+# The executable of integration test `gpu` of package $1.
+gpu_test() {
+  cargo test --release -p "$1" --test gpu --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="gpu": print(m["executable"])')
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="gpu": print(m["executable"])'
+}
+api_tests=$(gpu_test shmem-host)
+halo_tests=$(gpu_test halo-exchange)
 rm -rf carry && mkdir -p carry/bin carry/ptx carry/ptx-nvshmem-3.8.0
-cp target/release/shmem-run target/release/examples/ring carry/bin/
-cp "$gpu_test" carry/bin/gpu-tests
+cp target/release/shmem-run target/release/examples/ring target/release/examples/halo_exchange \
+  target/release/shmem-bench carry/bin/
+cp "$api_tests" carry/bin/gpu-tests
+cp "$halo_tests" carry/bin/halo-tests
 cp -r target/ptx/sm_90 carry/ptx/
 cp -r target/ptx-nvshmem-3.8.0/sm_90 carry/ptx-nvshmem-3.8.0/
 # Open MPI from PyPI, to test the mpirun/PMIx path (the wheel's data tree: bin/, lib/).

@@ -472,18 +472,19 @@ pub fn run(
 }
 
 /// The copy-engine ceiling in GB/s (median of `reps` copies of [`CEILING_BYTES`] from PE 0
-/// into PE 1's memory, after one warm-up copy); `None` on other PEs. Collective.
+/// into PE 1's memory, after one warm-up copy): `Some` on PE 0, `None` elsewhere. Collective;
+/// a failure on PE 0 is returned after the closing barrier, so the other PEs never hang.
 pub fn ceiling(rt: &Shmem, reps: usize) -> Result<Option<f64>> {
     let src = rt.alloc::<u8>(CEILING_BYTES)?;
     let dst = rt.alloc::<u8>(CEILING_BYTES)?;
     src.copy_from(&vec![0x5a; CEILING_BYTES])?;
     rt.barrier_all()?;
-    let mut times = Vec::new();
-    if rt.my_pe() == 0 {
+    let measure = || -> Result<f64> {
         let peer = dst.peer_device_ptr(1 % rt.n_pes())?.ok_or_else(|| {
             Error::Invalid("PE 1's memory is not mapped here: no copy-engine path".into())
         })?;
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let mut times = Vec::new();
         for i in 0..=reps {
             let start = rt.stream().record_event(flags)?;
             // SAFETY: both ranges are live symmetric allocations of `CEILING_BYTES` (the
@@ -503,9 +504,15 @@ pub fn ceiling(rt: &Shmem, reps: usize) -> Result<Option<f64>> {
                 times.push(f64::from(start.elapsed_ms(&end)?));
             }
         }
-    }
+        Ok(CEILING_BYTES as f64 / (median(&times) * 1e-3) / 1e9)
+    };
+    let got = if rt.my_pe() == 0 {
+        Some(measure())
+    } else {
+        None
+    };
     rt.barrier_all()?;
-    Ok((rt.my_pe() == 0).then(|| CEILING_BYTES as f64 / (median(&times) * 1e-3) / 1e9))
+    got.transpose()
 }
 
 fn size(bytes: usize) -> String {

@@ -271,17 +271,38 @@ fn coresident_blocks(rt: &Shmem, f: sys::CUfunction, cfg: &LaunchConfig) -> Resu
     Ok((per_sm.max(0) * sms) as u32)
 }
 
+/// The co-residency limit of the last block shape launched, so that a launch loop does not
+/// ask the occupancy API every time.
+#[derive(Default)]
+struct FitCache(std::cell::Cell<Option<(u32, u32, u32)>>);
+
+impl FitCache {
+    fn get(&self, rt: &Shmem, f: sys::CUfunction, cfg: &LaunchConfig) -> Result<u32> {
+        let key = (cfg.threads(), cfg.shared_mem_bytes);
+        if let Some((t, m, max)) = self.0.get()
+            && (t, m) == key
+        {
+            return Ok(max);
+        }
+        let max = coresident_blocks(rt, f, cfg)?;
+        self.0.set(Some((key.0, key.1, max)));
+        Ok(max)
+    }
+}
+
 /// Launches `f` on the runtime's stream; cooperatively (after the co-residency check) when
 /// `collective`.
 ///
 /// # Safety
 /// `ptrs` point at values whose types are `f`'s parameters, alive for the call; the kernel's
 /// own contract holds for them and for `cfg`.
+#[allow(clippy::too_many_arguments)]
 unsafe fn launch_raw(
     rt: &Shmem,
     f: sys::CUfunction,
     name: &str,
     collective: bool,
+    fit: &FitCache,
     cfg: LaunchConfig,
     ptrs: &mut [*mut c_void],
 ) -> Result<()> {
@@ -293,7 +314,7 @@ unsafe fn launch_raw(
     let stream = rt.stream().cu_stream();
     rt.context().bind_to_thread()?;
     if collective {
-        let max = coresident_blocks(rt, f, &cfg)?;
+        let max = fit.get(rt, f, &cfg)?;
         if cfg.blocks() > max {
             return Err(Error::GridNotCoResident {
                 kernel: name.to_string(),
@@ -356,6 +377,7 @@ impl<'rt> Module<'rt> {
             module: self,
             f,
             collective: entry.collective,
+            fit: FitCache::default(),
             _k: PhantomData,
         })
     }
@@ -372,6 +394,7 @@ pub struct KernelFn<'m, K> {
     module: &'m Module<'m>,
     f: sys::CUfunction,
     collective: bool,
+    fit: FitCache,
     _k: PhantomData<K>,
 }
 
@@ -407,6 +430,7 @@ where
                 self.f,
                 K::NAME,
                 self.collective,
+                &self.fit,
                 cfg,
                 &mut ptrs,
             )
@@ -436,6 +460,7 @@ impl ForeignModule<'_> {
             rt: self.rt,
             f: function(self.cu_module, name, &self.loaded_from)?,
             name: name.to_string(),
+            fit: FitCache::default(),
             _p: PhantomData,
         })
     }
@@ -452,6 +477,7 @@ pub struct ForeignKernel<'m, P> {
     rt: &'m Shmem,
     f: sys::CUfunction,
     name: String,
+    fit: FitCache,
     _p: PhantomData<P>,
 }
 
@@ -476,7 +502,17 @@ impl<P: ParamPtrs> ForeignKernel<'_, P> {
         let mut ptrs = params.param_ptrs();
         // SAFETY: `ptrs` point at the fields of `params`, alive for the call; `P` is the
         // kernel's parameter list (the contract of `ForeignModule::kernel`).
-        unsafe { launch_raw(self.rt, self.f, &self.name, cooperative, cfg, &mut ptrs) }
+        unsafe {
+            launch_raw(
+                self.rt,
+                self.f,
+                &self.name,
+                cooperative,
+                &self.fit,
+                cfg,
+                &mut ptrs,
+            )
+        }
     }
 }
 

@@ -32,6 +32,10 @@ usage: halo_exchange [options]
   --pes N            PEs to launch when started directly (default: one per GPU)
   --quiet            no progress lines
   --seed S           seed of the initial interior
+  --compare CUBIN    benchmark: both variants of the Rust kernels and of the CUDA C++ kernels
+                     in CUBIN, interleaved (R C R C ...), --reps times each after a warm-up
+                     round; prints medians and Rust/C++ ratios, and RESULT lines (JSON)
+  --reps N           repetitions for --compare (default 5)
 environment: SHMEM_PTX_DIR (default target/ptx)";
 
 fn ptx_dir() -> PathBuf {
@@ -40,11 +44,18 @@ fn ptx_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"))
 }
 
-/// Parsed command line: the solve's options and the PE count to launch.
-fn parse(args: &[String]) -> Result<(Options, Option<usize>), String> {
+/// What the command line asks for besides the solve's options.
+struct Mode {
+    pes: Option<usize>,
+    compare: Option<(PathBuf, usize)>,
+}
+
+/// Parsed command line: the solve's options and the mode.
+fn parse(args: &[String]) -> Result<(Options, Mode), String> {
     let mut o = Options::new(4096, 4096, ptx_dir());
     o.progress = true;
     let (mut nx, mut ny, mut pes) = (None, None, None);
+    let (mut compare, mut reps) = (None, 5);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -93,6 +104,8 @@ fn parse(args: &[String]) -> Result<(Options, Option<usize>), String> {
                     cubin: value()?.into(),
                 }
             }
+            "--compare" => compare = Some(PathBuf::from(value()?)),
+            "--reps" => reps = num(value()?)?.max(1) as usize,
             "--verify" => o.verify = true,
             "--quiet" => o.progress = false,
             "--help" | "-h" => return Err(String::new()),
@@ -105,7 +118,72 @@ fn parse(args: &[String]) -> Result<(Options, Option<usize>), String> {
     if let Some(v) = ny {
         o.ny = v;
     }
-    Ok((o, pes))
+    let compare = compare.map(|c| (c, reps));
+    Ok((o, Mode { pes, compare }))
+}
+
+/// `--compare`: Rust and CUDA C++ kernels, both variants, interleaved; PE 0 reports.
+fn compare(
+    rt: &Shmem,
+    o: &Options,
+    cubin: &std::path::Path,
+    reps: usize,
+) -> shmem_host::Result<()> {
+    let rust = o.implementation.clone();
+    let cuda = Implementation::Cuda {
+        cubin: cubin.to_path_buf(),
+    };
+    let variants = [Variant::Persistent, Variant::PerIteration];
+    let mut times = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    let mut halo_bytes = 0;
+    for rep in 0..=reps {
+        for (vi, v) in variants.iter().enumerate() {
+            for (ii, imp) in [&rust, &cuda].into_iter().enumerate() {
+                let mut x = o.clone();
+                (x.variant, x.implementation, x.verify, x.progress) =
+                    (*v, imp.clone(), false, false);
+                let out = run(rt, &x)?;
+                halo_bytes = out.halo_bytes_per_iter;
+                if rep > 0 {
+                    times[vi][ii].push(out.seconds_per_iter);
+                }
+            }
+        }
+    }
+    if rt.my_pe() != 0 {
+        return Ok(());
+    }
+    let median = |v: &[f64]| {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
+    };
+    for (vi, v) in variants.iter().enumerate() {
+        let (r, c) = (median(&times[vi][0]), median(&times[vi][1]));
+        println!(
+            "{}x{} {:?} {v:?} on {} PE(s): rust {:.2} us/iter, cuda {:.2} us/iter, rust/cuda time {:.3}, halo {:.2} GB/s",
+            o.nx,
+            o.ny,
+            o.dtype,
+            rt.n_pes(),
+            r * 1e6,
+            c * 1e6,
+            r / c,
+            halo_bytes as f64 / r / 1e9
+        );
+        println!(
+            "RESULT {{\"nx\":{},\"ny\":{},\"dtype\":\"{:?}\",\"variant\":\"{v:?}\",\"pes\":{},\"iters\":{},\"rust_us\":{:?},\"cuda_us\":{:?},\"halo_bytes_per_iter\":{}}}",
+            o.nx,
+            o.ny,
+            o.dtype,
+            rt.n_pes(),
+            o.iters,
+            times[vi][0].iter().map(|t| t * 1e6).collect::<Vec<_>>(),
+            times[vi][1].iter().map(|t| t * 1e6).collect::<Vec<_>>(),
+            halo_bytes
+        );
+    }
+    Ok(())
 }
 
 fn summary(o: &Options, out: &Outcome, n: i32) -> String {
@@ -140,8 +218,11 @@ fn summary(o: &Options, out: &Outcome, n: i32) -> String {
     s
 }
 
-fn pe(o: &Options) -> shmem_host::Result<()> {
+fn pe(o: &Options, mode: &Mode) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
+    if let Some((cubin, reps)) = &mode.compare {
+        return compare(&rt, o, cubin, *reps);
+    }
     let out = run(&rt, o)?;
     if let Some(m) = out.mismatches
         && (m != 0 || out.residual_error.is_some_and(|e| e > 1e-9))
@@ -160,7 +241,7 @@ fn pe(o: &Options) -> shmem_host::Result<()> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (opts, pes) = match parse(&args) {
+    let (opts, mode) = match parse(&args) {
         Ok(v) => v,
         Err(e) if e.is_empty() => {
             println!("{HELP}");
@@ -171,8 +252,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = run_as_pes(pes).and_then(|role| match role {
-        Role::Pe => pe(&opts),
+    let outcome = run_as_pes(mode.pes).and_then(|role| match role {
+        Role::Pe => pe(&opts, &mode),
         Role::LaunchedAll => Ok(()),
     });
     match outcome {
