@@ -62,7 +62,7 @@ __device__ __forceinline__ void move_nbi(uint32_t kind, uint32_t scope, uint8_t 
   }
 }
 
-extern "C" __global__ void bw(uint32_t kind, uint32_t scope, uint8_t *dst, uint8_t *src,
+extern "C" __global__ void __launch_bounds__(1024) bw(uint32_t kind, uint32_t scope, uint8_t *dst, uint8_t *src,
                               size_t bytes, uint32_t iters, uint32_t sync_each,
                               uint32_t *counter, int peer) {
   size_t off, len;
@@ -74,7 +74,7 @@ extern "C" __global__ void bw(uint32_t kind, uint32_t scope, uint8_t *dst, uint8
   nvshmem_quiet();
 }
 
-extern "C" __global__ void p_bw(uint32_t *dst, size_t words, uint32_t iters, int peer) {
+extern "C" __global__ void __launch_bounds__(1024) p_bw(uint32_t *dst, size_t words, uint32_t iters, int peer) {
   size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (uint32_t i = 0; i < iters; i++)
@@ -82,7 +82,7 @@ extern "C" __global__ void p_bw(uint32_t *dst, size_t words, uint32_t iters, int
   nvshmem_quiet();
 }
 
-extern "C" __global__ void latency(uint32_t op, uint32_t scope, uint8_t *dst, uint8_t *src,
+extern "C" __global__ void __launch_bounds__(1024) latency(uint32_t op, uint32_t scope, uint8_t *dst, uint8_t *src,
                                    size_t bytes, uint32_t iters, int peer, uint32_t *out) {
   uint32_t *word = (uint32_t *)dst;
   uint32_t acc = 0;
@@ -105,7 +105,7 @@ extern "C" __global__ void latency(uint32_t op, uint32_t scope, uint8_t *dst, ui
   if (op == LAT_G && threadIdx.x == 0) *out = acc;
 }
 
-extern "C" __global__ void ping_pong(uint32_t kind, uint8_t *dst, uint8_t *src, size_t bytes,
+extern "C" __global__ void __launch_bounds__(1024) ping_pong(uint32_t kind, uint8_t *dst, uint8_t *src, size_t bytes,
                                      uint64_t *sig, uint32_t iters, int peer) {
   int me = nvshmem_my_pe();
   for (uint64_t i = 1; i <= iters; i++) {
@@ -122,7 +122,7 @@ extern "C" __global__ void ping_pong(uint32_t kind, uint8_t *dst, uint8_t *src, 
   }
 }
 
-extern "C" __global__ void alltoall_lat(Slice<uint8_t> dest, Slice<uint8_t> src,
+extern "C" __global__ void __launch_bounds__(1024) alltoall_lat(Slice<uint8_t> dest, Slice<uint8_t> src,
                                         uint32_t iters) {
   size_t per_pe = src.len / nvshmem_n_pes();
   for (uint32_t i = 0; i < iters; i++)

@@ -4,6 +4,10 @@
 //! `cuda/perftest.cu` holds the same kernels in CUDA C++, with the same names, parameters
 //! and control flow; the host runs both through the same code (`host.rs`).
 //!
+//! Every kernel is launched with at most 1024 threads per block and says so
+//! (`max_threads = 1024`, CUDA's `__launch_bounds__(1024)`, also in the C++ file), so that
+//! ptxas budgets registers for full blocks.
+//!
 //! Scopes are a runtime parameter (`0` thread, `1` warp, `2` block; uniform across the
 //! launch), so one kernel covers the three.
 
@@ -99,7 +103,7 @@ unsafe fn move_nbi(
 /// # Safety
 /// `dst` and `src` are symmetric with at least `bytes` bytes; `counter` is zero; the grid is
 /// co-resident; `peer` is a valid PE that does not touch the buffers meanwhile.
-#[shmem_kernel]
+#[shmem_kernel(max_threads = 1024)]
 pub unsafe fn bw(
     kind: u32,
     scope: u32,
@@ -130,7 +134,7 @@ pub unsafe fn bw(
 ///
 /// # Safety
 /// `dst` is symmetric with at least `words` `u32`s; `peer` is a valid PE.
-#[shmem_kernel]
+#[shmem_kernel(max_threads = 1024)]
 pub unsafe fn p_bw(dst: Sym<u32>, words: usize, iters: u32, peer: i32) {
     let (first, stride) = (global_idx_x(), grid_stride_x());
     for i in 0..iters {
@@ -159,7 +163,7 @@ pub const LAT_G: u32 = 3;
 ///
 /// # Safety
 /// `dst` and `src` are symmetric with at least `bytes` bytes; `peer` is a valid PE.
-#[shmem_kernel]
+#[shmem_kernel(max_threads = 1024)]
 pub unsafe fn latency(
     op: u32,
     scope: u32,
@@ -210,7 +214,7 @@ pub unsafe fn latency(
 /// # Safety
 /// Both PEs launch it with the same arguments; `sig` is a symmetric zero `u64`; `dst` and
 /// `src` are symmetric with at least `bytes` bytes; `peer` is the other PE.
-#[shmem_kernel]
+#[shmem_kernel(max_threads = 1024)]
 pub unsafe fn ping_pong(
     kind: u32,
     dst: Sym<u8>,
@@ -255,7 +259,7 @@ pub unsafe fn ping_pong(
 /// # Safety
 /// Every PE launches it with the same arguments; the slices are symmetric, equally long and
 /// divisible by the PE count.
-#[shmem_kernel]
+#[shmem_kernel(max_threads = 1024)]
 pub unsafe fn alltoall_lat(dest: SymSlice<u8>, src: SymSlice<u8>, iters: u32) {
     for _ in 0..iters {
         // SAFETY: the kernel contract.

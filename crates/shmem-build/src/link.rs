@@ -134,8 +134,20 @@ pub fn link(
         .arg("-O3")
         .arg("-o")
         .arg(&ptx_path))?;
-    let ptx_text =
+    let mut ptx_text =
         std::fs::read_to_string(&ptx_path).ctx(|| format!("reading {}", ptx_path.display()))?;
+    for m in &metas {
+        if let Some(t) = m.max_threads {
+            ptx_text =
+                ptx::with_launch_bounds(&ptx_text, &m.name, t, m.min_blocks).ok_or_else(|| {
+                    Error::Crate(format!(
+                        "kernel `{}`: no PTX entry to give launch bounds",
+                        m.name
+                    ))
+                })?;
+        }
+    }
+    std::fs::write(&ptx_path, &ptx_text).ctx(|| format!("writing {}", ptx_path.display()))?;
     let info = ptx::parse(&ptx_text);
 
     let mut kernels = Vec::new();
@@ -162,6 +174,8 @@ pub fn link(
             collective: !because.is_empty(),
             collective_because: because,
             params,
+            max_threads: m.max_threads,
+            min_blocks: m.min_blocks,
         });
     }
     Ok(Linked {

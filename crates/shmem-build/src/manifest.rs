@@ -49,6 +49,13 @@ pub struct KernelManifest {
     pub collective_because: Vec<String>,
     /// Parameters, in order.
     pub params: Vec<ParamManifest>,
+    /// Launch bounds from `#[shmem_kernel(max_threads = N)]` (PTX `.maxntid`): launches with
+    /// more threads per block fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_threads: Option<u32>,
+    /// `#[shmem_kernel(min_blocks = M)]` (PTX `.minnctapersm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_blocks: Option<u32>,
 }
 
 /// One kernel parameter.
@@ -89,6 +96,10 @@ impl Manifest {
 pub(crate) struct MetaRecord {
     pub name: String,
     pub params: Vec<MetaParam>,
+    #[serde(default)]
+    pub max_threads: Option<u32>,
+    #[serde(default)]
+    pub min_blocks: Option<u32>,
 }
 
 #[derive(Deserialize)]

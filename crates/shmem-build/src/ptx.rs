@@ -124,8 +124,49 @@ fn param_layout(decl: &str) -> (u32, u32) {
     (size, align)
 }
 
+/// `ptx` with `.maxntid max_threads, 1, 1` (and `.minnctapersm min_blocks`) on entry `name`:
+/// CUDA's `__launch_bounds__`, which lets ptxas budget registers for that many threads (and
+/// blocks per SM). `None` if the entry is not in the text.
+pub fn with_launch_bounds(
+    ptx: &str,
+    name: &str,
+    max_threads: u32,
+    min_blocks: Option<u32>,
+) -> Option<String> {
+    let head = format!(".entry {name}(");
+    let start = ptx.find(&head)?;
+    // The parameter list closes on a line of its own that starts with `)`.
+    let close = start + ptx[start..].find("\n)")? + 1;
+    let eol = close + ptx[close..].find('\n')?;
+    let mut directives = format!("\n.maxntid {max_threads}, 1, 1");
+    if let Some(b) = min_blocks {
+        directives += &format!("\n.minnctapersm {b}");
+    }
+    Some(format!("{}{directives}{}", &ptx[..eol], &ptx[eol..]))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn launch_bounds_go_between_the_parameters_and_the_body() {
+        let ptx = ".visible .entry a(\n\t.param .u32 a_param_0\n)\n{\n\tret;\n}\n.visible .entry b(\n\t.param .u32 b_param_0\n)                 // @b\n{\n\tret;\n}\n";
+        let out = with_launch_bounds(ptx, "b", 256, Some(2)).unwrap();
+        assert!(
+            out.contains(")                 // @b\n.maxntid 256, 1, 1\n.minnctapersm 2\n{"),
+            "{out}"
+        );
+        assert!(
+            out.starts_with(".visible .entry a(\n\t.param .u32 a_param_0\n)\n{"),
+            "{out}"
+        );
+        let only = with_launch_bounds(ptx, "a", 64, None).unwrap();
+        assert!(
+            only.contains("a_param_0\n)\n.maxntid 64, 1, 1\n{"),
+            "{only}"
+        );
+        assert!(with_launch_bounds(ptx, "c", 64, None).is_none());
+    }
+
     use super::*;
 
     const PTX: &str = "

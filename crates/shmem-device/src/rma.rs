@@ -31,6 +31,165 @@ use crate::scope::{Scope, by_scope};
 use crate::sys;
 use crate::types::RmaElem;
 
+/// Sixteen bytes, the unit of the peer-to-peer copy.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Chunk([u32; 4]);
+
+impl Chunk {
+    /// One 16-byte load (`ld.v4.u32`; LLVM would split a plain read into two 8-byte ones).
+    ///
+    /// # Safety
+    /// `p` is valid and 16-byte aligned.
+    #[inline(always)]
+    unsafe fn load(p: *const Chunk) -> Chunk {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let (a, b, c, d): (u32, u32, u32, u32);
+            // SAFETY: the caller's contract; the asm reads the 16 bytes at `p` only.
+            unsafe {
+                core::arch::asm!(
+                    "ld.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+                    p = in(reg64) p,
+                    a = out(reg32) a,
+                    b = out(reg32) b,
+                    c = out(reg32) c,
+                    d = out(reg32) d,
+                    options(readonly, nostack, preserves_flags)
+                )
+            };
+            Chunk([a, b, c, d])
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        // SAFETY: the caller's contract.
+        unsafe {
+            p.read()
+        }
+    }
+
+    /// One 16-byte store (`st.v4.u32`).
+    ///
+    /// # Safety
+    /// `p` is valid for writes and 16-byte aligned.
+    #[inline(always)]
+    unsafe fn store(self, p: *mut Chunk) {
+        #[cfg(target_arch = "nvptx64")]
+        // SAFETY: the caller's contract; the asm writes the 16 bytes at `p` only.
+        unsafe {
+            let [a, b, c, d] = self.0;
+            core::arch::asm!(
+                "st.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+                p = in(reg64) p,
+                a = in(reg32) a,
+                b = in(reg32) b,
+                c = in(reg32) c,
+                d = in(reg32) d,
+                options(nostack, preserves_flags)
+            )
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        // SAFETY: the caller's contract.
+        unsafe {
+            p.write(self)
+        }
+    }
+}
+
+/// Copies `bytes` from `src` to `dst` with the threads of scope `S` when both are 16-byte
+/// aligned (16 bytes per load and store, four in flight per thread, the tail byte by byte),
+/// then synchronises the group; returns `false`, copying nothing, otherwise.
+///
+/// This is the transfer of `put`/`get` when the peer's memory is mapped (`nvshmem_ptr`): the
+/// loop NVSHMEM's LLVM bitcode provides moves data 4 bytes per load (its 16-byte vector type
+/// has 4-byte alignment in the bitcode), where NVSHMEM's nvcc-built library moves 16; on
+/// H200 that made Rust's bulk puts and gets up to 2x slower than CUDA C++'s (BENCHMARKS.md).
+/// Stores are plain (weak) stores, as in NVSHMEM's library: `quiet`, `fence` and barriers
+/// order them as they order NVSHMEM's own.
+///
+/// # Safety
+/// `dst` and `src` are valid for `bytes` and do not overlap; every thread of the scope calls
+/// it with the same arguments (the scope's convergence rule).
+#[inline(always)]
+unsafe fn copy_p2p<S: Scope>(dst: *mut u8, src: *const u8, bytes: usize) -> bool {
+    use crate::scope::ScopeKind;
+    use crate::thread::{
+        WARP_SIZE, block_size, lane_id, sync_threads, sync_warp, thread_rank_in_block,
+    };
+    if !(dst as usize | src as usize).is_multiple_of(16) {
+        return false;
+    }
+    let (me, n) = match S::KIND {
+        ScopeKind::Thread => (0, 1),
+        ScopeKind::Warp => (lane_id() as usize, WARP_SIZE as usize),
+        ScopeKind::Block => (thread_rank_in_block() as usize, block_size() as usize),
+    };
+    let (d, s) = (dst.cast::<Chunk>(), src.cast::<Chunk>());
+    let chunks = bytes / 16;
+    let mut i = me;
+    // SAFETY: every index is below `chunks` (or `bytes` for the tail): inside both ranges,
+    // aligned by the check above (the caller's contract for validity).
+    unsafe {
+        while i + 3 * n < chunks {
+            let (a, b, c, e) = (
+                Chunk::load(s.add(i)),
+                Chunk::load(s.add(i + n)),
+                Chunk::load(s.add(i + 2 * n)),
+                Chunk::load(s.add(i + 3 * n)),
+            );
+            a.store(d.add(i));
+            b.store(d.add(i + n));
+            c.store(d.add(i + 2 * n));
+            e.store(d.add(i + 3 * n));
+            i += 4 * n;
+        }
+        while i < chunks {
+            Chunk::load(s.add(i)).store(d.add(i));
+            i += n;
+        }
+        let mut j = chunks * 16 + me;
+        while j < bytes {
+            dst.add(j).write(src.add(j).read());
+            j += n;
+        }
+    }
+    match S::KIND {
+        ScopeKind::Thread => {}
+        ScopeKind::Warp => sync_warp(u32::MAX),
+        ScopeKind::Block => sync_threads(),
+    }
+    true
+}
+
+/// `put`'s and `get`'s peer-to-peer path: copies between the local `local` and `pe`'s copy
+/// of `sym` (`to_peer`: local to peer) if `pe`'s memory is mapped here and both ends are
+/// 16-byte aligned; `false` if the caller must go through NVSHMEM.
+///
+/// # Safety
+/// As [`copy_p2p`], for `bytes` at `sym` (symmetric) and `local`.
+#[inline(always)]
+unsafe fn try_p2p<S: Scope>(
+    sym: *mut core::ffi::c_void,
+    local: *mut core::ffi::c_void,
+    bytes: usize,
+    pe: i32,
+    to_peer: bool,
+) -> bool {
+    // SAFETY: `nvshmem_ptr` only translates a symmetric address (caller's contract).
+    let peer = unsafe { sys::nvshmem_ptr(sym, pe) }.cast::<u8>();
+    if peer.is_null() {
+        return false;
+    }
+    let local = local.cast::<u8>();
+    // SAFETY: the caller's contract; `peer` maps `pe`'s copy of the same `bytes`.
+    unsafe {
+        if to_peer {
+            copy_p2p::<S>(peer, local, bytes)
+        } else {
+            copy_p2p::<S>(local, peer, bytes)
+        }
+    }
+}
+
 /// Writes `value` into `pe`'s copy of `dest`. NVSHMEM: `nvshmem_TYPE_p`.
 ///
 /// # Safety
@@ -68,6 +227,10 @@ pub unsafe fn put<S: Scope, T: Copy>(
     pe: i32,
 ) {
     let o = operands(dest, src);
+    // SAFETY: the caller upholds the module's contract; lengths were checked above.
+    if unsafe { try_p2p::<S>(o.sym, o.local, o.bytes, pe, true) } {
+        return;
+    }
     let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {
@@ -99,6 +262,11 @@ pub unsafe fn put_nbi<S: Scope, T: Copy>(
     pe: i32,
 ) {
     let o = operands(dest, src);
+    // SAFETY: the caller upholds the module's contract; lengths were checked above. A copy
+    // that completes before returning is a valid non-blocking put.
+    if unsafe { try_p2p::<S>(o.sym, o.local, o.bytes, pe, true) } {
+        return;
+    }
     let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {
@@ -129,6 +297,10 @@ pub unsafe fn get<S: Scope, T: Copy>(
     pe: i32,
 ) {
     let o = operands(src, dest);
+    // SAFETY: the caller upholds the module's contract; lengths were checked above.
+    if unsafe { try_p2p::<S>(o.sym, o.local, o.bytes, pe, false) } {
+        return;
+    }
     let (d, s, bytes) = (o.local, o.sym.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {
@@ -159,6 +331,10 @@ pub unsafe fn get_nbi<S: Scope, T: Copy>(
     pe: i32,
 ) {
     let o = operands(src, dest);
+    // SAFETY: the caller upholds the module's contract; lengths were checked above.
+    if unsafe { try_p2p::<S>(o.sym, o.local, o.bytes, pe, false) } {
+        return;
+    }
     let (d, s, bytes) = (o.local, o.sym.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {

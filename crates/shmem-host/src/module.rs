@@ -377,6 +377,7 @@ impl<'rt> Module<'rt> {
             module: self,
             f,
             collective: entry.collective,
+            max_threads: entry.max_threads,
             fit: FitCache::default(),
             _k: PhantomData,
         })
@@ -394,6 +395,7 @@ pub struct KernelFn<'m, K> {
     module: &'m Module<'m>,
     f: sys::CUfunction,
     collective: bool,
+    max_threads: Option<u32>,
     fit: FitCache,
     _k: PhantomData<K>,
 }
@@ -420,6 +422,16 @@ where
     /// The kernel's own `# Safety` contract holds for these arguments and this shape (which
     /// PEs launch it, buffer sizes, block shape). For a collective kernel, every PE launches it.
     pub unsafe fn launch(&self, cfg: LaunchConfig, args: impl HostArgs<K::Params>) -> Result<()> {
+        if let Some(max) = self.max_threads
+            && cfg.threads() > max
+        {
+            return Err(Error::Invalid(format!(
+                "kernel `{}` was built for at most {max} threads per block \
+                 (#[shmem_kernel(max_threads = {max})]); this launch has {}",
+                K::NAME,
+                cfg.threads()
+            )));
+        }
         let mut params = args.to_params();
         let mut ptrs: Vec<*mut c_void> = params.param_ptrs();
         // SAFETY: `ptrs` point at the fields of `params` (alive until the call returns), whose

@@ -33,7 +33,8 @@ pub(crate) fn generate(k: &Kernel) -> TokenStream {
     }
 }
 
-/// `{"name":"ring","params":[{"name":"dst","type":"Sym<i32>"}]}`
+/// `{"name":"ring","params":[{"name":"dst","type":"Sym<i32>"}]}`, plus `"max_threads"` and
+/// `"min_blocks"` when the attribute gives launch bounds.
 pub(crate) fn metadata_json(k: &Kernel) -> String {
     let params: Vec<String> = k
         .params
@@ -46,8 +47,15 @@ pub(crate) fn metadata_json(k: &Kernel) -> String {
             )
         })
         .collect();
+    let mut bounds = String::new();
+    if let Some(t) = k.bounds.max_threads {
+        bounds += &format!(r#","max_threads":{t}"#);
+    }
+    if let Some(b) = k.bounds.min_blocks {
+        bounds += &format!(r#","min_blocks":{b}"#);
+    }
     format!(
-        r#"{{"name":"{}","params":[{}]}}"#,
+        r#"{{"name":"{}","params":[{}]{bounds}}}"#,
         json_escape(&k.item.sig.ident.to_string()),
         params.join(",")
     )

@@ -7,6 +7,73 @@ use syn::{FnArg, Ident, ItemFn, Pat, ReturnType, Type};
 pub(crate) struct Kernel {
     pub item: ItemFn,
     pub params: Vec<Param>,
+    pub bounds: LaunchBounds,
+}
+
+/// `#[shmem_kernel(max_threads = N, min_blocks = M)]`: CUDA's `__launch_bounds__(N, M)`.
+#[derive(Default)]
+pub(crate) struct LaunchBounds {
+    /// The most threads per block any launch uses (PTX `.maxntid`).
+    pub max_threads: Option<u32>,
+    /// Blocks that should fit on one SM at once (PTX `.minnctapersm`).
+    pub min_blocks: Option<u32>,
+}
+
+/// Parses the attribute's arguments.
+fn parse_bounds(attr: TokenStream, errors: &mut Errors) -> LaunchBounds {
+    let mut b = LaunchBounds::default();
+    if attr.is_empty() {
+        return b;
+    }
+    let parser =
+        syn::punctuated::Punctuated::<syn::MetaNameValue, syn::Token![,]>::parse_terminated;
+    let args = match syn::parse::Parser::parse2(parser, attr.clone()) {
+        Ok(a) => a,
+        Err(_) => {
+            errors.push(
+                &attr,
+                "expected `max_threads = N` and optionally `min_blocks = M`, as in \
+                 #[shmem_kernel(max_threads = 256, min_blocks = 2)]",
+            );
+            return b;
+        }
+    };
+    for arg in &args {
+        let value = match &arg.value {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Int(i),
+                ..
+            }) => i.base10_parse::<u32>().ok().filter(|v| *v > 0),
+            _ => None,
+        };
+        let key = arg
+            .path
+            .get_ident()
+            .map(|i| i.to_string())
+            .unwrap_or_default();
+        match (key.as_str(), value) {
+            ("max_threads", Some(v)) if v <= 1024 => b.max_threads = Some(v),
+            ("min_blocks", Some(v)) => b.min_blocks = Some(v),
+            ("max_threads", _) => errors.push(
+                &arg.value,
+                "max_threads must be an integer from 1 to 1024 (threads per block)",
+            ),
+            ("min_blocks", _) => errors.push(&arg.value, "min_blocks must be a positive integer"),
+            _ => errors.push(
+                &arg.path,
+                format!(
+                    "unknown #[shmem_kernel] argument `{key}`: the arguments are `max_threads` and `min_blocks` (CUDA's __launch_bounds__)"
+                ),
+            ),
+        }
+    }
+    if b.min_blocks.is_some() && b.max_threads.is_none() {
+        errors.push(
+            &attr,
+            "min_blocks needs max_threads, as in __launch_bounds__(N, M)",
+        );
+    }
+    b
 }
 
 /// One validated parameter.
@@ -37,9 +104,7 @@ impl Errors {
 
 pub(crate) fn parse(attr: TokenStream, item: TokenStream) -> syn::Result<Kernel> {
     let mut errors = Errors::default();
-    if !attr.is_empty() {
-        errors.push(&attr, "#[shmem_kernel] takes no arguments");
-    }
+    let bounds = parse_bounds(attr, &mut errors);
     let item: ItemFn = match syn::parse2(item) {
         Ok(f) => f,
         Err(e) => {
@@ -114,7 +179,11 @@ pub(crate) fn parse(attr: TokenStream, item: TokenStream) -> syn::Result<Kernel>
             }
         }
     }
-    errors.finish(Kernel { item, params })
+    errors.finish(Kernel {
+        item,
+        params,
+        bounds,
+    })
 }
 
 /// Type forms that can never be kernel parameters, with what to write instead. Everything

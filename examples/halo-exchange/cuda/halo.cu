@@ -136,12 +136,12 @@ __device__ __forceinline__ void persistent(T *a, T *a_new, Bufs b, Slab s, uint3
 }
 
 #define HALO_KERNELS(T, STEP, PERSISTENT)                                                   \
-  extern "C" __global__ void STEP(T *a, T *a_new, Slice<uint64_t> sync, Slice<uint32_t> work, \
+  extern "C" __global__ void __launch_bounds__(512, 3) STEP(T *a, T *a_new, Slice<uint64_t> sync, Slice<uint32_t> work, \
                                   Slice<double> stats, Slice<double> norms, Slab slab,        \
                                   uint64_t epoch, int check) {                                \
     step<T>(a, a_new, Bufs{sync, work, stats, norms}, slab, epoch, check);                    \
   }                                                                                           \
-  extern "C" __global__ void PERSISTENT(T *a, T *a_new, Slice<uint64_t> sync,                 \
+  extern "C" __global__ void __launch_bounds__(512, 2) PERSISTENT(T *a, T *a_new, Slice<uint64_t> sync,                 \
                                         Slice<uint32_t> work, Slice<double> stats,            \
                                         Slice<double> norms, Slab slab, uint32_t iters,       \
                                         uint32_t check_every) {                               \

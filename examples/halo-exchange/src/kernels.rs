@@ -29,6 +29,12 @@
 //! loads are `ld.global` as in CUDA C++; a pointer inside a struct parameter reaches the
 //! kernel as an integer and gives generic loads (measured: see BENCHMARKS.md).
 //!
+//! Launch bounds: at most 512 threads per block; the per-iteration kernel is compiled for 3
+//! blocks per SM, the persistent one for 2 (CUDA's `__launch_bounds__(512, 3)` and `(512, 2)`,
+//! which `cuda/halo.cu` carries too). Without them LLVM's fully inlined kernels took 45 and
+//! 108 registers, 2 and 1 blocks per SM: 1.3× and 1.85× slower than the C++ kernels, which
+//! nvcc fits in 34 and 58 (measured: see BENCHMARKS.md).
+//!
 //! Signal words (`sync`): `[0]` the top halo's epoch, `[1]` the bottom halo's epoch,
 //! `[2]` arrivals of residual contributions.
 //!
@@ -358,7 +364,7 @@ macro_rules! kernels {
         /// documentation with `slab` this PE's part from [`crate::partition`]; `sync` (3),
         /// `work` (2), `stats` (1 + checks) and `norms` (`n_pes * checks`) are symmetric,
         /// zeroed together with a barrier before epoch 0, and epochs go up by one per launch.
-        #[shmem_kernel]
+        #[shmem_kernel(max_threads = 512, min_blocks = 3)]
         pub unsafe fn $step(
             a: Sym<$t>,
             a_new: Sym<$t>,
@@ -384,7 +390,7 @@ macro_rules! kernels {
         /// # Safety
         /// As [`step_f32`], with epochs starting at 0 for this launch, and `work` zeroed
         /// before it (the grid barrier counts in `work[0]`).
-        #[shmem_kernel]
+        #[shmem_kernel(max_threads = 512, min_blocks = 2)]
         pub unsafe fn $persistent(
             a: Sym<$t>,
             a_new: Sym<$t>,

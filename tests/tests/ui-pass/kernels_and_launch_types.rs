@@ -3,6 +3,15 @@ use shmem_device::prelude::*;
 use shmem_host::args::HostArgs;
 
 /// Every kind of parameter the macro accepts.
+/// Launch bounds, as CUDA's `__launch_bounds__(256, 2)`.
+///
+/// # Safety
+/// None needed.
+#[shmem_kernel(max_threads = 256, min_blocks = 2)]
+pub unsafe fn bounded(n: u32) {
+    let _ = n;
+}
+
 #[shmem_kernel]
 pub unsafe fn all_kinds(a: SymSlice<f32>, b: Sym<u64>, c: DeviceSlice<i8>, d: DevicePtr<u16>, n: u32, x: f64, t: Team, flag: bool) {
     let _ = (a, b, c, d, n, x, t, flag);

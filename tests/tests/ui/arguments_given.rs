@@ -5,4 +5,14 @@ pub unsafe fn k(n: u32) {
     let _ = n;
 }
 
+#[shmem_kernel(max_threads = 2048, min_blocks = 0)]
+pub unsafe fn too_many(n: u32) {
+    let _ = n;
+}
+
+#[shmem_kernel(min_blocks = 2)]
+pub unsafe fn min_without_max(n: u32) {
+    let _ = n;
+}
+
 fn main() {}
