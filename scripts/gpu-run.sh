@@ -43,7 +43,7 @@ echo "exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench-stage.log"
 cleanup
 
 {
-  stage "ring, then the device-API GPU suite under shmem-run"
+  stage "ring, then the device-API GPU suite under shmem-run (put/get now copy peer-to-peer themselves)"
   timeout 30 carry/bin/ring; echo "ring exit $?"
   timeout 150 carry/bin/gpu-tests --test-threads=1; echo "exit $?"
 } 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
@@ -57,3 +57,10 @@ if [ "${MPIRUN:-0}" = 1 ] && [ -x carry/ompi/bin/mpirun ]; then
   done 2>&1 | tee "$OUT/mpirun.log"
 fi
 stage done
+# At most 8 files come back from the device tool: keep the results, pack the logs.
+rm -rf "$OUT"/halo-cuda "$OUT"/bench/perftest.o "$OUT"/bench/perftest.cubin
+(cd "$OUT" && tar czf /tmp/logs.tar.gz --exclude=halo-table.md \
+  --exclude=halo-results.jsonl --exclude=bench/bench.json --exclude=bench/bench.png \
+  --exclude=bench/table.txt . && find . -type f ! -name halo-table.md ! -name halo-results.jsonl \
+  ! -name bench.json ! -name bench.png ! -name table.txt -delete && mv /tmp/logs.tar.gz .)
+ls -R "$OUT"
