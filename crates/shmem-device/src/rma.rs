@@ -96,8 +96,9 @@ impl Chunk {
 }
 
 /// Copies `bytes` from `src` to `dst` with the threads of scope `S` when both are 16-byte
-/// aligned (16 bytes per load and store, four in flight per thread, the tail byte by byte),
-/// then synchronises the group; returns `false`, copying nothing, otherwise.
+/// aligned and `bytes >= 16` (16 bytes per load and store, four in flight per thread, the
+/// tail in words or bytes), then synchronises the group; returns `false`, copying nothing,
+/// otherwise.
 ///
 /// This is the transfer of `put`/`get` when the peer's memory is mapped (`nvshmem_ptr`): the
 /// loop NVSHMEM's LLVM bitcode provides moves data 4 bytes per load (its 16-byte vector type
@@ -115,7 +116,8 @@ unsafe fn copy_p2p<S: Scope>(dst: *mut u8, src: *const u8, bytes: usize) -> bool
     use crate::thread::{
         WARP_SIZE, block_size, lane_id, sync_threads, sync_warp, thread_rank_in_block,
     };
-    if !(dst as usize | src as usize).is_multiple_of(16) {
+    // Under 16 bytes NVSHMEM's own copy (4- and 8-byte accesses) does better.
+    if bytes < 16 || !(dst as usize | src as usize).is_multiple_of(16) {
         return false;
     }
     let (me, n) = match S::KIND {
@@ -146,10 +148,21 @@ unsafe fn copy_p2p<S: Scope>(dst: *mut u8, src: *const u8, bytes: usize) -> bool
             Chunk::load(s.add(i)).store(d.add(i));
             i += n;
         }
-        let mut j = chunks * 16 + me;
-        while j < bytes {
-            dst.add(j).write(src.add(j).read());
-            j += n;
+        // The tail (under 16 bytes): in 4-byte words when it is made of them, else bytes.
+        let (tail, done) = (bytes - chunks * 16, chunks * 16);
+        if tail.is_multiple_of(4) {
+            let (dw, sw) = (dst.add(done).cast::<u32>(), src.add(done).cast::<u32>());
+            let mut j = me;
+            while j < tail / 4 {
+                dw.add(j).write(sw.add(j).read());
+                j += n;
+            }
+        } else {
+            let mut j = done + me;
+            while j < bytes {
+                dst.add(j).write(src.add(j).read());
+                j += n;
+            }
         }
     }
     match S::KIND {
