@@ -153,73 +153,6 @@ struct Bufs<T> {
     norms: SymSlice<f64>,
 }
 
-/// An edge block's iteration: waits for its halo, computes the slab's first or last row and
-/// sends it to the neighbour. Not inlined, like NVSHMEM's put in CUDA C++: its registers
-/// should not count against the interior rows' loop.
-///
-/// # Safety
-/// The kernels' contract; the whole block calls, for block 0 or 1.
-#[inline(never)]
-unsafe fn edge_block<T: Real>(b: &Bufs<T>, s: Slab, epoch: u64, check: bool) -> f64 {
-    let blk = block_idx_x() as usize;
-    let (tid, bs) = (thread_idx_x() as usize, block_dim_x() as usize);
-    let (nx, rows) = (s.nx as usize, s.rows as usize);
-    let (a, a_new) = (b.a.as_ptr().cast_const(), b.a_new.as_ptr());
-    let mut acc = 0.0f64;
-    // An edge block: the first row (block 0) or the last (block 1, or block 0 when the
-    // slab has one row).
-    let row = if blk == 0 { 1 } else { rows };
-    let to_top = blk == 0 && s.top_pe >= 0;
-    let to_bottom = (blk == 1 || rows == 1) && s.bottom_pe >= 0;
-    if tid == 0 {
-        // SAFETY: `sync` is symmetric with 3 words; the neighbours set these words.
-        unsafe {
-            if to_top {
-                signal_wait_until(b.sync.at(0), Cmp::Ge, epoch);
-            }
-            if to_bottom {
-                signal_wait_until(b.sync.at(1), Cmp::Ge, epoch);
-            }
-        }
-    }
-    sync_threads();
-    // SAFETY: `row` is in `1..=rows`; this block alone writes it.
-    unsafe { update_row(a, a_new, nx, row, tid, bs, check, &mut acc) };
-    sync_threads();
-    // SAFETY: the neighbours are valid PEs with the same buffers, whose halo rows (row 0,
-    // row `top_rows + 1`) are in bounds; those rows are theirs to receive (module
-    // documentation), `row` is this block's own, and the whole block calls.
-    unsafe {
-        let src = DeviceSlice::from_raw_parts(a_new.add(row * nx), nx);
-        if to_top {
-            let halo = b.a_new.as_ptr().add((s.top_rows as usize + 1) * nx);
-            let halo = SymSlice::from_raw_parts(halo, nx);
-            put_signal(
-                Block,
-                halo,
-                src,
-                b.sync.at(1),
-                epoch + 1,
-                SignalOp::Set,
-                s.top_pe,
-            );
-        }
-        if to_bottom {
-            let halo = SymSlice::from_raw_parts(b.a_new.as_ptr(), nx);
-            put_signal(
-                Block,
-                halo,
-                src,
-                b.sync.at(0),
-                epoch + 1,
-                SignalOp::Set,
-                s.bottom_pe,
-            );
-        }
-    }
-    acc
-}
-
 /// One iteration over the whole slab by the whole grid; returns this thread's residual part.
 ///
 /// # Safety
@@ -232,8 +165,57 @@ unsafe fn iterate<T: Real>(b: &Bufs<T>, s: Slab, epoch: u64, check: bool) -> f64
     let (a, a_new) = (b.a.as_ptr().cast_const(), b.a_new.as_ptr());
     let mut acc = 0.0f64;
     if blk == 0 || (blk == 1 && rows >= 2) {
-        // SAFETY: the kernels' contract; the whole block calls.
-        acc = unsafe { edge_block(b, s, epoch, check) };
+        // An edge block: the first row (block 0) or the last (block 1, or block 0 when the
+        // slab has one row).
+        let row = if blk == 0 { 1 } else { rows };
+        let to_top = blk == 0 && s.top_pe >= 0;
+        let to_bottom = (blk == 1 || rows == 1) && s.bottom_pe >= 0;
+        if tid == 0 {
+            // SAFETY: `sync` is symmetric with 3 words; the neighbours set these words.
+            unsafe {
+                if to_top {
+                    signal_wait_until(b.sync.at(0), Cmp::Ge, epoch);
+                }
+                if to_bottom {
+                    signal_wait_until(b.sync.at(1), Cmp::Ge, epoch);
+                }
+            }
+        }
+        sync_threads();
+        // SAFETY: `row` is in `1..=rows`; this block alone writes it.
+        unsafe { update_row(a, a_new, nx, row, tid, bs, check, &mut acc) };
+        sync_threads();
+        // SAFETY: the neighbours are valid PEs with the same buffers, whose halo rows (row 0,
+        // row `top_rows + 1`) are in bounds; those rows are theirs to receive (module
+        // documentation), `row` is this block's own, and the whole block calls.
+        unsafe {
+            let src = DeviceSlice::from_raw_parts(a_new.add(row * nx), nx);
+            if to_top {
+                let halo = b.a_new.as_ptr().add((s.top_rows as usize + 1) * nx);
+                let halo = SymSlice::from_raw_parts(halo, nx);
+                put_signal(
+                    Block,
+                    halo,
+                    src,
+                    b.sync.at(1),
+                    epoch + 1,
+                    SignalOp::Set,
+                    s.top_pe,
+                );
+            }
+            if to_bottom {
+                let halo = SymSlice::from_raw_parts(b.a_new.as_ptr(), nx);
+                put_signal(
+                    Block,
+                    halo,
+                    src,
+                    b.sync.at(0),
+                    epoch + 1,
+                    SignalOp::Set,
+                    s.bottom_pe,
+                );
+            }
+        }
     } else if nblk > 2 {
         let mut row = 2 + (blk - 2);
         while row < rows {
@@ -249,12 +231,9 @@ unsafe fn iterate<T: Real>(b: &Bufs<T>, s: Slab, epoch: u64, check: bool) -> f64
 /// exchanges the PE's sum with the other PEs (module documentation) and writes the total to
 /// `stats[1 + check]`.
 ///
-/// Not inlined: like the NVSHMEM calls it makes, it is off the hot path, and inlining it
-/// would raise the register count of the whole kernel.
-///
 /// # Safety
 /// Every thread of every block calls it once per check, with full warps.
-#[inline(never)]
+#[inline(always)]
 unsafe fn finish_check(b: &Bufs<f64>, s: Slab, check: usize, acc: f64) {
     let sum = warp_sum(acc);
     if lane_id() == 0 {
