@@ -24,42 +24,6 @@ pub enum SignalOp {
     Add = 10,
 }
 
-/// `put_signal`'s peer-to-peer path: the data by [`crate::rma`]'s 16-byte copy, then one
-/// thread of the group orders it before the signal (`fence`, a `membar.sys` for mapped
-/// peers, as in NVSHMEM) and updates the signal. `false` if the caller must go through
-/// NVSHMEM (peer not mapped, unaligned or short data).
-///
-/// # Safety
-/// The module's contract, for these raw operands.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn try_p2p_signal<S: Scope>(
-    dest: *mut core::ffi::c_void,
-    src: *mut core::ffi::c_void,
-    bytes: usize,
-    sig: Sym<u64>,
-    value: u64,
-    op: SignalOp,
-    pe: i32,
-) -> bool {
-    // SAFETY: the caller's contract.
-    if !unsafe { crate::rma::try_p2p::<S>(dest, src, bytes, pe, true) } {
-        return false;
-    }
-    // The copy ended with the group synchronised: its leader publishes.
-    let leader = match S::KIND {
-        crate::scope::ScopeKind::Thread => true,
-        crate::scope::ScopeKind::Warp => crate::thread::lane_id() == 0,
-        crate::scope::ScopeKind::Block => crate::thread::thread_rank_in_block() == 0,
-    };
-    if leader {
-        crate::order::fence();
-        // SAFETY: `sig` is symmetric and `pe` valid (the caller's contract).
-        unsafe { signal_op(sig, value, op, pe) };
-    }
-    true
-}
-
 /// Copies `src` into `pe`'s `dest`, then updates `pe`'s `sig` with `op` and `value`;
 /// returns when `src` may be reused. NVSHMEM: `nvshmem_putmem_signal` and warp/block forms.
 ///
@@ -80,10 +44,6 @@ pub unsafe fn put_signal<S: Scope, T: Copy>(
     pe: i32,
 ) {
     let o = operands(dest, src);
-    // SAFETY: the caller upholds the module's contract; lengths were checked above.
-    if unsafe { try_p2p_signal::<S>(o.sym, o.local, o.bytes, sig, value, op, pe) } {
-        return;
-    }
     let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     let (sg, o) = (sig.as_ptr(), op as i32);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
@@ -119,10 +79,6 @@ pub unsafe fn put_signal_nbi<S: Scope, T: Copy>(
     pe: i32,
 ) {
     let o = operands(dest, src);
-    // SAFETY: the caller upholds the module's contract; lengths were checked above.
-    if unsafe { try_p2p_signal::<S>(o.sym, o.local, o.bytes, sig, value, op, pe) } {
-        return;
-    }
     let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     let (sg, o) = (sig.as_ptr(), op as i32);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
