@@ -37,12 +37,12 @@ echo "exit ${PIPESTATUS[0]}" | tee -a "$OUT/halo-bench-stage.log"
 cleanup
 python3 examples/halo-exchange/summarize.py "$OUT/halo-results.jsonl" 2>&1 | tee "$OUT/halo-table.md"
 
-if [ -d carry/ptx-nosig ]; then
-  # An A/B build of the halo kernels (put_signal through NVSHMEM's own copy), same method.
-  stage "halo-exchange benchmark, kernels of carry/ptx-nosig" | tee -a "$OUT/halo-bench-stage.log"
-  mkdir -p "$OUT/nosig" && cp -r "$OUT/halo-cuda" "$OUT/nosig/"
-  SHMEM_PTX_DIR=$PWD/carry/ptx-nosig timeout 200 examples/halo-exchange/bench.sh "$OUT/nosig" > /dev/null 2>&1
-  python3 examples/halo-exchange/summarize.py "$OUT/nosig/halo-results.jsonl" 2>&1 | tee "$OUT/nosig/halo-table.md"
+if [ -d carry/ptx-b ]; then
+  # An A/B pass: a second build of the halo kernels (carry/ptx-b), same method.
+  stage "halo-exchange benchmark, kernels of carry/ptx-b" | tee -a "$OUT/halo-bench-stage.log"
+  mkdir -p "$OUT/b" && cp -r "$OUT/halo-cuda" "$OUT/b/"
+  SHMEM_PTX_DIR=$PWD/carry/ptx-b timeout 200 examples/halo-exchange/bench.sh "$OUT/b" > /dev/null 2>&1
+  python3 examples/halo-exchange/summarize.py "$OUT/b/halo-results.jsonl" 2>&1 | tee "$OUT/b/halo-table.md"
   cleanup
 fi
 
@@ -67,8 +67,8 @@ if [ "${MPIRUN:-0}" = 1 ] && [ -x carry/ompi/bin/mpirun ]; then
 fi
 stage done
 # At most 8 files come back from the device tool: keep the results, pack the logs.
-rm -rf "$OUT"/halo-cuda "$OUT"/nosig/halo-cuda "$OUT"/bench/perftest.o "$OUT"/bench/perftest.cubin
-(cd "$OUT" && tar czf /tmp/logs.tar.gz --exclude=halo-table.md --exclude=nosig/halo-table.md \
+rm -rf "$OUT"/halo-cuda "$OUT"/b/halo-cuda "$OUT"/bench/perftest.o "$OUT"/bench/perftest.cubin
+(cd "$OUT" && tar czf /tmp/logs.tar.gz --exclude=halo-table.md --exclude=b/halo-table.md \
   --exclude=halo-results.jsonl --exclude=bench/bench.json --exclude=bench/bench.png \
   --exclude=bench/table.txt . && find . -type f ! -name halo-table.md ! -name halo-results.jsonl \
   ! -name bench.json ! -name bench.png ! -name table.txt -delete && mv /tmp/logs.tar.gz .)
