@@ -153,85 +153,12 @@ struct Bufs<T> {
     norms: SymSlice<f64>,
 }
 
-/// Sends an edge row to the neighbours that need it (`put_signal`, block scope).
-///
-/// # Safety
-/// The kernels' contract; the whole block calls, after computing `row`.
-#[inline(always)]
-unsafe fn send_edge<T: Real>(
-    b: &Bufs<T>,
-    s: Slab,
-    row: usize,
-    epoch: u64,
-    to_top: bool,
-    to_bottom: bool,
-) {
-    let nx = s.nx as usize;
-    let a_new = b.a_new.as_ptr();
-    // SAFETY: the neighbours are valid PEs with the same buffers, whose halo rows (row 0,
-    // row `top_rows + 1`) are in bounds; those rows are theirs to receive (module
-    // documentation), `row` is this block's own, and the whole block calls.
-    unsafe {
-        let src = DeviceSlice::from_raw_parts(a_new.add(row * nx), nx);
-        if to_top {
-            let halo = b.a_new.as_ptr().add((s.top_rows as usize + 1) * nx);
-            let halo = SymSlice::from_raw_parts(halo, nx);
-            put_signal(
-                Block,
-                halo,
-                src,
-                b.sync.at(1),
-                epoch + 1,
-                SignalOp::Set,
-                s.top_pe,
-            );
-        }
-        if to_bottom {
-            let halo = SymSlice::from_raw_parts(b.a_new.as_ptr(), nx);
-            put_signal(
-                Block,
-                halo,
-                src,
-                b.sync.at(0),
-                epoch + 1,
-                SignalOp::Set,
-                s.bottom_pe,
-            );
-        }
-    }
-}
-
-/// [`send_edge`] out of line, for the persistent kernels: as NVSHMEM's put is in CUDA C++, so
-/// that its registers do not count against the interior rows' loop (inlined, the persistent
-/// kernel spilled 128 bytes under its 64-register budget; out of line, 48). The
-/// per-iteration kernels keep it inline: with a call they spill instead.
-///
-/// # Safety
-/// As [`send_edge`].
-#[inline(never)]
-unsafe fn send_edge_outlined<T: Real>(
-    b: &Bufs<T>,
-    s: Slab,
-    row: usize,
-    epoch: u64,
-    to_top: bool,
-    to_bottom: bool,
-) {
-    // SAFETY: the caller's contract.
-    unsafe { send_edge(b, s, row, epoch, to_top, to_bottom) }
-}
-
 /// One iteration over the whole slab by the whole grid; returns this thread's residual part.
 ///
 /// # Safety
 /// The kernels' contract; every block of the grid calls it with the same arguments.
 #[inline(always)]
-unsafe fn iterate<T: Real, const OUTLINED: bool>(
-    b: &Bufs<T>,
-    s: Slab,
-    epoch: u64,
-    check: bool,
-) -> f64 {
+unsafe fn iterate<T: Real>(b: &Bufs<T>, s: Slab, epoch: u64, check: bool) -> f64 {
     let (blk, nblk) = (block_idx_x() as usize, grid_dim_x() as usize);
     let (tid, bs) = (thread_idx_x() as usize, block_dim_x() as usize);
     let (nx, rows) = (s.nx as usize, s.rows as usize);
@@ -258,14 +185,37 @@ unsafe fn iterate<T: Real, const OUTLINED: bool>(
         // SAFETY: `row` is in `1..=rows`; this block alone writes it.
         unsafe { update_row(a, a_new, nx, row, tid, bs, check, &mut acc) };
         sync_threads();
-        // SAFETY: the kernels' contract; the whole block calls.
+        // SAFETY: the neighbours are valid PEs with the same buffers, whose halo rows (row 0,
+        // row `top_rows + 1`) are in bounds; those rows are theirs to receive (module
+        // documentation), `row` is this block's own, and the whole block calls.
         unsafe {
-            if OUTLINED {
-                send_edge_outlined(b, s, row, epoch, to_top, to_bottom)
-            } else {
-                send_edge(b, s, row, epoch, to_top, to_bottom)
+            let src = DeviceSlice::from_raw_parts(a_new.add(row * nx), nx);
+            if to_top {
+                let halo = b.a_new.as_ptr().add((s.top_rows as usize + 1) * nx);
+                let halo = SymSlice::from_raw_parts(halo, nx);
+                put_signal(
+                    Block,
+                    halo,
+                    src,
+                    b.sync.at(1),
+                    epoch + 1,
+                    SignalOp::Set,
+                    s.top_pe,
+                );
             }
-        };
+            if to_bottom {
+                let halo = SymSlice::from_raw_parts(b.a_new.as_ptr(), nx);
+                put_signal(
+                    Block,
+                    halo,
+                    src,
+                    b.sync.at(0),
+                    epoch + 1,
+                    SignalOp::Set,
+                    s.bottom_pe,
+                );
+            }
+        }
     } else if nblk > 2 {
         let mut row = 2 + (blk - 2);
         while row < rows {
@@ -326,16 +276,6 @@ unsafe fn finish_check(b: &Bufs<f64>, s: Slab, check: usize, acc: f64) {
     }
 }
 
-/// [`finish_check`] out of line, for the persistent kernels (see [`send_edge_outlined`]).
-///
-/// # Safety
-/// As [`finish_check`].
-#[inline(never)]
-unsafe fn finish_check_outlined(b: &Bufs<f64>, s: Slab, check: usize, acc: f64) {
-    // SAFETY: the caller's contract.
-    unsafe { finish_check(b, s, check, acc) }
-}
-
 /// A grid-wide barrier on a counter that only grows: the `k`-th barrier of a launch waits
 /// until `counter >= k * gridDim.x`.
 ///
@@ -363,7 +303,7 @@ unsafe fn grid_barrier(counter: Sym<u32>, k: u32) {
 #[inline(always)]
 unsafe fn step<T: Real>(b: Bufs<T>, s: Slab, epoch: u64, check: i32) {
     // SAFETY: the kernels' contract.
-    let acc = unsafe { iterate::<T, false>(&b, s, epoch, check >= 0) };
+    let acc = unsafe { iterate(&b, s, epoch, check >= 0) };
     if check >= 0 {
         // SAFETY: every thread reaches this with the same `check`.
         unsafe { finish_check(&b.f64_view(), s, check as usize, acc) };
@@ -391,10 +331,10 @@ unsafe fn persistent<T: Real>(b: Bufs<T>, s: Slab, iters: u32, check_every: u32)
         };
         let checking = check_every > 0 && (it + 1) % check_every == 0;
         // SAFETY: the kernels' contract; the barrier below separates iterations.
-        let acc = unsafe { iterate::<T, true>(&bufs, s, it as u64, checking) };
+        let acc = unsafe { iterate(&bufs, s, it as u64, checking) };
         if checking {
             // SAFETY: every thread reaches this in the same iteration.
-            unsafe { finish_check_outlined(&bufs.f64_view(), s, check, acc) };
+            unsafe { finish_check(&bufs.f64_view(), s, check, acc) };
             check += 1;
         }
         // SAFETY: cooperative launch, every block runs every iteration.
