@@ -1,5 +1,6 @@
 //! The kernel pipeline end to end, without a GPU: every example kernel crate is built for
-//! sm_80 and sm_90 against NVSHMEM 3.4.5 and 3.8.0 bitcode; ptxas accepts every file; each
+//! sm_80 and sm_90 against NVSHMEM 3.4.5 and 3.8.0 bitcode (the halo exchange against 3.4.5,
+//! the version the GPUs run; `cargo xtask build-ptx` in CI builds it and `shmem-bench` too); ptxas accepts every file; each
 //! kernel's entry and NVSHMEM's globals are in the PTX; the manifest marks exactly the
 //! kernels that wait or synchronise as collective.
 //!
@@ -151,6 +152,33 @@ const API: &[(&str, bool)] = &[
     ("bounds_check", false),
 ];
 const COLL: &[(&str, bool)] = &[("collectives", true)];
+const HALO: &[(&str, bool)] = &[
+    ("step_f32", true),
+    ("step_f64", true),
+    ("persistent_f32", true),
+    ("persistent_f64", true),
+];
+
+/// `#[shmem_kernel(max_threads = 512, min_blocks = M)]` reaches the manifest and the PTX.
+fn check_launch_bounds(a: &Artifact) {
+    let text = std::fs::read_to_string(&a.ptx).unwrap();
+    for (name, blocks) in [("step_f32", 3), ("persistent_f64", 2)] {
+        let k = a.manifest.kernel(name).unwrap();
+        assert_eq!(
+            (k.max_threads, k.min_blocks),
+            (Some(512), Some(blocks)),
+            "{name}"
+        );
+        let entry = text.find(&format!(".entry {name}(")).unwrap();
+        let body = entry + text[entry..].find("\n{").unwrap();
+        let head = &text[entry..body];
+        assert!(
+            head.contains(".maxntid 512, 1, 1")
+                && head.contains(&format!(".minnctapersm {blocks}")),
+            "{name}: {head}"
+        );
+    }
+}
 
 fn matrix(arch: Arch) {
     if !prerequisites() {
@@ -160,6 +188,11 @@ fn matrix(arch: Arch) {
         check(&build("ring", version, arch), version, RING);
         check(&build("api-suite", version, arch), version, API);
         check(&build("collectives-suite", version, arch), version, COLL);
+        if version == "3.4.5" {
+            let halo = build("halo-exchange", version, arch);
+            check(&halo, version, HALO);
+            check_launch_bounds(&halo);
+        }
     }
 }
 
