@@ -148,13 +148,13 @@ pub unsafe fn p_bw(dst: Sym<u32>, words: usize, iters: u32, peer: i32) {
     quiet();
 }
 
-/// Operations of [`latency`].
+/// Operations of [`latency()`].
 pub const LAT_PUT: u32 = 0;
-/// [`latency`]: blocking get.
+/// [`latency()`]: blocking get.
 pub const LAT_GET: u32 = 1;
-/// [`latency`]: `p` of one `u32` (thread scope only).
+/// [`latency()`]: `p` of one `u32` (thread scope only).
 pub const LAT_P: u32 = 2;
-/// [`latency`]: `g` of one `u32` (thread scope only).
+/// [`latency()`]: `g` of one `u32` (thread scope only).
 pub const LAT_G: u32 = 3;
 
 /// Latency: `iters` times one blocking operation of `bytes` by the launch's unit (one

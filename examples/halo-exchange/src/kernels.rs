@@ -1,5 +1,5 @@
-//! The Jacobi kernels: one iteration per launch ([`step_f32`], [`step_f64`]) and all
-//! iterations in one launch ([`persistent_f32`], [`persistent_f64`]).
+//! The Jacobi kernels: one iteration per launch ([`step_f32()`], [`step_f64()`]) and all
+//! iterations in one launch ([`persistent_f32()`], [`persistent_f64()`]).
 //!
 //! # The algorithm
 //! Laplace's equation on an `nx × ny` grid with fixed (Dirichlet) values on its border. The
@@ -299,7 +299,7 @@ unsafe fn grid_barrier(counter: Sym<u32>, k: u32) {
 /// One iteration (the per-iteration variant).
 ///
 /// # Safety
-/// The kernels' contract: see [`step_f32`].
+/// The kernels' contract: see [`step_f32()`].
 #[inline(always)]
 unsafe fn step<T: Real>(b: Bufs<T>, s: Slab, epoch: u64, check: i32) {
     // SAFETY: the kernels' contract.
@@ -313,7 +313,7 @@ unsafe fn step<T: Real>(b: Bufs<T>, s: Slab, epoch: u64, check: i32) {
 /// All `iters` iterations, with a grid barrier between them (the persistent variant).
 ///
 /// # Safety
-/// The kernels' contract: see [`persistent_f32`].
+/// The kernels' contract: see [`persistent_f32()`].
 #[inline(always)]
 unsafe fn persistent<T: Real>(b: Bufs<T>, s: Slab, iters: u32, check_every: u32) {
     let mut check = 0usize;
@@ -397,7 +397,7 @@ macro_rules! kernels {
         /// iteration writes a residual to `stats[1 + k]`, `k = 0, 1, ...`.
         ///
         /// # Safety
-        /// As [`step_f32`], with epochs starting at 0 for this launch, and `work` zeroed
+        /// As [`step_f32()`], with epochs starting at 0 for this launch, and `work` zeroed
         /// before it (the grid barrier counts in `work[0]`).
         #[shmem_kernel(max_threads = 512, min_blocks = 2)]
         pub unsafe fn $persistent(

@@ -4,7 +4,7 @@
 //! - [`kernels`]: the device code (per-iteration and persistent variants, `f32` and `f64`);
 //! - [`partition`], [`initial`]: how the grid is split and filled, shared by every
 //!   implementation;
-//! - [`reference`]: the CPU reference, bit for bit the same arithmetic;
+//! - [`mod@reference`]: the CPU reference, bit for bit the same arithmetic;
 //! - `host` (host builds only): the driver that the `halo_exchange` example and the GPU tests
 //!   run, and that also drives the CUDA C++ kernels of `cuda/halo.cu` for comparison.
 //!
