@@ -340,19 +340,26 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
     let ctx = rt.context();
     let flags = Some(shmem_host::cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
     let start = rt.stream().record_event(flags)?;
+    // `done` is set once the GPU has finished (not when the host has queued the work), so
+    // that the watcher's last look sees every residual; the end event is recorded right
+    // after the work, never after waiting for the watcher.
     let done = std::sync::atomic::AtomicBool::new(false);
-    let in_a_new = std::thread::scope(|scope| -> Result<bool> {
+    let (in_a_new, end) = std::thread::scope(|scope| -> Result<_> {
         if opts.progress && me == 0 && checks > 0 {
             let (done, addr, len) = (&done, stats.device_ptr(), stats.len());
             scope.spawn(move || watch(ctx, addr, len, opts, done));
         }
-        let r = iterate(opts.iters);
-        rt.barrier_all_on_stream();
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
-        r
+        let finish = || -> Result<_> {
+            let r = iterate(opts.iters)?;
+            rt.barrier_all_on_stream();
+            let end = rt.stream().record_event(flags)?;
+            end.synchronize()?;
+            Ok((r, end))
+        };
+        let out = finish();
+        done.store(true, std::sync::atomic::Ordering::Release);
+        out
     })?;
-    let end = rt.stream().record_event(flags)?;
-    end.synchronize()?;
     let ms = f64::from(start.elapsed_ms(&end)?);
     let (_, slowest_ns) = rt.min_max((ms * 1e6) as i64)?;
     let seconds_per_iter = slowest_ns as f64 * 1e-9 / f64::from(opts.iters);
@@ -408,20 +415,24 @@ fn watch(
     done: &std::sync::atomic::AtomicBool,
 ) {
     use shmem_host::cudarc::driver::result;
-    if ctx.bind_to_thread().is_err() {
-        return;
-    }
-    let Ok(stream) = ctx.new_stream() else { return };
+    let stream = match ctx.bind_to_thread().and_then(|()| ctx.new_stream()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("halo_exchange: no progress reports: {e}");
+            return;
+        }
+    };
     let t0 = Instant::now();
     let mut shown = 0;
     let mut buf = vec![0f64; len];
     loop {
-        let finished = done.load(std::sync::atomic::Ordering::Relaxed);
+        let finished = done.load(std::sync::atomic::Ordering::Acquire);
         // SAFETY: `addr` is this PE's `stats` buffer of `len` f64s, alive until the solve
         // (which outlives this thread) returns; `buf` has `len` elements and is borrowed until
         // the synchronisation below. A value being written concurrently is read old or new.
         let copied = unsafe { result::memcpy_dtoh_async(&mut buf, addr, stream.cu_stream()) };
-        if copied.is_err() || stream.synchronize().is_err() {
+        if let Err(e) = copied.and_then(|()| stream.synchronize()) {
+            eprintln!("halo_exchange: progress reports stopped: {e}");
             return;
         }
         while 1 + shown < buf.len() && buf[1 + shown] != 0.0 {
