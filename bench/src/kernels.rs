@@ -12,7 +12,7 @@
 //! launch), so one kernel covers the three.
 
 use shmem_device::prelude::*;
-use shmem_device::scoped::{self, Gpu};
+use shmem_device::scoped;
 
 /// `scope` of the kernels: every thread works on its own part.
 pub const THREAD: u32 = 0;
@@ -45,25 +45,6 @@ fn unit_part(scope: u32, bytes: usize) -> (usize, usize) {
         }
         _ => (blk * per_block, per_block),
     }
-}
-
-/// A grid barrier on a counter zeroed before the launch (its `k`-th use waits for `k`
-/// arrivals of every block).
-///
-/// # Safety
-/// The whole grid is resident and calls it the same number of times.
-#[inline(always)]
-unsafe fn grid_barrier(counter: Sym<u32>, k: u32) {
-    sync_threads();
-    if thread_idx_x() == 0 {
-        let target = k * grid_dim_x();
-        // SAFETY: the caller's contract; the counter is only touched atomically.
-        unsafe {
-            scoped::fetch_add(Gpu, counter, 1u32);
-            while scoped::load_acquire(Gpu, counter) < target {}
-        }
-    }
-    sync_threads();
 }
 
 /// One non-blocking put or get of `len` bytes at `off`, at `scope`.
@@ -123,7 +104,7 @@ pub unsafe fn bw(
         }
         if sync_each != 0 {
             // SAFETY: every block runs every iteration.
-            unsafe { grid_barrier(counter, i + 1) };
+            unsafe { scoped::grid_barrier(counter, i + 1) };
         }
     }
     quiet();

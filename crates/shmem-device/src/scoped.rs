@@ -287,3 +287,30 @@ pub fn fence_acq_rel<S: MemScope>(_scope: S) {
     #[cfg(not(target_arch = "nvptx64"))]
     crate::arch::device_only("scoped::fence_acq_rel")
 }
+
+/// A barrier of the whole grid on a counter that only grows: the `k`-th barrier of a launch
+/// (`k = 1, 2, ...`) returns when every block has arrived, i.e. when `counter` reaches
+/// `k * gridDim.x`. One thread per block adds 1 with `atom.acq_rel.gpu` and polls with
+/// `ld.acquire.gpu`; `sync_threads` on both sides extends the ordering to the whole block.
+/// CUDA's cooperative-groups `grid.sync()`, for a persistent kernel.
+///
+/// # Safety
+/// - the whole grid is resident at once (a cooperative launch, or a grid within what
+///   `KernelFn::max_coresident_blocks` reports), or the barrier deadlocks;
+/// - every thread of every block calls it the same number of times, with `k` counting the
+///   calls from 1;
+/// - `counter` is a `u32` in global memory, zero at the launch, that nothing else touches
+///   during it.
+#[inline(always)]
+pub unsafe fn grid_barrier(counter: impl ScopedTarget<u32>, k: u32) {
+    crate::thread::sync_threads();
+    if crate::thread::thread_idx_x() == 0 {
+        let target = k * crate::thread::grid_dim_x();
+        // SAFETY: the caller's contract; the counter is only touched atomically.
+        unsafe {
+            fetch_add(Gpu, counter, 1u32);
+            while load_acquire(Gpu, counter) < target {}
+        }
+    }
+    crate::thread::sync_threads();
+}

@@ -276,26 +276,6 @@ unsafe fn finish_check(b: &Bufs<f64>, s: Slab, check: usize, acc: f64) {
     }
 }
 
-/// A grid-wide barrier on a counter that only grows: the `k`-th barrier of a launch waits
-/// until `counter >= k * gridDim.x`.
-///
-/// # Safety
-/// The whole grid is co-resident (cooperative launch) and calls it the same number of times;
-/// `counter` is zero at the launch and touched by nothing else.
-#[inline(always)]
-unsafe fn grid_barrier(counter: Sym<u32>, k: u32) {
-    sync_threads();
-    if thread_idx_x() == 0 {
-        let target = k * grid_dim_x();
-        // SAFETY: the caller's contract; acquire/release order the grid's writes around it.
-        unsafe {
-            scoped::fetch_add(Gpu, counter, 1u32);
-            while scoped::load_acquire(Gpu, counter) < target {}
-        }
-    }
-    sync_threads();
-}
-
 /// One iteration (the per-iteration variant).
 ///
 /// # Safety
@@ -338,7 +318,7 @@ unsafe fn persistent<T: Real>(b: Bufs<T>, s: Slab, iters: u32, check_every: u32)
             check += 1;
         }
         // SAFETY: cooperative launch, every block runs every iteration.
-        unsafe { grid_barrier(bufs.work.at(0), it + 1) };
+        unsafe { scoped::grid_barrier(bufs.work.at(0), it + 1) };
     }
 }
 
