@@ -247,6 +247,12 @@ pointer_common!(Sym, "a symmetric");
 
 /// A symmetric range of `T`s: the remote operand of the bulk operations in [`crate::rma`]
 /// and the collectives.
+///
+/// Performance note: as a kernel parameter it reaches the kernel as two integers, so LLVM
+/// does not know that its pointer is global and loads through it are generic (`LD.E`, where
+/// CUDA C++ gets `LDG.E` for a `float *` parameter). For a buffer that a hot loop reads,
+/// take a [`Sym<T>`] parameter (a bare pointer, known to be global) and pass the length
+/// separately; the halo-exchange kernels do (BENCHMARKS.md).
 #[repr(C)]
 pub struct SymSlice<T> {
     ptr: *mut T,
