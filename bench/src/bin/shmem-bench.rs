@@ -72,9 +72,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
 }
 
 fn ptx_dir() -> PathBuf {
-    std::env::var_os("SHMEM_PTX_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ptx"))
+    shmem_host::module::ptx_dir_or(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ptx"))
 }
 
 fn pe(a: &Args) -> shmem_host::Result<()> {

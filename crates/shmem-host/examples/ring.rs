@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn ptx_dir() -> PathBuf {
-    std::env::var_os("SHMEM_PTX_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"))
+    shmem_host::module::ptx_dir_or(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"),
+    )
 }
 
 fn run() -> shmem_host::Result<()> {

@@ -47,6 +47,14 @@ pub struct Module<'rt> {
     pub loaded_from: PathBuf,
 }
 
+/// Where `cargo xtask build-ptx` put the kernels: `SHMEM_PTX_DIR` if set, else `default`
+/// (a program's `target/ptx`, e.g. relative to its `CARGO_MANIFEST_DIR`).
+pub fn ptx_dir_or(default: impl Into<PathBuf>) -> PathBuf {
+    std::env::var_os("SHMEM_PTX_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| default.into())
+}
+
 /// The GPU's compute capability as `major * 10 + minor`.
 fn compute_capability(rt: &Shmem) -> Result<u32> {
     use sys::CUdevice_attribute::*;

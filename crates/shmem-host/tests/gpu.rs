@@ -16,9 +16,9 @@ use suite_common::expect;
 use suite_common::*;
 
 fn ptx_dir() -> PathBuf {
-    std::env::var_os("SHMEM_PTX_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"))
+    shmem_host::module::ptx_dir_or(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"),
+    )
 }
 
 /// Runs `body` on every PE (at least 2): see [`shmem_host::launcher::gpu_test`].

@@ -39,9 +39,9 @@ usage: halo_exchange [options]
 environment: SHMEM_PTX_DIR (default target/ptx)";
 
 fn ptx_dir() -> PathBuf {
-    std::env::var_os("SHMEM_PTX_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"))
+    shmem_host::module::ptx_dir_or(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"),
+    )
 }
 
 /// What the command line asks for besides the solve's options.

@@ -15,9 +15,9 @@ use shmem_host::launcher::gpu_test;
 use std::path::PathBuf;
 
 fn ptx_dir() -> PathBuf {
-    std::env::var_os("SHMEM_PTX_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"))
+    shmem_host::module::ptx_dir_or(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"),
+    )
 }
 
 /// Solves `nx × ny` for `iters` iterations with every variant and type, and checks each.
