@@ -12,13 +12,12 @@ use crate::kernels::{self, BLOCK, GET, LAT_G, LAT_GET, LAT_P, LAT_PUT, PUT, THRE
 use serde_json::{Value, json};
 use shmem_device::kernel::Kernel;
 use shmem_host::args::{HostArgs, ParamPtrs};
-use shmem_host::cudarc::driver::{result, sys};
-use shmem_host::{AnyModule, Error, LaunchConfig, Result, Shmem, SymBuffer};
+use shmem_host::cudarc::driver::sys;
+pub use shmem_host::measure::{CEILING_BYTES, median};
+use shmem_host::{AnyModule, LaunchConfig, Result, Shmem, SymBuffer};
 
 /// The largest message of the bandwidth tests.
 pub const MAX_BYTES: usize = 32 << 20;
-/// The copy-engine ceiling's copy size.
-pub const CEILING_BYTES: usize = 256 << 20;
 
 /// A measurement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,20 +224,6 @@ pub struct Measured {
     pub rust_ms: Vec<f64>,
     /// CUDA C++ launches.
     pub cuda_ms: Vec<f64>,
-}
-
-/// The median.
-pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 impl Measured {
@@ -469,50 +454,6 @@ pub fn run(
         out.push(m);
     }
     Ok(out)
-}
-
-/// The copy-engine ceiling in GB/s (median of `reps` copies of [`CEILING_BYTES`] from PE 0
-/// into PE 1's memory, after one warm-up copy): `Some` on PE 0, `None` elsewhere. Collective;
-/// a failure on PE 0 is returned after the closing barrier, so the other PEs never hang.
-pub fn ceiling(rt: &Shmem, reps: usize) -> Result<Option<f64>> {
-    let src = rt.alloc::<u8>(CEILING_BYTES)?;
-    let dst = rt.alloc::<u8>(CEILING_BYTES)?;
-    src.copy_from(&vec![0x5a; CEILING_BYTES])?;
-    rt.barrier_all()?;
-    let measure = || -> Result<f64> {
-        let peer = dst.peer_device_ptr(1 % rt.n_pes())?.ok_or_else(|| {
-            Error::Invalid("PE 1's memory is not mapped here: no copy-engine path".into())
-        })?;
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let mut times = Vec::new();
-        for i in 0..=reps {
-            let start = rt.stream().record_event(flags)?;
-            // SAFETY: both ranges are live symmetric allocations of `CEILING_BYTES` (the
-            // destination mapped into this context by NVSHMEM); the stream orders the copy
-            // between the events.
-            unsafe {
-                result::memcpy_dtod_async(
-                    peer,
-                    src.device_ptr(),
-                    CEILING_BYTES,
-                    rt.stream().cu_stream(),
-                )?
-            };
-            let end = rt.stream().record_event(flags)?;
-            end.synchronize()?;
-            if i > 0 {
-                times.push(f64::from(start.elapsed_ms(&end)?));
-            }
-        }
-        Ok(CEILING_BYTES as f64 / (median(&times) * 1e-3) / 1e9)
-    };
-    let got = if rt.my_pe() == 0 {
-        Some(measure())
-    } else {
-        None
-    };
-    rt.barrier_all()?;
-    got.transpose()
 }
 
 fn size(bytes: usize) -> String {

@@ -91,7 +91,7 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
                 .is_none_or(|o| o.iter().any(|t| t == p.test.name()))
         })
         .collect();
-    let ceiling = host::ceiling(&rt, a.reps)?.unwrap_or(0.0);
+    let ceiling = shmem_host::measure::copy_engine_peer_bandwidth(&rt, a.reps)?.unwrap_or(0.0);
     if me == 0 {
         println!("copy-engine ceiling (256 MiB, PE 0 -> PE 1): {ceiling:.1} GB/s");
         println!(

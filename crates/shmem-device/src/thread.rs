@@ -292,3 +292,68 @@ pub fn warp_sum<T: Shuffle + core::ops::Add<Output = T>>(mut v: T) -> T {
     }
     v
 }
+
+/// `__shfl_sync(0xffffffff, v, src_lane)`: every lane gets `v` of lane `src_lane` (`0..32`).
+/// Same convergence rule as [`shfl_xor`].
+#[inline(always)]
+pub fn shfl_idx(v: u32, src_lane: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let out: u32;
+        // SAFETY: `shfl.sync.idx` reads registers of the lanes in the full mask only; a
+        // warp that is not converged hangs rather than touching memory.
+        unsafe {
+            core::arch::asm!(
+                "shfl.sync.idx.b32 {o}, {v}, {l}, 0x1f, 0xffffffff;",
+                o = out(reg32) out,
+                v = in(reg32) v,
+                l = in(reg32) src_lane,
+                options(nomem, nostack)
+            )
+        };
+        out
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (v, src_lane);
+        crate::arch::device_only("shfl_idx")
+    }
+}
+
+/// `__ballot_sync(0xffffffff, pred)`: bit `i` is set when lane `i`'s `pred` is true, in every
+/// lane. Same convergence rule as [`shfl_xor`].
+#[inline(always)]
+pub fn ballot(pred: bool) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let out: u32;
+        // SAFETY: `vote.sync.ballot` reads predicates of the lanes in the full mask only; a
+        // warp that is not converged hangs rather than touching memory.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .pred p; setp.ne.u32 p, {v}, 0; vote.sync.ballot.b32 {o}, p, 0xffffffff; }}",
+                o = out(reg32) out,
+                v = in(reg32) u32::from(pred),
+                options(nomem, nostack)
+            )
+        };
+        out
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = pred;
+        crate::arch::device_only("ballot")
+    }
+}
+
+/// The bitwise OR of `v` over the 32 lanes of the warp, in every lane. Same convergence rule
+/// as [`shfl_xor`].
+#[inline(always)]
+pub fn warp_or(mut v: u32) -> u32 {
+    let mut m = WARP_SIZE / 2;
+    while m > 0 {
+        v |= shfl_xor(v, m);
+        m /= 2;
+    }
+    v
+}

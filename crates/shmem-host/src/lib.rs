@@ -31,6 +31,7 @@ pub mod args;
 pub mod buffer;
 pub mod error;
 pub mod launcher;
+pub mod measure;
 pub mod module;
 pub mod nvshmem;
 pub mod runtime;

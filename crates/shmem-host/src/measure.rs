@@ -1,0 +1,80 @@
+//! Measurement helpers shared by the benchmarks: medians and the copy-engine ceiling.
+
+use crate::cudarc::driver::{result, sys};
+use crate::{Error, Result, Shmem};
+
+/// The copy size of [`copy_engine_peer_bandwidth`]: 256 MiB.
+pub const CEILING_BYTES: usize = 256 << 20;
+
+/// The median of `v` (the mean of the middle two for an even length; NaN when empty).
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// The copy-engine peer bandwidth in GB/s (1e9 B/s): the median of `reps` copies of
+/// [`CEILING_BYTES`] from PE 0 into PE 1's memory (`cuMemcpyDtoDAsync` to the address
+/// `nvshmem_ptr` gives), after one warm-up copy, timed with CUDA events. `Some` on PE 0,
+/// `None` elsewhere (and on one PE, which has no peer, it copies into its own memory).
+/// Collective; a failure on PE 0 is returned after the closing barrier, so the other PEs
+/// never hang.
+pub fn copy_engine_peer_bandwidth(rt: &Shmem, reps: usize) -> Result<Option<f64>> {
+    let src = rt.alloc::<u8>(CEILING_BYTES)?;
+    let dst = rt.alloc::<u8>(CEILING_BYTES)?;
+    src.copy_from(&vec![0x5a; CEILING_BYTES])?;
+    rt.barrier_all()?;
+    let measure = || -> Result<f64> {
+        let peer = dst.peer_device_ptr(1 % rt.n_pes())?.ok_or_else(|| {
+            Error::Invalid("PE 1's memory is not mapped here: no copy-engine path".into())
+        })?;
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let mut times = Vec::new();
+        for i in 0..=reps {
+            let start = rt.stream().record_event(flags)?;
+            // SAFETY: both ranges are live symmetric allocations of `CEILING_BYTES` (the
+            // destination mapped into this context by NVSHMEM); the stream orders the copy
+            // between the events.
+            unsafe {
+                result::memcpy_dtod_async(
+                    peer,
+                    src.device_ptr(),
+                    CEILING_BYTES,
+                    rt.stream().cu_stream(),
+                )?
+            };
+            let end = rt.stream().record_event(flags)?;
+            end.synchronize()?;
+            if i > 0 {
+                times.push(f64::from(start.elapsed_ms(&end)?));
+            }
+        }
+        Ok(CEILING_BYTES as f64 / (median(&times) * 1e-3) / 1e9)
+    };
+    let got = if rt.my_pe() == 0 {
+        Some(measure())
+    } else {
+        None
+    };
+    rt.barrier_all()?;
+    got.transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+}
