@@ -31,10 +31,11 @@ use crate::scope::{Scope, by_scope};
 use crate::sys;
 use crate::types::RmaElem;
 
-/// Sixteen bytes, the unit of the peer-to-peer copy.
+/// Sixteen bytes moved by one vector load or store: the unit of the peer-to-peer copy, and
+/// of kernels that move rows through [`crate::ptr`] themselves (eight `bf16`, four `f32`).
 #[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Chunk([u32; 4]);
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk(pub [u32; 4]);
 
 impl Chunk {
     /// One 16-byte load (`ld.v4.u32`; LLVM would split a plain read into two 8-byte ones).
@@ -42,7 +43,7 @@ impl Chunk {
     /// # Safety
     /// `p` is valid and 16-byte aligned.
     #[inline(always)]
-    unsafe fn load(p: *const Chunk) -> Chunk {
+    pub unsafe fn load(p: *const Chunk) -> Chunk {
         #[cfg(target_arch = "nvptx64")]
         {
             let (a, b, c, d): (u32, u32, u32, u32);
@@ -72,7 +73,7 @@ impl Chunk {
     /// # Safety
     /// `p` is valid for writes and 16-byte aligned.
     #[inline(always)]
-    unsafe fn store(self, p: *mut Chunk) {
+    pub unsafe fn store(self, p: *mut Chunk) {
         #[cfg(target_arch = "nvptx64")]
         // SAFETY: the caller's contract; the asm writes the 16 bytes at `p` only.
         unsafe {

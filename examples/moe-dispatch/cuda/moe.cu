@@ -1,0 +1,343 @@
+// CUDA C++ reference of the MoE kernels (src/kernels.rs): the same algorithm, operation for
+// operation, written the way a CUDA C++ NVSHMEM user would write it.
+//
+// Built into a cubin with NVSHMEM's device library (cuda/build.sh) and launched by the Rust
+// host driver (src/host.rs, `--cuda` / `--compare`) with the same buffers, launch shapes and
+// timing as the Rust kernels. `Bufs` and `Shape` are the layouts of the Rust structs.
+// Products and sums use __fmul_rn/__fadd_rn (no fused multiply-add), as the Rust kernels and
+// the CPU reference do, so that all three agree bit for bit.
+
+#include <cstdint>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+struct Shape {
+  uint32_t tokens, hidden, experts, top_k, n_pes, capacity, round, mode;
+};
+
+struct Bufs {
+  uint16_t *x;
+  int32_t *topk;
+  float *weights;
+  int32_t *send_pair, *send_slot;
+  uint32_t *work, *counts, *base;
+  uint16_t *recv_x;
+  int32_t *recv_src, *recv_pair;
+  float *recv_w;
+  uint32_t *recv_count, *expert_count, *expert_offset;
+  int32_t *expert_rows;
+  uint16_t *expert_y, *comb_recv, *comb_stage, *out;
+  uint64_t *signals;
+  uint32_t *dropped;
+};
+
+enum : uint32_t { LOW_LATENCY = 0, THROUGHPUT = 1 };
+enum : size_t { DISPATCH_DONE = 0, COMBINE_DONE = 1, LAYOUT_BARRIER = 2, ROW_CURSORS = 3 };
+enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2 };
+
+__device__ __forceinline__ float bf16_to_f32(uint32_t b) { return __uint_as_float(b << 16); }
+
+__device__ __forceinline__ uint32_t f32_to_bf16(float f) {
+  uint32_t b = __float_as_uint(f);
+  if (f != f) return ((b >> 16) | 0x40) & 0xffff;
+  return (b + 0x7fff + ((b >> 16) & 1)) >> 16;
+}
+
+__device__ __forceinline__ float expert_scale(uint32_t e) {
+  return __fadd_rn(1.0f, __fmul_rn((float)(e % 8), 0.125f));
+}
+
+__device__ __forceinline__ void widen(uint4 c, float v[8]) {
+  uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    v[2 * i] = bf16_to_f32(w[i] & 0xffff);
+    v[2 * i + 1] = bf16_to_f32(w[i] >> 16);
+  }
+}
+
+__device__ __forceinline__ uint4 narrow(const float v[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) w[i] = f32_to_bf16(v[2 * i]) | (f32_to_bf16(v[2 * i + 1]) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ void warps(uint32_t &lane, uint32_t &gw, uint32_t &nw) {
+  uint32_t wpb = (blockDim.x + 31) / 32;
+  lane = threadIdx.x % 32;
+  gw = blockIdx.x * wpb + threadIdx.x / 32;
+  nw = gridDim.x * wpb;
+}
+
+__device__ __forceinline__ uint32_t warp_or(uint32_t v) {
+  for (int m = 16; m > 0; m /= 2) v |= __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
+__device__ __forceinline__ void grid_barrier(uint32_t *counter, uint32_t k) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t target = k * gridDim.x;
+    atomicAdd(counter, 1u);
+    __threadfence();
+    while (atomicAdd(counter, 0u) < target) {
+    }
+  }
+  __syncthreads();
+}
+
+extern "C" __global__ void moe_layout(Bufs b, Shape s) {
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts;
+  size_t k_n = s.top_k, t_n = s.tokens;
+  uint32_t l_n = e_n / n;
+  uint32_t lane, gw, nw;
+  warps(lane, gw, nw);
+  size_t row_len = e_n + n, mine = me * row_len;
+  for (uint32_t w = gw; w < e_n + n; w += nw) {
+    uint32_t running = 0;
+    for (size_t t0 = 0; t0 < t_n; t0 += 32) {
+      size_t t = t0 + lane;
+      int hit = -1;
+      if (t < t_n) {
+        for (size_t k = 0; k < k_n; k++) {
+          int32_t e = b.topk[t * k_n + k];
+          bool yes = w < e_n ? e == (int32_t)w : (e >= 0 && (uint32_t)e / l_n == w - e_n);
+          if (yes) hit = (int)k;
+        }
+      }
+      uint32_t mask = __ballot_sync(0xffffffffu, hit >= 0);
+      uint32_t pos = running + __popc(mask & ((1u << lane) - 1));
+      if (w < e_n) {
+        if (hit >= 0) b.send_pair[t * k_n + hit] = (int32_t)pos;
+      } else if (t < t_n) {
+        b.send_slot[t * n + (w - e_n)] = hit >= 0 ? (int32_t)pos : -1;
+      }
+      running += __popc(mask);
+    }
+    if (lane == 0) b.counts[mine + w] = running;
+  }
+  grid_barrier(b.work + LAYOUT_BARRIER, s.round);
+  if (blockIdx.x != 0) return;
+  uint32_t tid = threadIdx.x, bs = blockDim.x;
+  if (tid < n) {
+    if (tid == me) {
+      nvshmem_fence();
+      nvshmemx_signal_op(b.signals + SIG_COUNTS, 1, NVSHMEM_SIGNAL_ADD, me);
+    } else {
+      nvshmem_putmem_signal(b.counts + mine, b.counts + mine, row_len * sizeof(uint32_t),
+                            b.signals + SIG_COUNTS, 1, NVSHMEM_SIGNAL_ADD, tid);
+    }
+  }
+  if (tid == 0)
+    nvshmem_signal_wait_until(b.signals + SIG_COUNTS, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
+  __syncthreads();
+  volatile uint32_t *counts = b.counts;
+  auto cnt = [&](uint32_t src, uint32_t e) { return counts[src * (e_n + n) + e]; };
+  auto total = [&](uint32_t e) {
+    uint32_t t = 0;
+    for (uint32_t src = 0; src < n; src++) t += cnt(src, e);
+    return t;
+  };
+  uint32_t cap = s.capacity;
+  auto segment = [&](uint32_t d, uint32_t l) {
+    uint32_t seg = 0;
+    for (uint32_t l2 = 0; l2 < l; l2++) seg += min(total(d * l_n + l2), cap);
+    return seg;
+  };
+  for (uint32_t e = tid; e < e_n; e += bs) {
+    uint32_t seg = segment(e / l_n, e % l_n), before = 0;
+    for (uint32_t src = 0; src < me; src++) before += cnt(src, e);
+    b.base[e] = seg + before;
+    uint32_t lim = seg + cap;
+    b.base[e_n + e] = lim < seg ? 0xffffffffu : lim;
+  }
+  for (uint32_t i = tid; i < l_n * n; i += bs) {
+    uint32_t l = i / n, src = i % n, e = me * l_n + l, before = 0;
+    for (uint32_t s2 = 0; s2 < src; s2++) before += cnt(s2, e);
+    b.expert_offset[i] = segment(me, l) + before;
+    b.expert_count[i] = min(cnt(src, e), cap > before ? cap - before : 0u);
+  }
+  if (tid < n) b.recv_count[tid] = cnt(tid, e_n + me);
+}
+
+extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
+  bool tp = s.mode == THROUGHPUT;
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
+  size_t k_n = s.top_k, t_n = s.tokens, h = s.hidden;
+  uint32_t l_n = e_n / n;
+  size_t pair_cursors = ROW_CURSORS + n;
+  uint32_t lane, gw, nw;
+  warps(lane, gw, nw);
+  bool mine = lane < k_n;
+  for (size_t i = gw; i < t_n * n; i += nw) {
+    size_t t = i / n;
+    uint32_t d = i % n;
+    int32_t e = mine ? b.topk[t * k_n + lane] : -1;
+    float w = mine ? b.weights[t * k_n + lane] : 0.0f;
+    uint32_t dest = e >= 0 ? (uint32_t)e / l_n : 0xffffffffu;
+    if (d == 0 && mine && e < 0) b.send_pair[t * k_n + lane] = -2;
+    if (__ballot_sync(0xffffffffu, dest == d) == 0) {
+      if (!tp && lane == 0) b.send_slot[t * n + d] = -1;
+      continue;
+    }
+    uint32_t slot;
+    if (tp) {
+      slot = (uint32_t)b.send_slot[t * n + d];
+    } else {
+      uint32_t v = 0;
+      if (lane == 0) {
+        v = atomicAdd(b.work + ROW_CURSORS + d, 1u);
+        b.send_slot[t * n + d] = (int32_t)v;
+      }
+      slot = __shfl_sync(0xffffffffu, v, 0);
+    }
+    size_t row = me * t_n + slot;
+    int32_t pair = -1;
+    if (dest == d) {
+      uint32_t eu = (uint32_t)e;
+      size_t q = t * k_n + lane;
+      if (tp) {
+        uint32_t p = b.base[eu] + (uint32_t)b.send_pair[q];
+        if (p < b.base[e_n + eu]) pair = (int32_t)p;
+      } else {
+        uint32_t c = atomicAdd(b.work + pair_cursors + eu, 1u);
+        if (c < cap) pair = (int32_t)(((eu % l_n) * n + me) * cap + c);
+      }
+      if (pair < 0)
+        atomicAdd(b.dropped, 1u);
+      else
+        nvshmem_int_p(b.expert_rows + pair, (int)row, d);
+      b.send_pair[q] = pair;
+    }
+    if (mine) {
+      size_t to = row * k_n + lane;
+      nvshmem_int_p(b.recv_pair + to, pair, d);
+      nvshmem_float_p(b.recv_w + to, w, d);
+    }
+    if (lane == 31) nvshmem_int_p(b.recv_src + row, (int)t, d);
+    nvshmemx_putmem_nbi_warp(b.recv_x + row * h, b.x + t * h, h * sizeof(uint16_t), d);
+  }
+  nvshmem_quiet();
+  __syncthreads();
+  uint32_t last = 0;
+  if (threadIdx.x == 0) last = atomicAdd(b.work + DISPATCH_DONE, 1u) + 1 == gridDim.x;
+  if (threadIdx.x / 32 != 0 || __shfl_sync(0xffffffffu, last, 0) == 0) return;
+  __threadfence();
+  if (lane == 0) b.work[DISPATCH_DONE] = 0;
+  if (!tp) {
+    for (uint32_t d = 0; d < n; d++) {
+      for (uint32_t l = lane; l < l_n; l += 32) {
+        volatile uint32_t *cur = b.work + pair_cursors + d * l_n + l;
+        uint32_t c = *cur;
+        *cur = 0;
+        size_t at = l * n + me;
+        nvshmem_uint32_p(b.expert_count + at, min(c, cap), d);
+        nvshmem_uint32_p(b.expert_offset + at, (l * n + me) * cap, d);
+      }
+      if (lane == 0) {
+        volatile uint32_t *cur = b.work + ROW_CURSORS + d;
+        uint32_t rows = *cur;
+        *cur = 0;
+        nvshmem_uint32_p(b.recv_count + me, rows, d);
+      }
+    }
+  }
+  nvshmem_quiet();
+  __syncwarp();
+  if (lane < n) nvshmemx_signal_op(b.signals + SIG_DISPATCH, 1, NVSHMEM_SIGNAL_ADD, lane);
+  if (lane == 0)
+    nvshmem_signal_wait_until(b.signals + SIG_DISPATCH, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
+}
+
+extern "C" __global__ void moe_experts(Bufs b, Shape s) {
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes;
+  size_t h = s.hidden;
+  uint32_t l_n = s.experts / n;
+  size_t per = min(s.capacity, s.tokens);
+  uint32_t lane, gw, nw;
+  warps(lane, gw, nw);
+  for (size_t i = gw; i < (size_t)l_n * n * per; i += nw) {
+    size_t blk = i / per, q = i % per;
+    if (q >= b.expert_count[blk]) continue;
+    size_t pair = b.expert_offset[blk] + q;
+    size_t row = b.expert_rows[pair];
+    float scale = expert_scale(me * l_n + blk / n);
+    const uint4 *src = reinterpret_cast<const uint4 *>(b.recv_x + row * h);
+    uint4 *dst = reinterpret_cast<uint4 *>(b.expert_y + pair * h);
+    for (size_t c = lane; c < h / 8; c += 32) {
+      float v[8];
+      widen(src[c], v);
+#pragma unroll
+      for (int j = 0; j < 8; j++) v[j] = __fmul_rn(v[j], scale);
+      dst[c] = narrow(v);
+    }
+  }
+}
+
+extern "C" __global__ void moe_combine(Bufs b, Shape s) {
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes;
+  size_t k_n = s.top_k, t_n = s.tokens, h = s.hidden;
+  uint32_t l_n = s.experts / n;
+  uint32_t lane, gw, nw;
+  warps(lane, gw, nw);
+  bool mine = lane < k_n;
+  for (size_t r = gw; r < n * t_n; r += nw) {
+    uint32_t src = r / t_n;
+    if (r % t_n >= b.recv_count[src]) continue;
+    size_t t = b.recv_src[r];
+    int32_t pair = mine ? b.recv_pair[r * k_n + lane] : -1;
+    float w = mine ? b.recv_w[r * k_n + lane] : 0.0f;
+    uint16_t *target = b.comb_recv + (me * t_n + t) * h;
+    uint16_t *peer = (uint16_t *)nvshmem_ptr(target, src);
+    uint4 *out = reinterpret_cast<uint4 *>(peer ? peer : b.comb_stage + r * h);
+    // Every lane runs the chunk loop the same number of times (the shuffles need the whole
+    // warp); lanes past the row's end skip the memory accesses.
+    for (size_t c0 = 0; c0 < h / 8; c0 += 32) {
+      size_t c = c0 + lane;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (size_t k = 0; k < k_n; k++) {
+        int32_t pk = __shfl_sync(0xffffffffu, pair, k);
+        float wk = __shfl_sync(0xffffffffu, w, k);
+        if (pk >= 0 && c < h / 8) {
+          float y[8];
+          widen(reinterpret_cast<const uint4 *>(b.expert_y + pk * h)[c], y);
+#pragma unroll
+          for (int i = 0; i < 8; i++) acc[i] = __fadd_rn(acc[i], __fmul_rn(wk, y[i]));
+        }
+      }
+      if (c < h / 8) out[c] = narrow(acc);
+    }
+    if (!peer)
+      nvshmemx_putmem_nbi_warp(target, b.comb_stage + r * h, h * sizeof(uint16_t), src);
+  }
+  nvshmem_quiet();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (atomicAdd(b.work + COMBINE_DONE, 1u) + 1 == gridDim.x) {
+      b.work[COMBINE_DONE] = 0;
+      __threadfence();
+      nvshmem_quiet();
+      for (uint32_t d = 0; d < n; d++)
+        nvshmemx_signal_op(b.signals + SIG_COMBINE, 1, NVSHMEM_SIGNAL_ADD, d);
+    }
+    nvshmem_signal_wait_until(b.signals + SIG_COMBINE, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
+  }
+  __syncthreads();
+  for (size_t t = gw; t < t_n; t += nw) {
+    int32_t e = mine ? b.topk[t * k_n + lane] : -1;
+    uint32_t mask = warp_or(e >= 0 ? 1u << ((uint32_t)e / l_n) : 0u);
+    uint4 *out = reinterpret_cast<uint4 *>(b.out + t * h);
+    for (size_t c = lane; c < h / 8; c += 32) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (uint32_t m = mask; m != 0; m &= m - 1) {
+        size_t d = __ffs(m) - 1;
+        float v[8];
+        widen(reinterpret_cast<const uint4 *>(b.comb_recv + (d * t_n + t) * h)[c], v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] = __fadd_rn(acc[i], v[i]);
+      }
+      out[c] = narrow(acc);
+    }
+  }
+}

@@ -1,0 +1,613 @@
+//! The host driver: inputs, buffers, launches, timing and the check against the CPU.
+//!
+//! [`Moe::new`] allocates one mode's symmetric buffers and fills this PE's inputs;
+//! [`Moe::round`] runs one dispatch, the stand-in experts and one combine with a set of
+//! [`Kernels`] (the Rust ones of this crate, or the CUDA C++ ones of `cuda/moe.cu` loaded as a
+//! foreign module: the same buffers, shapes and timing); [`Moe::check`] compares what arrived
+//! and what was combined with [`crate::reference`]. [`run`] does all of it for the example
+//! and the tests.
+
+use crate::kernels::{self, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape, work_len};
+use crate::reference::{self, DispatchReport, Inputs, Received};
+use crate::routing::{self, Distribution, destinations};
+use shmem_device::Sym;
+use shmem_host::args::HostArg;
+use shmem_host::cudarc::driver::sys::CUevent_flags;
+use shmem_host::{AnyKernel, AnyModule, Error, LaunchConfig, Result, Shmem, SymBuffer};
+use std::path::PathBuf;
+
+impl HostArg<Shape> for Shape {
+    fn to_param(&self) -> Shape {
+        *self
+    }
+}
+impl HostArg<Bufs> for Bufs {
+    fn to_param(&self) -> Bufs {
+        *self
+    }
+}
+
+/// Which dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One kernel, atomics, fixed per-(expert, source) slots.
+    LowLatency,
+    /// A layout pass, then packed, deterministic slots.
+    Throughput,
+}
+
+impl Mode {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::LowLatency => "low-latency",
+            Mode::Throughput => "throughput",
+        }
+    }
+    fn code(self) -> u32 {
+        match self {
+            Mode::LowLatency => MODE_LOW_LATENCY,
+            Mode::Throughput => MODE_THROUGHPUT,
+        }
+    }
+}
+
+/// Whose kernels run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Implementation {
+    /// This crate's Rust kernels, from `build-ptx`'s output directory.
+    Rust {
+        /// The directory `cargo xtask build-ptx` wrote (`target/ptx`).
+        ptx_dir: PathBuf,
+    },
+    /// The CUDA C++ kernels of `cuda/moe.cu`, built into a cubin (`cuda/build.sh`).
+    Cuda {
+        /// The cubin.
+        cubin: PathBuf,
+    },
+}
+
+/// One configuration.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Tokens per PE.
+    pub tokens: u32,
+    /// `bf16` values per token (a multiple of 8).
+    pub hidden: u32,
+    /// Experts, a multiple of the PE count.
+    pub experts: u32,
+    /// Choices per token (at most 16).
+    pub top_k: u32,
+    /// The router's distribution.
+    pub dist: Distribution,
+    /// Pairs kept per (local expert, source) in low-latency mode, per local expert in
+    /// throughput mode; `None` for as many as can arrive (nothing is ever dropped).
+    pub capacity: Option<u32>,
+    /// Which dispatch.
+    pub mode: Mode,
+    /// Seed of tokens and routing.
+    pub seed: u64,
+    /// Threads per block (a multiple of 32).
+    pub threads: u32,
+    /// Blocks of the dispatch and combine grids; `None`: one warp per unit of work, at most
+    /// as many blocks as fit on the GPU at once.
+    pub blocks: Option<u32>,
+    /// Timed rounds.
+    pub rounds: u32,
+    /// Untimed rounds first.
+    pub warmup: u32,
+    /// Compare with the CPU reference afterwards.
+    pub verify: bool,
+    /// Which kernels.
+    pub implementation: Implementation,
+}
+
+impl Options {
+    /// Defaults: 7168 hidden, 64 experts, top-8, uniform, low-latency, Rust kernels in
+    /// `ptx_dir`.
+    pub fn new(tokens: u32, ptx_dir: PathBuf) -> Options {
+        Options {
+            tokens,
+            hidden: 7168,
+            experts: 64,
+            top_k: 8,
+            dist: Distribution::Uniform,
+            capacity: None,
+            mode: Mode::LowLatency,
+            seed: 0x5eed,
+            threads: 256,
+            blocks: None,
+            rounds: 20,
+            warmup: 3,
+            verify: false,
+            implementation: Implementation::Rust { ptx_dir },
+        }
+    }
+
+    /// The capacity in effect: the given one, or the most that can arrive.
+    pub fn capacity(&self, n: u32) -> u32 {
+        self.capacity.unwrap_or(match self.mode {
+            Mode::LowLatency => self.tokens,
+            Mode::Throughput => self.tokens * n,
+        })
+    }
+
+    fn check(&self, n: u32) -> Result<()> {
+        let bad = |m: String| Err(Error::Invalid(m));
+        if n > 32 {
+            return bad(format!(
+                "at most 32 PEs (the destination masks are 32 bits), not {n}"
+            ));
+        }
+        if self.tokens == 0 || self.hidden == 0 || !self.hidden.is_multiple_of(8) {
+            return bad(format!(
+                "tokens must be positive and hidden a positive multiple of 8 (16-byte rows), not {} and {}",
+                self.tokens, self.hidden
+            ));
+        }
+        if self.experts == 0 || !self.experts.is_multiple_of(n) {
+            return bad(format!(
+                "{} experts cannot be spread evenly over {n} PEs",
+                self.experts
+            ));
+        }
+        if self.top_k == 0 || self.top_k > 16 || self.top_k > self.experts {
+            return bad(format!(
+                "top-k must be 1 to 16 and at most the experts ({}), not {}",
+                self.experts, self.top_k
+            ));
+        }
+        if self.dist == Distribution::Sparse && self.top_k > self.experts - self.experts.div_ceil(4)
+        {
+            return bad(
+                "sparse routing leaves a quarter of the experts empty: top-k too large".into(),
+            );
+        }
+        if self.capacity == Some(0) {
+            return bad("capacity must be at least 1".into());
+        }
+        if self.threads == 0 || !self.threads.is_multiple_of(32) || self.threads > 1024 {
+            return bad(format!(
+                "threads per block must be a multiple of 32 up to 1024, not {}",
+                self.threads
+            ));
+        }
+        if self.rounds == 0 || self.blocks == Some(0) {
+            return bad("at least one round and one block".into());
+        }
+        let pairs = self.pair_slots(n);
+        if pairs > i32::MAX as usize {
+            return bad(format!(
+                "{pairs} pair slots (more than i32 indexes): lower --capacity"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Pair slots (and expert-output rows) each PE allocates.
+    fn pair_slots(&self, n: u32) -> usize {
+        let l = (self.experts / n) as usize;
+        let cap = self.capacity(n) as usize;
+        match self.mode {
+            Mode::LowLatency => l * n as usize * cap,
+            Mode::Throughput => {
+                (l * cap).min(n as usize * self.tokens as usize * (self.top_k as usize).min(l))
+            }
+        }
+    }
+}
+
+/// A set of the four kernels, Rust or CUDA C++.
+pub struct Kernels<'m> {
+    layout: AnyKernel<'m, kernels::moe_layout>,
+    dispatch: AnyKernel<'m, kernels::moe_dispatch>,
+    experts: AnyKernel<'m, kernels::moe_experts>,
+    combine: AnyKernel<'m, kernels::moe_combine>,
+}
+
+/// Loads the kernels of `imp`. Collective.
+pub fn load<'rt>(rt: &'rt Shmem, imp: &Implementation) -> Result<AnyModule<'rt>> {
+    Ok(match imp {
+        Implementation::Rust { ptx_dir } => {
+            AnyModule::Rust(Box::new(rt.load_module(ptx_dir, "moe-dispatch")?))
+        }
+        Implementation::Cuda { cubin } => AnyModule::Foreign(rt.load_foreign_module(cubin)?),
+    })
+}
+
+impl<'m> Kernels<'m> {
+    /// The four kernels of `module`.
+    pub fn new(module: &'m AnyModule<'_>) -> Result<Kernels<'m>> {
+        // SAFETY: `cuda/moe.cu` declares each kernel with the Rust kernel's name and
+        // parameters (`Bufs`, `Shape`: the same `#[repr(C)]` structs). Layout and combine
+        // wait inside the grid and on other PEs, dispatch on other PEs: cooperative (as the
+        // Rust manifest says too); experts is local.
+        unsafe {
+            Ok(Kernels {
+                layout: module.kernel(true)?,
+                dispatch: module.kernel(true)?,
+                experts: module.kernel(false)?,
+                combine: module.kernel(true)?,
+            })
+        }
+    }
+}
+
+/// One mode's buffers and this PE's inputs.
+pub struct Moe<'rt> {
+    rt: &'rt Shmem,
+    opts: Options,
+    shape: Shape,
+    inputs: Inputs,
+    bufs: Bufs,
+    held: Held<'rt>,
+    round: u32,
+    /// Launch shapes: layout, dispatch, experts, combine (blocks, threads).
+    pub launch: [(u32, u32); 4],
+}
+
+/// The allocations behind [`Bufs`] (freed, collectively, when the `Moe` is dropped).
+struct Held<'rt> {
+    u16s: Vec<SymBuffer<'rt, u16>>,
+    i32s: Vec<SymBuffer<'rt, i32>>,
+    u32s: Vec<SymBuffer<'rt, u32>>,
+    f32s: Vec<SymBuffer<'rt, f32>>,
+    #[allow(dead_code)] // held only to keep the signal words allocated
+    u64s: Vec<SymBuffer<'rt, u64>>,
+}
+
+fn sym<T>(b: &SymBuffer<'_, T>) -> Sym<T>
+where
+    T: Copy + 'static,
+{
+    // SAFETY: the address of a live symmetric allocation of `T`s (kept in `Held` for as long
+    // as the `Bufs` that carries it).
+    unsafe { Sym::from_raw(b.device_ptr() as *mut T) }
+}
+
+/// What a round measured (slowest PE), in milliseconds.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Layout (throughput mode) and dispatch.
+    pub dispatch_ms: f64,
+    /// Combine.
+    pub combine_ms: f64,
+}
+
+/// The result of [`Moe::check`] on this PE.
+#[derive(Clone, Debug)]
+pub struct Check {
+    /// What arrived here.
+    pub dispatch: DispatchReport,
+    /// Combined values that differ from the CPU reference (bit for bit).
+    pub combine_diffs: usize,
+    /// The largest relative difference among them.
+    pub combine_worst: f64,
+}
+
+impl Check {
+    /// Everything arrived exactly once and the combine is within `bf16` rounding (one unit in
+    /// the last place: 2^-7 relative) of the CPU.
+    pub fn ok(&self) -> bool {
+        self.dispatch.problems.is_empty() && self.combine_worst <= 1.0 / 128.0
+    }
+}
+
+impl<'rt> Moe<'rt> {
+    /// Allocates the buffers of `opts.mode` and uploads this PE's inputs. Collective.
+    pub fn new(rt: &'rt Shmem, opts: &Options) -> Result<Moe<'rt>> {
+        let (me, n) = (rt.my_pe() as u32, rt.n_pes() as u32);
+        opts.check(n)?;
+        let (t, h, k, e) = (
+            opts.tokens as usize,
+            opts.hidden as usize,
+            opts.top_k as usize,
+            opts.experts as usize,
+        );
+        let nn = n as usize;
+        let l = e / nn;
+        let shape = Shape {
+            tokens: opts.tokens,
+            hidden: opts.hidden,
+            experts: opts.experts,
+            top_k: opts.top_k,
+            n_pes: n,
+            capacity: opts.capacity(n),
+            round: 0,
+            mode: opts.mode.code(),
+        };
+        let r = routing::route(
+            opts.seed,
+            me,
+            opts.tokens,
+            opts.experts,
+            opts.top_k,
+            opts.dist,
+        );
+        let inputs = Inputs {
+            x: routing::tokens(opts.seed, me, opts.tokens, opts.hidden),
+            routing: r,
+        };
+        let pairs = opts.pair_slots(n);
+        let u16s = vec![
+            rt.alloc::<u16>(t * h)?,      // x
+            rt.alloc::<u16>(nn * t * h)?, // recv_x
+            rt.alloc::<u16>(pairs * h)?,  // expert_y
+            rt.alloc::<u16>(nn * t * h)?, // comb_recv
+            rt.alloc::<u16>(nn * t * h)?, // comb_stage
+            rt.alloc::<u16>(t * h)?,      // out
+        ];
+        let i32s = vec![
+            rt.alloc::<i32>(t * k)?,      // topk
+            rt.alloc::<i32>(t * k)?,      // send_pair
+            rt.alloc::<i32>(t * nn)?,     // send_slot
+            rt.alloc::<i32>(nn * t)?,     // recv_src
+            rt.alloc::<i32>(nn * t * k)?, // recv_pair
+            rt.alloc::<i32>(pairs)?,      // expert_rows
+        ];
+        let u32s = vec![
+            rt.alloc::<u32>(work_len(n, opts.experts))?, // work
+            rt.alloc::<u32>(nn * (e + nn))?,             // counts
+            rt.alloc::<u32>(2 * e)?,                     // base
+            rt.alloc::<u32>(nn)?,                        // recv_count
+            rt.alloc::<u32>(l * nn)?,                    // expert_count
+            rt.alloc::<u32>(l * nn)?,                    // expert_offset
+            rt.alloc::<u32>(1)?,                         // dropped
+        ];
+        let f32s = vec![rt.alloc::<f32>(t * k)?, rt.alloc::<f32>(nn * t * k)?];
+        let u64s = vec![rt.alloc::<u64>(3)?];
+        let bufs = Bufs {
+            x: sym(&u16s[0]),
+            topk: sym(&i32s[0]),
+            weights: sym(&f32s[0]),
+            send_pair: sym(&i32s[1]),
+            send_slot: sym(&i32s[2]),
+            work: sym(&u32s[0]),
+            counts: sym(&u32s[1]),
+            base: sym(&u32s[2]),
+            recv_x: sym(&u16s[1]),
+            recv_src: sym(&i32s[3]),
+            recv_pair: sym(&i32s[4]),
+            recv_w: sym(&f32s[1]),
+            recv_count: sym(&u32s[3]),
+            expert_count: sym(&u32s[4]),
+            expert_offset: sym(&u32s[5]),
+            expert_rows: sym(&i32s[5]),
+            expert_y: sym(&u16s[2]),
+            comb_recv: sym(&u16s[3]),
+            comb_stage: sym(&u16s[4]),
+            out: sym(&u16s[5]),
+            signals: sym(&u64s[0]),
+            dropped: sym(&u32s[6]),
+        };
+        u16s[0].copy_from(&inputs.x)?;
+        i32s[0].copy_from(&inputs.routing.topk)?;
+        f32s[0].copy_from(&inputs.routing.weights)?;
+        for b in &u32s {
+            b.zero()?;
+        }
+        u64s[0].zero()?;
+        // Slots never written must not look like data: zero the outputs and pair maps.
+        u16s[5].zero()?;
+        rt.barrier_all()?;
+        Ok(Moe {
+            rt,
+            opts: opts.clone(),
+            shape,
+            inputs,
+            bufs,
+            held: Held {
+                u16s,
+                i32s,
+                u32s,
+                f32s,
+                u64s,
+            },
+            round: 0,
+            launch: [(0, 0); 4],
+        })
+    }
+
+    /// The shapes of the four launches for `k`.
+    fn grids(&self, k: &Kernels<'_>) -> Result<[LaunchConfig; 4]> {
+        let th = self.opts.threads;
+        let wpb = th / 32;
+        let probe = LaunchConfig::linear(1, th);
+        let n = self.shape.n_pes;
+        let fit = |f: u32, units: u32| self.opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
+        let t = self.shape.tokens;
+        Ok([
+            LaunchConfig::linear(
+                (self.shape.experts + n)
+                    .div_ceil(wpb)
+                    .min(k.layout.max_coresident_blocks(&probe)?)
+                    .max(1),
+                th,
+            ),
+            LaunchConfig::linear(fit(k.dispatch.max_coresident_blocks(&probe)?, t * n), th),
+            LaunchConfig::linear(k.experts.max_coresident_blocks(&probe)?.max(1), th),
+            LaunchConfig::linear(fit(k.combine.max_coresident_blocks(&probe)?, t * n), th),
+        ])
+    }
+
+    /// One round: dispatch (layout first in throughput mode), the stand-in experts, combine;
+    /// every PE calls it with kernels of the same implementation. Returns each part's time on
+    /// the slowest PE: a barrier on the stream lines the PEs up before each part, and CUDA
+    /// events time the part alone.
+    pub fn round(&mut self, k: &Kernels<'_>) -> Result<Timing> {
+        let g = self.grids(k)?;
+        self.launch = g.map(|c| (c.grid.0, c.block.0));
+        self.round += 1;
+        let s = Shape {
+            round: self.round,
+            ..self.shape
+        };
+        let rt = self.rt;
+        let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+        let b = self.bufs;
+        rt.barrier_all_on_stream();
+        let e0 = rt.stream().record_event(flags)?;
+        // SAFETY: every PE runs the same rounds with the same shape and grids (collective
+        // `round`); the buffers are those `Moe::new` sized for this mode and zeroed, the
+        // rounds count from 1, and each kernel follows the previous one on the stream.
+        unsafe {
+            if self.opts.mode == Mode::Throughput {
+                k.layout.launch(g[0], (b, s))?;
+            }
+            k.dispatch.launch(g[1], (b, s))?;
+        }
+        let e1 = rt.stream().record_event(flags)?;
+        // SAFETY: as above.
+        unsafe { k.experts.launch(g[2], (b, s))? };
+        rt.barrier_all_on_stream();
+        let e2 = rt.stream().record_event(flags)?;
+        // SAFETY: as above.
+        unsafe { k.combine.launch(g[3], (b, s))? };
+        let e3 = rt.stream().record_event(flags)?;
+        e3.synchronize()?;
+        let slowest = |a: &shmem_host::cudarc::driver::CudaEvent,
+                       z: &shmem_host::cudarc::driver::CudaEvent|
+         -> Result<f64> {
+            let ns = (f64::from(a.elapsed_ms(z)?) * 1e6) as i64;
+            Ok(rt.min_max(ns)?.1 as f64 * 1e-6)
+        };
+        Ok(Timing {
+            dispatch_ms: slowest(&e0, &e1)?,
+            combine_ms: slowest(&e2, &e3)?,
+        })
+    }
+
+    /// Pairs this PE's dispatches dropped for capacity, per round so far.
+    pub fn dropped_per_round(&self) -> Result<u64> {
+        let d = u64::from(self.held.u32s[6].to_vec()?[0]);
+        Ok(d.checked_div(u64::from(self.round)).unwrap_or(0))
+    }
+
+    /// Cross-GPU token bytes of one round, the most any PE sends: `(dispatch, combine)`.
+    /// A dispatch sends each token once to each other PE that holds one of its experts; a
+    /// combine sends one row back per row received from another PE. Only token rows count
+    /// (`hidden * 2` bytes each), not the routing metadata (`8 * top_k + 4` bytes a row).
+    pub fn cross_bytes(&self) -> (u64, u64) {
+        let n = self.shape.n_pes;
+        let (k, l) = (self.shape.top_k as usize, self.shape.experts / n);
+        let row = u64::from(self.shape.hidden) * 2;
+        let mut sent = vec![0u64; n as usize];
+        let mut received = vec![0u64; n as usize];
+        for pe in 0..n {
+            let r = routing::route(
+                self.opts.seed,
+                pe,
+                self.shape.tokens,
+                self.shape.experts,
+                self.shape.top_k,
+                self.opts.dist,
+            );
+            for ids in r.topk.chunks(k) {
+                let m = destinations(ids, l) & !(1 << pe);
+                sent[pe as usize] += u64::from(m.count_ones()) * row;
+                for d in 0..n {
+                    if m & (1 << d) != 0 {
+                        received[d as usize] += row;
+                    }
+                }
+            }
+        }
+        (
+            sent.into_iter().max().unwrap_or(0),
+            received.into_iter().max().unwrap_or(0),
+        )
+    }
+
+    /// Compares the last round's received data and combined tokens with the CPU reference.
+    pub fn check(&self) -> Result<Check> {
+        let s = Shape {
+            round: self.round,
+            ..self.shape
+        };
+        let me = self.rt.my_pe() as u32;
+        let sources: Vec<Inputs> = (0..s.n_pes)
+            .map(|pe| Inputs {
+                x: routing::tokens(self.opts.seed, pe, s.tokens, s.hidden),
+                routing: routing::route(
+                    self.opts.seed,
+                    pe,
+                    s.tokens,
+                    s.experts,
+                    s.top_k,
+                    self.opts.dist,
+                ),
+            })
+            .collect();
+        let h = &self.held;
+        let got = Received {
+            recv_count: h.u32s[3].to_vec()?,
+            recv_src: h.i32s[3].to_vec()?,
+            recv_pair: h.i32s[4].to_vec()?,
+            recv_w: h.f32s[1].to_vec()?,
+            recv_x: h.u16s[1].to_vec()?,
+            expert_count: h.u32s[4].to_vec()?,
+            expert_offset: h.u32s[5].to_vec()?,
+            expert_rows: h.i32s[5].to_vec()?,
+        };
+        let dispatch = reference::check_dispatch(me, &s, &sources, &got);
+        let kept: Vec<bool> = h.i32s[1].to_vec()?.iter().map(|&p| p >= 0).collect();
+        let want = reference::combine(&self.inputs, &kept, &s);
+        let (combine_diffs, combine_worst) = reference::compare(&h.u16s[5].to_vec()?, &want);
+        Ok(Check {
+            dispatch,
+            combine_diffs,
+            combine_worst,
+        })
+    }
+}
+
+/// What [`run`] measured and found on this PE.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Each timed round (slowest PE).
+    pub timings: Vec<Timing>,
+    /// Cross-GPU token bytes per round, the most any PE sends: dispatch, combine.
+    pub cross_bytes: (u64, u64),
+    /// Pairs this PE's dispatches dropped per round.
+    pub dropped_per_round: u64,
+    /// Launch shapes: layout, dispatch, experts, combine.
+    pub launch: [(u32, u32); 4],
+    /// With `verify`: the comparison with the CPU.
+    pub check: Option<Check>,
+}
+
+impl Outcome {
+    /// Median dispatch and combine times in microseconds.
+    pub fn median_us(&self) -> (f64, f64) {
+        use shmem_host::measure::median;
+        let d: Vec<f64> = self.timings.iter().map(|t| t.dispatch_ms * 1e3).collect();
+        let c: Vec<f64> = self.timings.iter().map(|t| t.combine_ms * 1e3).collect();
+        (median(&d), median(&c))
+    }
+}
+
+/// Runs `warmup + rounds` rounds of `opts` on this PE and checks the last one if asked
+/// (collective: every PE calls it with the same options).
+pub fn run(rt: &Shmem, opts: &Options) -> Result<Outcome> {
+    let mut moe = Moe::new(rt, opts)?;
+    let module = load(rt, &opts.implementation)?;
+    let k = Kernels::new(&module)?;
+    for _ in 0..opts.warmup {
+        moe.round(&k)?;
+    }
+    let timings = (0..opts.rounds)
+        .map(|_| moe.round(&k))
+        .collect::<Result<Vec<_>>>()?;
+    let check = if opts.verify {
+        Some(moe.check()?)
+    } else {
+        None
+    };
+    Ok(Outcome {
+        timings,
+        cross_bytes: moe.cross_bytes(),
+        dropped_per_round: moe.dropped_per_round()?,
+        launch: moe.launch,
+        check,
+    })
+}

@@ -1,0 +1,760 @@
+//! The MoE kernels: [`moe_layout()`], [`moe_dispatch()`], [`moe_experts()`],
+//! [`moe_combine()`].
+//!
+//! # Layout
+//! With `n` PEs, `T` tokens per PE, `H` hidden (a multiple of 8), `E` experts, `K` choices
+//! per token and `L = E / n` experts per PE (every buffer in [`Bufs`] is symmetric):
+//!
+//! - a token goes to PE `d` when any of its `K` experts is in `d * L .. (d + 1) * L`; it is
+//!   written there once, as row `j` of the region of its source `s`: received row
+//!   `r = s * T + j` of `recv_x` (`n × T × H`), with its source index in `recv_src[r]`, its
+//!   weights in `recv_w[r][k]` and, for each choice `k` whose expert is on `d`, the *pair*
+//!   index in `recv_pair[r][k]` (-1 for other PEs' experts and dropped pairs);
+//! - a pair (token, local expert) has one slot of `expert_rows` (holding the received row
+//!   `r`) and one output row of `expert_y`. The pairs of local expert `l` from source `s`
+//!   are `expert_offset[l * n + s] ..` `+ expert_count[l * n + s]`: per local expert, the
+//!   tokens, and through `recv_src`, the way back to their source;
+//! - on the sender, `send_slot[t][d]` is `j` (or -1) and `send_pair[t][k]` the pair index on
+//!   the expert's PE (-1 dropped, -2 no expert).
+//!
+//! # Modes
+//! - **Low latency** ([`MODE_LOW_LATENCY`]): one kernel. Rows and pairs take slots with atomic
+//!   adds on the *sender's* counters, so nothing waits before sending. Pairs of `(l, s)` have
+//!   fixed slots `(l * n + s) * C ..` with `C = capacity`; a pair beyond `C` is dropped and
+//!   counted in `dropped`. The last block to finish sends the counts and signals.
+//! - **Throughput** ([`MODE_THROUGHPUT`]): [`moe_layout()`] first computes, with warp ballots
+//!   over the tokens, every token's row slot per destination and every pair's rank among its
+//!   expert's pairs from this PE, and exchanges the per-expert counts between all PEs (a
+//!   `put_signal` of `E + n` words to each). Every PE then knows every offset: the pairs of
+//!   local expert `l` are packed (sources in order, tokens in order), at most `capacity` per
+//!   expert, the rest dropped and counted. [`moe_dispatch()`] then only copies.
+//!
+//! # Completion
+//! Every lane `quiet`s its puts; the last block of the grid (an atomic count in `work`) sends
+//! a signal to every PE; a PE's dispatch returns once all `n` PEs have signalled it (the
+//! signal words count up across rounds: round `R` waits for `R * n`). Combine does the same,
+//! then every block waits and adds the returned sums.
+//!
+//! # Arithmetic
+//! A received row's sum is `acc = acc + w_k * y_k` over its choices `k` in order, in `f32`
+//! (no fused multiply-add, as in `cuda/moe.cu`), rounded to `bf16`; the token's PE adds the
+//! sums of its destinations in PE order, in `f32`, and rounds to `bf16`. The CPU reference
+//! ([`crate::reference`]) does the same operations.
+
+use crate::{bf16, expert_scale};
+use shmem_device::kernel::{KernelParam, ParamKind};
+use shmem_device::prelude::*;
+use shmem_device::rma::Chunk;
+use shmem_device::scoped::{self, Gpu};
+
+/// [`Shape::mode`]: one kernel, atomics, fixed slots.
+pub const MODE_LOW_LATENCY: u32 = 0;
+/// [`Shape::mode`]: a layout pass, then a packed layout.
+pub const MODE_THROUGHPUT: u32 = 1;
+
+/// `work[DISPATCH_DONE]`: blocks of the dispatch grid that have finished sending.
+pub const DISPATCH_DONE: usize = 0;
+/// `work[COMBINE_DONE]`: blocks of the combine grid that have finished sending.
+pub const COMBINE_DONE: usize = 1;
+/// `work[LAYOUT_BARRIER]`: the layout kernel's grid barrier (grows by the grid each round).
+pub const LAYOUT_BARRIER: usize = 2;
+/// `work[ROW_CURSORS + d]`: low-latency row slots taken towards PE `d`.
+pub const ROW_CURSORS: usize = 3;
+/// Words of `work`: `3 + n + E` (after the row cursors, one pair cursor per expert).
+pub const fn work_len(n_pes: u32, experts: u32) -> usize {
+    ROW_CURSORS + n_pes as usize + experts as usize
+}
+
+/// Signal words: `signals[SIG_DISPATCH]` counts dispatch arrivals, `[SIG_COMBINE]` combine
+/// arrivals, `[SIG_COUNTS]` the throughput layout's count rows.
+pub const SIG_DISPATCH: usize = 0;
+/// See [`SIG_DISPATCH`].
+pub const SIG_COMBINE: usize = 1;
+/// See [`SIG_DISPATCH`].
+pub const SIG_COUNTS: usize = 2;
+
+/// The sizes, mode and round of a call; the same on every PE. The CUDA C++ kernels take the
+/// same `struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Tokens per PE (`T`).
+    pub tokens: u32,
+    /// `bf16` values per token (`H`, a multiple of 8).
+    pub hidden: u32,
+    /// Experts (`E`, a multiple of `n_pes`).
+    pub experts: u32,
+    /// Choices per token (`K`, at most 16).
+    pub top_k: u32,
+    /// PEs (`n`, at most 32).
+    pub n_pes: u32,
+    /// Pairs kept per (local expert, source) in low-latency mode, per local expert in
+    /// throughput mode.
+    pub capacity: u32,
+    /// The call's round, from 1: the signal words wait for `round * n_pes`.
+    pub round: u32,
+    /// [`MODE_LOW_LATENCY`] or [`MODE_THROUGHPUT`].
+    pub mode: u32,
+}
+
+// SAFETY: `#[repr(C)]` of `u32`s with no padding: the same layout on the host and the GPU,
+// and every bit pattern is a valid value.
+unsafe impl KernelParam for Shape {
+    const KIND: ParamKind = ParamKind::Scalar;
+}
+
+/// The symmetric buffers (module documentation), passed by value to every kernel; the CUDA
+/// C++ kernels take the same `struct` of pointers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Bufs {
+    /// `T × H` tokens.
+    pub x: Sym<u16>,
+    /// `T × K` expert ids (-1: no expert).
+    pub topk: Sym<i32>,
+    /// `T × K` routing weights.
+    pub weights: Sym<f32>,
+    /// `T × K`: each choice's pair index on its expert's PE (-1 dropped, -2 none).
+    pub send_pair: Sym<i32>,
+    /// `T × n`: each token's row slot on each PE (-1: not sent there).
+    pub send_slot: Sym<i32>,
+    /// [`work_len`] words of counters.
+    pub work: Sym<u32>,
+    /// Throughput: `n × (E + n)`: row `s` is PE `s`'s pairs per expert, then rows per PE.
+    pub counts: Sym<u32>,
+    /// Throughput: `2 × E`: the first pair index of this PE's pairs of expert `e`, then the
+    /// end of expert `e`'s capacity.
+    pub base: Sym<u32>,
+    /// `n × T × H` received tokens.
+    pub recv_x: Sym<u16>,
+    /// `n × T`: each received row's index on its source.
+    pub recv_src: Sym<i32>,
+    /// `n × T × K`: each received row's pair per choice (-1: not here, or dropped).
+    pub recv_pair: Sym<i32>,
+    /// `n × T × K`: each received row's weights.
+    pub recv_w: Sym<f32>,
+    /// `n`: rows received from each PE.
+    pub recv_count: Sym<u32>,
+    /// `L × n`: pairs kept per (local expert, source).
+    pub expert_count: Sym<u32>,
+    /// `L × n`: first pair of each (local expert, source).
+    pub expert_offset: Sym<u32>,
+    /// One per pair slot: the received row of the pair.
+    pub expert_rows: Sym<i32>,
+    /// One `H` row per pair slot: the expert's output.
+    pub expert_y: Sym<u16>,
+    /// `n × T × H`: on a token's PE, the weighted sum from each destination.
+    pub comb_recv: Sym<u16>,
+    /// `n × T × H`: combine's rows staged for `put` when a peer is not mapped.
+    pub comb_stage: Sym<u16>,
+    /// `T × H`: the combined tokens.
+    pub out: Sym<u16>,
+    /// 3 signal words (`SIG_*`).
+    pub signals: Sym<u64>,
+    /// 1: pairs this PE's dispatches dropped for capacity, over all rounds.
+    pub dropped: Sym<u32>,
+}
+
+// SAFETY: `#[repr(C)]` of pointer-sized handles with no padding: the same layout on the host
+// and the GPU (the kernels' contract says what the pointers must be).
+unsafe impl KernelParam for Bufs {
+    const KIND: ParamKind = ParamKind::Scalar;
+}
+
+/// `(lane, global warp, warps in the grid)`.
+#[inline(always)]
+fn warps() -> (u32, u32, u32) {
+    let wpb = warps_per_block();
+    (
+        lane_id(),
+        block_idx_x() * wpb + warp_id(),
+        grid_dim_x() * wpb,
+    )
+}
+
+/// Element `i` of this PE's copy of `s`.
+///
+/// # Safety
+/// `i` is in bounds.
+#[inline(always)]
+unsafe fn ld<T: Copy>(s: Sym<T>, i: usize) -> T {
+    // SAFETY: the caller's contract; these words are not written concurrently.
+    unsafe { s.as_ptr().add(i).read() }
+}
+
+/// Writes element `i` of this PE's copy of `s`.
+///
+/// # Safety
+/// `i` is in bounds and no other thread touches it.
+#[inline(always)]
+unsafe fn st<T: Copy>(s: Sym<T>, i: usize, v: T) {
+    // SAFETY: the caller's contract.
+    unsafe { s.as_ptr().add(i).write(v) }
+}
+
+/// Element `i` of `s` as written by another PE before a signal this thread has waited for.
+///
+/// # Safety
+/// `i` is in bounds.
+#[inline(always)]
+unsafe fn ld_remote<T: Copy>(s: Sym<T>, i: usize) -> T {
+    // SAFETY: the caller's contract; volatile, so that no earlier read is reused.
+    unsafe { s.as_ptr().add(i).read_volatile() }
+}
+
+/// Eight `bf16` of a 16-byte chunk, widened.
+#[inline(always)]
+fn widen(c: Chunk) -> [f32; 8] {
+    let mut v = [0f32; 8];
+    for i in 0..4 {
+        v[2 * i] = bf16::to_f32(c.0[i] as u16);
+        v[2 * i + 1] = bf16::to_f32((c.0[i] >> 16) as u16);
+    }
+    v
+}
+
+/// Eight `f32` rounded to `bf16` into a 16-byte chunk.
+#[inline(always)]
+fn narrow(v: [f32; 8]) -> Chunk {
+    let mut c = [0u32; 4];
+    for i in 0..4 {
+        c[i] = u32::from(bf16::from_f32(v[2 * i])) | u32::from(bf16::from_f32(v[2 * i + 1])) << 16;
+    }
+    Chunk(c)
+}
+
+/// Throughput mode's layout pass (module documentation).
+///
+/// # Safety
+/// See [`moe_layout()`].
+#[inline(always)]
+unsafe fn layout(b: Bufs, s: Shape) {
+    let (me, n, e_n) = (my_pe() as u32, s.n_pes, s.experts);
+    let (k_n, t_n, l_n) = (s.top_k as usize, s.tokens as usize, e_n / n);
+    let (lane, gw, nw) = warps();
+    let row_len = (e_n + n) as usize;
+    let mine = me as usize * row_len;
+    // One warp per expert (pair ranks) and per destination (row slots), 32 tokens a step.
+    let mut w = gw;
+    while w < e_n + n {
+        let mut running = 0u32;
+        let mut t0 = 0;
+        while t0 < t_n {
+            let t = t0 + lane as usize;
+            let mut hit = -1i32;
+            if t < t_n {
+                for k in 0..k_n {
+                    // SAFETY: `t < T`, `k < K`.
+                    let e = unsafe { ld(b.topk, t * k_n + k) };
+                    let yes = if w < e_n {
+                        e == w as i32
+                    } else {
+                        e >= 0 && e as u32 / l_n == w - e_n
+                    };
+                    if yes {
+                        hit = k as i32;
+                    }
+                }
+            }
+            let mask = ballot(hit >= 0);
+            let pos = running + (mask & ((1u32 << lane) - 1)).count_ones();
+            // SAFETY: `t < T`, `hit < K`, `w - E < n`: this warp alone writes these entries.
+            unsafe {
+                if w < e_n {
+                    if hit >= 0 {
+                        st(b.send_pair, t * k_n + hit as usize, pos as i32);
+                    }
+                } else if t < t_n {
+                    let slot = if hit >= 0 { pos as i32 } else { -1 };
+                    st(b.send_slot, t * n as usize + (w - e_n) as usize, slot);
+                }
+            }
+            running += mask.count_ones();
+            t0 += 32;
+        }
+        if lane == 0 {
+            // SAFETY: word `w` of this PE's row of `counts`, written by this warp only.
+            unsafe { st(b.counts, mine + w as usize, running) };
+        }
+        w += nw;
+    }
+    // SAFETY: cooperative launch of the same grid every round (the kernel's contract).
+    unsafe { scoped::grid_barrier(b.work.wrapping_add(LAYOUT_BARRIER), s.round) };
+    if block_idx_x() != 0 {
+        return;
+    }
+    let (tid, bs) = (thread_idx_x(), block_dim_x());
+    // SAFETY: row `me` of `counts` is this PE's to send; every PE's row `me` is written only
+    // by this PE, and only after the PE has finished the previous round (module docs).
+    unsafe {
+        if tid < n {
+            if tid == me {
+                fence();
+                signal_op(
+                    b.signals.wrapping_add(SIG_COUNTS),
+                    1,
+                    SignalOp::Add,
+                    me as i32,
+                );
+            } else {
+                let row = b.counts.as_ptr().add(mine);
+                put_signal(
+                    Thread,
+                    SymSlice::from_raw_parts(row, row_len),
+                    DeviceSlice::from_raw_parts(row, row_len),
+                    b.signals.wrapping_add(SIG_COUNTS),
+                    1,
+                    SignalOp::Add,
+                    tid as i32,
+                );
+            }
+        }
+        if tid == 0 {
+            signal_wait_until(
+                b.signals.wrapping_add(SIG_COUNTS),
+                Cmp::Ge,
+                u64::from(s.round) * u64::from(n),
+            );
+        }
+    }
+    sync_threads();
+    // SAFETY: every row of `counts` has arrived (the wait above, then the block barrier).
+    let cnt = |src: u32, e: u32| unsafe { ld_remote(b.counts, (src * (e_n + n) + e) as usize) };
+    let total = |e: u32| (0..n).map(|src| cnt(src, e)).sum::<u32>();
+    let cap = s.capacity;
+    // Where expert `d * L + l`'s pairs start on PE `d`: after the kept pairs of `d`'s
+    // experts before it.
+    let segment = |d: u32, l: u32| (0..l).map(|l2| total(d * l_n + l2).min(cap)).sum::<u32>();
+    let mut e = tid;
+    while e < e_n {
+        let seg = segment(e / l_n, e % l_n);
+        let before: u32 = (0..me).map(|src| cnt(src, e)).sum();
+        // SAFETY: `e < E`; this thread alone writes entries `e` and `E + e`.
+        unsafe {
+            st(b.base, e as usize, seg + before);
+            st(b.base, (e_n + e) as usize, seg.saturating_add(cap));
+        }
+        e += bs;
+    }
+    let mut i = tid;
+    while i < l_n * n {
+        let (l, src) = (i / n, i % n);
+        let e = me * l_n + l;
+        let before: u32 = (0..src).map(|s2| cnt(s2, e)).sum();
+        // SAFETY: `i < L * n`, `src < n`; this thread alone writes them.
+        unsafe {
+            st(b.expert_offset, i as usize, segment(me, l) + before);
+            st(
+                b.expert_count,
+                i as usize,
+                cnt(src, e).min(cap.saturating_sub(before)),
+            );
+        }
+        i += bs;
+    }
+    if tid < n {
+        // SAFETY: `tid < n`.
+        unsafe { st(b.recv_count, tid as usize, cnt(tid, e_n + me)) };
+    }
+}
+
+/// Sends token `t` to PE `d` if any of its experts is there (one warp): the row, its source
+/// index, weights and pairs, and each pair's slot in the expert's list.
+///
+/// # Safety
+/// `t < T`, `d < n`; the whole warp calls it; the buffers and round as in [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32) {
+    let tp = s.mode == MODE_THROUGHPUT;
+    let (me, n, e_n, cap) = (my_pe() as u32, s.n_pes, s.experts, s.capacity);
+    let (k_n, t_n, l_n, h) = (
+        s.top_k as usize,
+        s.tokens as usize,
+        e_n / n,
+        s.hidden as usize,
+    );
+    let nn = n as usize;
+    let mine = (lane as usize) < k_n;
+    let q = t * k_n + lane as usize;
+    // SAFETY: for the whole function: `t < T`, `d < n` (the caller's contract) and `q` is only
+    // used by lanes `< K`; every slot index comes from an atomic or the layout and is unique
+    // this round, so each word written here has one writer; every remote word is in its
+    // buffer's bounds on PE `d` (module documentation).
+    unsafe {
+        let (e, w) = if mine {
+            (ld(b.topk, q), ld(b.weights, q))
+        } else {
+            (-1, 0.0)
+        };
+        let dest = if e >= 0 { e as u32 / l_n } else { u32::MAX };
+        if d == 0 && mine && e < 0 {
+            st(b.send_pair, q, -2);
+        }
+        if ballot(dest == d) == 0 {
+            if !tp && lane == 0 {
+                st(b.send_slot, t * nn + d as usize, -1);
+            }
+            return;
+        }
+        let slot = if tp {
+            ld(b.send_slot, t * nn + d as usize) as u32
+        } else {
+            let mut v = 0;
+            if lane == 0 {
+                v = scoped::fetch_add(Gpu, b.work.wrapping_add(ROW_CURSORS + d as usize), 1);
+                st(b.send_slot, t * nn + d as usize, v as i32);
+            }
+            shfl_idx(v, 0)
+        };
+        let row = me as usize * t_n + slot as usize;
+        let mut pair = -1i32;
+        if dest == d {
+            let eu = e as u32;
+            if tp {
+                let p = ld(b.base, eu as usize) + ld(b.send_pair, q) as u32;
+                if p < ld(b.base, (e_n + eu) as usize) {
+                    pair = p as i32;
+                }
+            } else {
+                let cursor = b.work.wrapping_add(ROW_CURSORS + nn + eu as usize);
+                let c = scoped::fetch_add(Gpu, cursor, 1u32);
+                if c < cap {
+                    pair = (((eu % l_n) * n + me) * cap + c) as i32;
+                }
+            }
+            if pair < 0 {
+                scoped::add_release(Gpu, b.dropped, 1u32);
+            } else {
+                p(
+                    b.expert_rows.wrapping_add(pair as usize),
+                    row as i32,
+                    d as i32,
+                );
+            }
+            st(b.send_pair, q, pair);
+        }
+        if mine {
+            let to = row * k_n + lane as usize;
+            p(b.recv_pair.wrapping_add(to), pair, d as i32);
+            p(b.recv_w.wrapping_add(to), w, d as i32);
+        }
+        if lane == 31 {
+            p(b.recv_src.wrapping_add(row), t as i32, d as i32);
+        }
+        put_nbi(
+            Warp,
+            SymSlice::from_raw_parts(b.recv_x.as_ptr().add(row * h), h),
+            DeviceSlice::from_raw_parts(b.x.as_ptr().add(t * h), h),
+            d as i32,
+        );
+    }
+}
+
+/// The dispatch (module documentation).
+///
+/// # Safety
+/// See [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn dispatch(b: Bufs, s: Shape) {
+    let tp = s.mode == MODE_THROUGHPUT;
+    let (me, n, e_n, cap) = (my_pe() as u32, s.n_pes, s.experts, s.capacity);
+    let (t_n, l_n) = (s.tokens as usize, e_n / n);
+    let pair_cursors = ROW_CURSORS + n as usize;
+    let (lane, gw, nw) = warps();
+    // One warp per (token, destination): consecutive warps take one token's destinations.
+    let mut i = gw as usize;
+    while i < t_n * n as usize {
+        let (t, d) = (i / n as usize, (i % n as usize) as u32);
+        i += nw as usize;
+        // SAFETY: `t < T`, `d < n`, and `lane < K` wherever a row of `K` is indexed by lane;
+        // row slots and pair slots are unique (atomics or the layout), so each remote word
+        // has one writer; the peers' buffers are free for this round (module
+        // documentation); the whole warp calls `put_nbi`.
+        unsafe { send(b, s, t, d, lane) };
+    }
+    quiet();
+    sync_threads();
+    let mut last = 0;
+    if thread_idx_x() == 0 {
+        // SAFETY: `work[DISPATCH_DONE]` is only touched atomically, and reset by the last block.
+        let done = unsafe { scoped::fetch_add(Gpu, b.work.wrapping_add(DISPATCH_DONE), 1u32) };
+        last = u32::from(done + 1 == grid_dim_x());
+    }
+    if warp_id() != 0 || shfl_idx(last, 0) == 0 {
+        return;
+    }
+    // The last block's first warp: every block's puts are complete (each quieted before its
+    // increment, which this warp's atomic has acquired).
+    scoped::fence_acq_rel(Gpu);
+    // SAFETY: the counters are this PE's, untouched by the rest of the (finished) grid; the
+    // peers' count words for this source are written only here.
+    unsafe {
+        if lane == 0 {
+            scoped::store_relaxed(Gpu, b.work.wrapping_add(DISPATCH_DONE), 0u32);
+        }
+        if !tp {
+            for d in 0..n {
+                let mut l = lane;
+                while l < l_n {
+                    let cur = b.work.wrapping_add(pair_cursors + (d * l_n + l) as usize);
+                    let c = scoped::load_relaxed(Gpu, cur);
+                    scoped::store_relaxed(Gpu, cur, 0u32);
+                    let at = (l * n + me) as usize;
+                    p(b.expert_count.wrapping_add(at), c.min(cap), d as i32);
+                    p(
+                        b.expert_offset.wrapping_add(at),
+                        (l * n + me) * cap,
+                        d as i32,
+                    );
+                    l += 32;
+                }
+                if lane == 0 {
+                    let cur = b.work.wrapping_add(ROW_CURSORS + d as usize);
+                    let rows = scoped::load_relaxed(Gpu, cur);
+                    scoped::store_relaxed(Gpu, cur, 0u32);
+                    p(b.recv_count.wrapping_add(me as usize), rows, d as i32);
+                }
+            }
+        }
+        quiet();
+        sync_warp(u32::MAX);
+        if lane < n {
+            signal_op(
+                b.signals.wrapping_add(SIG_DISPATCH),
+                1,
+                SignalOp::Add,
+                lane as i32,
+            );
+        }
+        if lane == 0 {
+            signal_wait_until(
+                b.signals.wrapping_add(SIG_DISPATCH),
+                Cmp::Ge,
+                u64::from(s.round) * u64::from(n),
+            );
+        }
+    }
+}
+
+/// The stand-in expert layer (module documentation).
+///
+/// # Safety
+/// See [`moe_experts()`].
+#[inline(always)]
+unsafe fn experts(b: Bufs, s: Shape) {
+    let (me, n, h) = (my_pe() as u32, s.n_pes, s.hidden as usize);
+    let l_n = s.experts / n;
+    let per = s.capacity.min(s.tokens) as usize;
+    let (lane, gw, nw) = warps();
+    let mut i = gw as usize;
+    while i < (l_n * n) as usize * per {
+        let (blk, q) = (i / per, i % per);
+        // SAFETY: `blk < L * n`; a kept pair's slot holds a received row of this round, and
+        // its output row is this warp's alone.
+        unsafe {
+            if (q as u32) < ld(b.expert_count, blk) {
+                let pair = ld(b.expert_offset, blk) as usize + q;
+                let row = ld(b.expert_rows, pair) as usize;
+                let scale = expert_scale(me * l_n + blk as u32 / n);
+                let src = b.recv_x.as_ptr().add(row * h).cast::<Chunk>();
+                let dst = b.expert_y.as_ptr().add(pair * h).cast::<Chunk>();
+                let mut c = lane as usize;
+                while c < h / 8 {
+                    let mut v = widen(Chunk::load(src.add(c)));
+                    for x in &mut v {
+                        *x *= scale;
+                    }
+                    narrow(v).store(dst.add(c));
+                    c += 32;
+                }
+            }
+        }
+        i += nw as usize;
+    }
+}
+
+/// The combine (module documentation).
+///
+/// # Safety
+/// See [`moe_combine()`].
+#[inline(always)]
+unsafe fn combine(b: Bufs, s: Shape) {
+    let (me, n) = (my_pe() as u32, s.n_pes);
+    let (k_n, t_n, l_n, h) = (
+        s.top_k as usize,
+        s.tokens as usize,
+        s.experts / n,
+        s.hidden as usize,
+    );
+    let (lane, gw, nw) = warps();
+    let mine = (lane as usize) < k_n;
+    // 1. Each received row's weighted sum, straight into its source's `comb_recv`.
+    let mut r = gw as usize;
+    while r < n as usize * t_n {
+        let src = (r / t_n) as u32;
+        // SAFETY: for this loop: `r < n * T`, `lane < K` where indexed by lane; the received
+        // rows, pairs and outputs of this round are complete (dispatch and experts came
+        // before on this stream); slot `(me, t)` of the source's `comb_recv` is this warp's.
+        unsafe {
+            if (r % t_n) as u32 >= ld(b.recv_count, src as usize) {
+                r += nw as usize;
+                continue;
+            }
+            let t = ld(b.recv_src, r) as usize;
+            let (pair, w) = if mine {
+                (
+                    ld(b.recv_pair, r * k_n + lane as usize),
+                    ld(b.recv_w, r * k_n + lane as usize),
+                )
+            } else {
+                (-1, 0.0)
+            };
+            let target = b.comb_recv.wrapping_add((me as usize * t_n + t) * h);
+            let peer = ptr(target, src as i32);
+            let out = match peer {
+                Some(p) => p.as_ptr(),
+                None => b.comb_stage.as_ptr().add(r * h),
+            }
+            .cast::<Chunk>();
+            // The chunk loop runs the same number of times in every lane (the shuffles need
+            // the whole warp); lanes past the row's end skip the memory accesses.
+            let mut c0 = 0;
+            while c0 < h / 8 {
+                let c = c0 + lane as usize;
+                let mut acc = [0f32; 8];
+                for k in 0..k_n {
+                    let pk = shfl_idx(pair as u32, k as u32) as i32;
+                    let wk = f32::from_bits(shfl_idx(w.to_bits(), k as u32));
+                    if pk >= 0 && c < h / 8 {
+                        let y = b.expert_y.as_ptr().add(pk as usize * h).cast::<Chunk>();
+                        let y = widen(Chunk::load(y.add(c)));
+                        for i in 0..8 {
+                            acc[i] += wk * y[i];
+                        }
+                    }
+                }
+                if c < h / 8 {
+                    narrow(acc).store(out.add(c));
+                }
+                c0 += 32;
+            }
+            if peer.is_none() {
+                put_nbi(
+                    Warp,
+                    SymSlice::from_raw_parts(target.as_ptr(), h),
+                    DeviceSlice::from_raw_parts(b.comb_stage.as_ptr().add(r * h), h),
+                    src as i32,
+                );
+            }
+        }
+        r += nw as usize;
+    }
+    // 2. Completion: the last block signals every PE; every block waits for all PEs.
+    quiet();
+    sync_threads();
+    if thread_idx_x() == 0 {
+        // SAFETY: `work[COMBINE_DONE]` is only touched atomically and reset by the last
+        // block; the signal word counts rounds (module documentation).
+        unsafe {
+            let done = scoped::fetch_add(Gpu, b.work.wrapping_add(COMBINE_DONE), 1u32);
+            if done + 1 == grid_dim_x() {
+                scoped::store_relaxed(Gpu, b.work.wrapping_add(COMBINE_DONE), 0u32);
+                scoped::fence_acq_rel(Gpu);
+                quiet();
+                for d in 0..n {
+                    signal_op(
+                        b.signals.wrapping_add(SIG_COMBINE),
+                        1,
+                        SignalOp::Add,
+                        d as i32,
+                    );
+                }
+            }
+            signal_wait_until(
+                b.signals.wrapping_add(SIG_COMBINE),
+                Cmp::Ge,
+                u64::from(s.round) * u64::from(n),
+            );
+        }
+    }
+    sync_threads();
+    // 3. Each token: the sums of its destinations, in PE order.
+    let mut t = gw as usize;
+    while t < t_n {
+        // SAFETY: `t < T`, `lane < K` where indexed; every destination's sum has arrived
+        // (the wait above); row `t` of `out` is this warp's.
+        unsafe {
+            let e = if mine {
+                ld(b.topk, t * k_n + lane as usize)
+            } else {
+                -1
+            };
+            let mask = warp_or(if e >= 0 { 1u32 << (e as u32 / l_n) } else { 0 });
+            let out = b.out.as_ptr().add(t * h).cast::<Chunk>();
+            let mut c = lane as usize;
+            while c < h / 8 {
+                let mut acc = [0f32; 8];
+                let mut m = mask;
+                while m != 0 {
+                    let d = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    let part = b.comb_recv.as_ptr().add((d * t_n + t) * h).cast::<Chunk>();
+                    let v = widen(Chunk::load(part.add(c)));
+                    for i in 0..8 {
+                        acc[i] += v[i];
+                    }
+                }
+                narrow(acc).store(out.add(c));
+                c += 32;
+            }
+        }
+        t += nw as usize;
+    }
+}
+
+/// Throughput mode's layout pass: row slots, pair ranks, and the exchange of counts.
+///
+/// # Safety
+/// Every PE launches it with the same shape (`mode` throughput) and the same grid every
+/// round, cooperatively (a grid barrier), block size a multiple of 32; `b` holds the
+/// symmetric buffers sized as the module documentation says, zeroed before round 1; `topk`
+/// holds distinct experts per token (or -1); rounds count up by one per dispatch.
+#[shmem_kernel]
+pub unsafe fn moe_layout(b: Bufs, s: Shape) {
+    // SAFETY: this kernel's contract.
+    unsafe { layout(b, s) }
+}
+
+/// Sends every token to the PEs of its experts (both modes; throughput after
+/// [`moe_layout()`] of the same round). Returns once every PE's tokens for this PE are here.
+///
+/// # Safety
+/// As [`moe_layout()`] (any grid; not necessarily cooperative), `n_pes <= 32`, `top_k <= 16`,
+/// `hidden` a multiple of 8; the previous round's combine has finished on every PE.
+#[shmem_kernel]
+pub unsafe fn moe_dispatch(b: Bufs, s: Shape) {
+    // SAFETY: this kernel's contract.
+    unsafe { dispatch(b, s) }
+}
+
+/// The stand-in expert layer: each kept pair's output row (local, no communication).
+///
+/// # Safety
+/// After [`moe_dispatch()`] of the same round on this PE's stream; shape and buffers as there.
+#[shmem_kernel]
+pub unsafe fn moe_experts(b: Bufs, s: Shape) {
+    // SAFETY: this kernel's contract.
+    unsafe { experts(b, s) }
+}
+
+/// Sends each received token's weighted expert sum back and adds them up in token order into
+/// `out`.
+///
+/// # Safety
+/// After [`moe_experts()`] of the same round; every PE launches it with the same shape,
+/// cooperatively (every block waits for the other PEs), block size a multiple of 32.
+#[shmem_kernel]
+pub unsafe fn moe_combine(b: Bufs, s: Shape) {
+    // SAFETY: this kernel's contract.
+    unsafe { combine(b, s) }
+}

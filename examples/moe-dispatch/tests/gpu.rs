@@ -1,0 +1,173 @@
+//! MoE dispatch and combine on GPUs, checked against the CPU reference.
+//!
+//! Opt in with `SHMEM_GPU_TESTS=1` (kernels from `SHMEM_PTX_DIR`, default `target/ptx`).
+//! Each test runs on the PE count it names (`None`: one per GPU, or `SHMEM_GPU_PES`),
+//! through `shmem_host::launcher::gpu_test`. With `SHMEM_MOE_CUBIN` set to the cubin of
+//! `cuda/moe.cu` (`cuda/build.sh`), the CUDA C++ kernels are checked the same way; without
+//! it, that test says it was skipped.
+//!
+//! Every run checks its last round on every PE: each (token, destination PE) arrived exactly
+//! once, bit for bit, with its weights and nothing else; each kept pair has one slot in its
+//! (expert, source) range pointing back at its row; drops are exactly what the capacity
+//! implies; and the combined tokens are within bf16 rounding of the CPU (the Rust kernels
+//! are also asserted bit-exact: same operations in the same order).
+
+use moe_dispatch::host::{Implementation, Mode, Options, run};
+use moe_dispatch::routing::Distribution;
+use shmem_host::Shmem;
+use shmem_host::launcher::gpu_test;
+use std::path::PathBuf;
+
+fn ptx_dir() -> PathBuf {
+    shmem_host::module::ptx_dir_or(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"),
+    )
+}
+
+/// Runs `o` in both modes and asserts the check; returns the pairs dropped per round on
+/// this PE for each mode.
+fn check(rt: &Shmem, o: &Options, bit_exact: bool) -> [u64; 2] {
+    let mut dropped = [0; 2];
+    for (i, mode) in [Mode::LowLatency, Mode::Throughput].into_iter().enumerate() {
+        let mut o = o.clone();
+        (o.mode, o.verify) = (mode, true);
+        let out = run(rt, &o).unwrap_or_else(|e| panic!("{o:?}: {e}"));
+        let ch = out.check.clone().unwrap();
+        let what = format!(
+            "PE {} {:?} T {} H {} E {} K {} {:?} cap {:?}",
+            rt.my_pe(),
+            mode,
+            o.tokens,
+            o.hidden,
+            o.experts,
+            o.top_k,
+            o.dist,
+            o.capacity
+        );
+        assert!(
+            ch.dispatch.problems.is_empty(),
+            "{what}: {:#?}",
+            ch.dispatch.problems
+        );
+        assert!(
+            ch.ok(),
+            "{what}: combine differs in {} values, worst {}",
+            ch.combine_diffs,
+            ch.combine_worst
+        );
+        if bit_exact {
+            assert_eq!(ch.combine_diffs, 0, "{what}: combine not bit-exact");
+        }
+        println!(
+            "{what}: ok, {} rows {} pairs arrived, {} dropped here, {} combine values differ, grids {:?}",
+            ch.dispatch.rows, ch.dispatch.pairs, ch.dispatch.dropped, ch.combine_diffs, out.launch
+        );
+        dropped[i] = out.dropped_per_round;
+    }
+    dropped
+}
+
+fn small(tokens: u32, hidden: u32, experts: u32, top_k: u32) -> Options {
+    let mut o = Options::new(tokens, ptx_dir());
+    (o.hidden, o.experts, o.top_k, o.rounds, o.warmup) = (hidden, experts, top_k, 3, 2);
+    o
+}
+
+#[test]
+fn one_pe_delivers_to_itself() {
+    gpu_test("one_pe_delivers_to_itself", Some(1), |rt| {
+        check(rt, &small(77, 64, 8, 3), true);
+    });
+}
+
+#[test]
+fn uniform_routing_exactly_once() {
+    gpu_test("uniform_routing_exactly_once", None, |rt| {
+        check(rt, &small(100, 72, 16, 4), true); // 100 tokens: not a multiple of a warp
+        check(rt, &small(300, 128, 32, 8), true);
+    });
+}
+
+#[test]
+fn skewed_and_sparse_routing() {
+    gpu_test("skewed_and_sparse_routing", None, |rt| {
+        for dist in [Distribution::Skewed, Distribution::Sparse] {
+            let mut o = small(257, 64, 32, 6);
+            o.dist = dist;
+            let d = check(rt, &o, true);
+            assert_eq!(d, [0, 0], "nothing dropped without a capacity");
+        }
+    });
+}
+
+#[test]
+fn capacity_drops_are_counted_and_reported() {
+    gpu_test("capacity_drops_are_counted_and_reported", None, |rt| {
+        let mut o = small(400, 64, 16, 4);
+        (o.dist, o.capacity) = (Distribution::Skewed, Some(20));
+        let dropped = check(rt, &o, true);
+        // Skewed routing sends about a third of the choices to experts 0-3: far over 20.
+        assert!(
+            dropped.iter().all(|&d| d > 0),
+            "PE {}: {dropped:?}",
+            rt.my_pe()
+        );
+    });
+}
+
+#[test]
+fn deepseek_shape_small_batch() {
+    gpu_test("deepseek_shape_small_batch", None, |rt| {
+        let mut o = small(128, 7168, 256, 8);
+        o.rounds = 5;
+        check(rt, &o, true);
+    });
+}
+
+#[test]
+fn grid_shapes() {
+    gpu_test("grid_shapes", None, |rt| {
+        for (blocks, threads) in [(1, 32), (3, 96), (200, 1024)] {
+            let mut o = small(150, 64, 16, 5);
+            (o.blocks, o.threads) = (Some(blocks), threads);
+            check(rt, &o, true);
+        }
+    });
+}
+
+#[test]
+fn bad_options_are_refused() {
+    gpu_test("bad_options_are_refused", None, |rt| {
+        let n = rt.n_pes() as u32;
+        let mut o = small(10, 64, 7 * n + 1, 4);
+        let e = run(rt, &o).unwrap_err().to_string();
+        assert!(e.contains("spread evenly"), "{e}");
+        (o.experts, o.hidden) = (8 * n, 60);
+        let e = run(rt, &o).unwrap_err().to_string();
+        assert!(e.contains("multiple of 8"), "{e}");
+        (o.hidden, o.top_k) = (64, 17);
+        let e = run(rt, &o).unwrap_err().to_string();
+        assert!(e.contains("top-k"), "{e}");
+    });
+}
+
+#[test]
+fn cuda_reference_matches_the_cpu() {
+    let Some(cubin) = std::env::var_os("SHMEM_MOE_CUBIN") else {
+        eprintln!("skipped cuda_reference_matches_the_cpu: set SHMEM_MOE_CUBIN (cuda/build.sh)");
+        return;
+    };
+    gpu_test("cuda_reference_matches_the_cpu", None, |rt| {
+        let imp = Implementation::Cuda {
+            cubin: PathBuf::from(&cubin),
+        };
+        for dist in [Distribution::Uniform, Distribution::Sparse] {
+            let mut o = small(300, 128, 32, 8);
+            (o.implementation, o.dist) = (imp.clone(), dist);
+            check(rt, &o, false);
+        }
+        let mut o = small(400, 64, 16, 4);
+        (o.implementation, o.dist, o.capacity) = (imp, Distribution::Skewed, Some(20));
+        check(rt, &o, false);
+    });
+}
