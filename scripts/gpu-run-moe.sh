@@ -51,7 +51,10 @@ cleanup
   timeout ${BENCH_S:-200} carry/bin/moe_dispatch --compare "$OUT/moe-cuda/moe.cubin" \
     --tokens 128,4096 --experts 64,256 --reps 5 --rounds 10
   echo "exit $?"
-} 2>&1 | tee "$OUT/moe-compare.log" | grep -v '^RESULT' | tail -20
+  stage "moe on one PE (no cross-GPU traffic: the local work's floor)"
+  timeout 60 carry/bin/moe_dispatch --pes 1 --tokens 4096 --experts 64 --no-verify --rounds 10
+  echo "exit $?"
+} 2>&1 | tee "$OUT/moe-compare.log" | grep -v 'RESULT' | tail -24
 cleanup
 {
   stage "moe benchmark: PyTorch baseline"

@@ -5,8 +5,9 @@ dispatch: each PE works out how many tokens go to each PE, exchanges the counts
 (all_to_all_single), reads them on the host (the splits must be Python ints), permutes its
 tokens into destination order (index_select) and sends them with all_to_all_single and exact
 splits; the routing (ids and weights) travels the same way, as the receiver needs it.
-combine: the per-token rows travel back with the reverse splits and are added into token
-order (index_add_ in f32, then bf16).
+combine: each received row's expert outputs are summed with the routing weights (index_add_
+in f32, then bf16), the sums travel back with the reverse splits and are added into token
+order (index_add_ in f32, then bf16): the same algorithm as the Rust kernels.
 
 Times are wall-clock from a common start (barrier, synchronize) to the end of the GPU work
 (synchronize), the slowest rank, median over the repetitions: the host round trip is part
@@ -95,8 +96,20 @@ def main():
                 dist.all_to_all_single(recv_meta, meta, rs, ss)
                 return recv, recv_meta, (idx, ss, rs)
 
-            def combine(y, handle):
+            def experts(recv, recv_meta):
+                """The stand-in expert layer's outputs, one row per (received row, local
+                expert), with the pair's row and weight (not timed, as in the Rust run)."""
+                ids, w = recv_meta[:, :K], recv_meta[:, K:].view(torch.float32)
+                local = (ids >= 0) & (ids // L == rank)
+                pair_row = local.nonzero()[:, 0]
+                return recv.index_select(0, pair_row), pair_row, w[local]
+
+            def combine(y_pairs, pair_row, pair_w, rows, handle):
                 idx, ss, rs = handle
+                # The weighted sum of each received row's expert outputs (f32, then bf16).
+                y = torch.zeros(rows, H, dtype=torch.float32, device=dev)
+                y.index_add_(0, pair_row, y_pairs.float() * pair_w[:, None])
+                y = y.to(torch.bfloat16)
                 back = torch.empty(len(idx), H, dtype=y.dtype, device=dev)
                 dist.all_to_all_single(back, y, ss, rs)
                 out = torch.zeros(tokens, H, dtype=torch.float32, device=dev)
@@ -113,9 +126,9 @@ def main():
 
             dts, cts = [], []
             for rep in range(a.reps + 3):
-                (recv, _, handle), dt = timed(dispatch)
-                y = recv  # the expert layer's output rows (one per received row)
-                _, ct = timed(lambda: combine(y, handle))
+                (recv, recv_meta, handle), dt = timed(dispatch)
+                y_pairs, pair_row, pair_w = experts(recv, recv_meta)
+                _, ct = timed(lambda: combine(y_pairs, pair_row, pair_w, len(recv), handle))
                 if rep >= 3:
                     dts.append(slowest(dt))
                     cts.append(slowest(ct))

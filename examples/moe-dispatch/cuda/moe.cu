@@ -20,7 +20,7 @@ struct Bufs {
   int32_t *topk;
   float *weights;
   int32_t *send_pair, *send_slot;
-  uint32_t *work, *counts, *base;
+  uint32_t *work, *counts, *base, *scratch;
   uint16_t *recv_x;
   int32_t *recv_src, *recv_pair;
   float *recv_w;
@@ -87,37 +87,64 @@ __device__ __forceinline__ void grid_barrier(uint32_t *counter, uint32_t k) {
   __syncthreads();
 }
 
+constexpr size_t LAYOUT_CHUNK = 256;
+
+// Scans tokens [t0, t1) for column `col` (an expert, or destination col - E), 32 at a time;
+// with `write`, stores each hit's rank (from `first`). Returns the hits.
+__device__ __forceinline__ uint32_t scan(const Bufs &b, const Shape &s, uint32_t col, size_t t0,
+                                         size_t t1, uint32_t first, bool write) {
+  size_t n = s.n_pes, k_n = s.top_k;
+  uint32_t e_n = s.experts, l_n = e_n / s.n_pes, lane = threadIdx.x % 32;
+  uint32_t running = first;
+  for (size_t base = t0; base < t1; base += 32) {
+    size_t t = base + lane;
+    int hit = -1;
+    if (t < t1) {
+      for (size_t k = 0; k < k_n; k++) {
+        int32_t e = b.topk[t * k_n + k];
+        bool yes = col < e_n ? e == (int32_t)col : (e >= 0 && (uint32_t)e / l_n == col - e_n);
+        if (yes) hit = (int)k;
+      }
+    }
+    uint32_t mask = __ballot_sync(0xffffffffu, hit >= 0);
+    if (write && t < t1) {
+      int32_t pos = (int32_t)(running + __popc(mask & ((1u << lane) - 1)));
+      if (col < e_n) {
+        if (hit >= 0) b.send_pair[t * k_n + hit] = pos;
+      } else {
+        b.send_slot[t * n + (col - e_n)] = hit >= 0 ? pos : -1;
+      }
+    }
+    running += __popc(mask);
+  }
+  return running - first;
+}
+
 extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts;
-  size_t k_n = s.top_k, t_n = s.tokens;
+  size_t t_n = s.tokens;
   uint32_t l_n = e_n / n;
   uint32_t lane, gw, nw;
   warps(lane, gw, nw);
   size_t row_len = e_n + n, mine = me * row_len;
-  for (uint32_t w = gw; w < e_n + n; w += nw) {
-    uint32_t running = 0;
-    for (size_t t0 = 0; t0 < t_n; t0 += 32) {
-      size_t t = t0 + lane;
-      int hit = -1;
-      if (t < t_n) {
-        for (size_t k = 0; k < k_n; k++) {
-          int32_t e = b.topk[t * k_n + k];
-          bool yes = w < e_n ? e == (int32_t)w : (e >= 0 && (uint32_t)e / l_n == w - e_n);
-          if (yes) hit = (int)k;
-        }
-      }
-      uint32_t mask = __ballot_sync(0xffffffffu, hit >= 0);
-      uint32_t pos = running + __popc(mask & ((1u << lane) - 1));
-      if (w < e_n) {
-        if (hit >= 0) b.send_pair[t * k_n + hit] = (int32_t)pos;
-      } else if (t < t_n) {
-        b.send_slot[t * n + (w - e_n)] = hit >= 0 ? (int32_t)pos : -1;
-      }
-      running += __popc(mask);
-    }
-    if (lane == 0) b.counts[mine + w] = running;
+  size_t chunks = (t_n + LAYOUT_CHUNK - 1) / LAYOUT_CHUNK, units = row_len * chunks;
+  for (size_t u = gw; u < units; u += nw) {
+    uint32_t col = u / chunks;
+    size_t ch = u % chunks, t0 = ch * LAYOUT_CHUNK, t1 = min((ch + 1) * LAYOUT_CHUNK, t_n);
+    uint32_t hits = scan(b, s, col, t0, t1, 0, false);
+    if (lane == 0) b.scratch[u] = hits;
   }
-  grid_barrier(b.work + LAYOUT_BARRIER, s.round);
+  grid_barrier(b.work + LAYOUT_BARRIER, 2 * s.round - 1);
+  for (size_t u = gw; u < units; u += nw) {
+    uint32_t col = u / chunks;
+    size_t ch = u % chunks, t0 = ch * LAYOUT_CHUNK, t1 = min((ch + 1) * LAYOUT_CHUNK, t_n);
+    uint32_t before = 0;
+    for (size_t c = lane; c < ch; c += 32) before += b.scratch[col * chunks + c];
+    for (int m = 16; m > 0; m /= 2) before += __shfl_xor_sync(0xffffffffu, before, m);
+    uint32_t hits = scan(b, s, col, t0, t1, before, true);
+    if (lane == 0 && ch + 1 == chunks) b.counts[mine + col] = before + hits;
+  }
+  grid_barrier(b.work + LAYOUT_BARRIER, 2 * s.round);
   if (blockIdx.x != 0) return;
   uint32_t tid = threadIdx.x, bs = blockDim.x;
   if (tid < n) {
@@ -140,9 +167,12 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
     return t;
   };
   uint32_t cap = s.capacity;
+  uint32_t *kept = b.base + 2 * e_n;
+  for (uint32_t e = tid; e < e_n; e += bs) kept[e] = min(total(e), cap);
+  __syncthreads();
   auto segment = [&](uint32_t d, uint32_t l) {
     uint32_t seg = 0;
-    for (uint32_t l2 = 0; l2 < l; l2++) seg += min(total(d * l_n + l2), cap);
+    for (uint32_t l2 = 0; l2 < l; l2++) seg += kept[d * l_n + l2];
     return seg;
   };
   for (uint32_t e = tid; e < e_n; e += bs) {
@@ -275,6 +305,37 @@ extern "C" __global__ void moe_experts(Bufs b, Shape s) {
   }
 }
 
+constexpr size_t SEGMENT_CHUNKS = 4;
+
+// Adds chunks c0 + 32 j + lane (j < SEGMENT_CHUNKS, below `chunks`) of `row`, times w, to acc.
+__device__ __forceinline__ void accumulate(float acc[SEGMENT_CHUNKS][8], const uint4 *row,
+                                           size_t c0, size_t chunks, bool weighted, float w) {
+  size_t lane = threadIdx.x % 32;
+  uint4 v[SEGMENT_CHUNKS];
+#pragma unroll
+  for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
+    size_t c = c0 + 32 * j + lane;
+    v[j] = c < chunks ? row[c] : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
+    float y[8];
+    widen(v[j], y);
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[j][i] = __fadd_rn(acc[j][i], weighted ? __fmul_rn(w, y[i]) : y[i]);
+  }
+}
+
+__device__ __forceinline__ void store_segment(float acc[SEGMENT_CHUNKS][8], uint4 *row, size_t c0,
+                                              size_t chunks) {
+  size_t lane = threadIdx.x % 32;
+#pragma unroll
+  for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
+    size_t c = c0 + 32 * j + lane;
+    if (c < chunks) row[c] = narrow(acc[j]);
+  }
+}
+
 extern "C" __global__ void moe_combine(Bufs b, Shape s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t k_n = s.top_k, t_n = s.tokens, h = s.hidden;
@@ -282,7 +343,9 @@ extern "C" __global__ void moe_combine(Bufs b, Shape s) {
   uint32_t lane, gw, nw;
   warps(lane, gw, nw);
   bool mine = lane < k_n;
-  for (size_t r = gw; r < n * t_n; r += nw) {
+  size_t chunks = h / 8, per_seg = 32 * SEGMENT_CHUNKS, segs = (chunks + per_seg - 1) / per_seg;
+  for (size_t u = gw; u < n * t_n * segs; u += nw) {
+    size_t r = u / segs, c0 = (u % segs) * per_seg;
     uint32_t src = r / t_n;
     if (r % t_n >= b.recv_count[src]) continue;
     size_t t = b.recv_src[r];
@@ -291,25 +354,18 @@ extern "C" __global__ void moe_combine(Bufs b, Shape s) {
     uint16_t *target = b.comb_recv + (me * t_n + t) * h;
     uint16_t *peer = (uint16_t *)nvshmem_ptr(target, src);
     uint4 *out = reinterpret_cast<uint4 *>(peer ? peer : b.comb_stage + r * h);
-    // Every lane runs the chunk loop the same number of times (the shuffles need the whole
-    // warp); lanes past the row's end skip the memory accesses.
-    for (size_t c0 = 0; c0 < h / 8; c0 += 32) {
-      size_t c = c0 + lane;
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (size_t k = 0; k < k_n; k++) {
-        int32_t pk = __shfl_sync(0xffffffffu, pair, k);
-        float wk = __shfl_sync(0xffffffffu, w, k);
-        if (pk >= 0 && c < h / 8) {
-          float y[8];
-          widen(reinterpret_cast<const uint4 *>(b.expert_y + pk * h)[c], y);
-#pragma unroll
-          for (int i = 0; i < 8; i++) acc[i] = __fadd_rn(acc[i], __fmul_rn(wk, y[i]));
-        }
-      }
-      if (c < h / 8) out[c] = narrow(acc);
+    float acc[SEGMENT_CHUNKS][8] = {};
+    for (size_t k = 0; k < k_n; k++) {
+      int32_t pk = __shfl_sync(0xffffffffu, pair, k);
+      float wk = __shfl_sync(0xffffffffu, w, k);
+      if (pk >= 0)
+        accumulate(acc, reinterpret_cast<const uint4 *>(b.expert_y + pk * h), c0, chunks, true, wk);
     }
-    if (!peer)
-      nvshmemx_putmem_nbi_warp(target, b.comb_stage + r * h, h * sizeof(uint16_t), src);
+    store_segment(acc, out, c0, chunks);
+    if (!peer) {
+      size_t len = min(chunks - c0, per_seg) * 8;
+      nvshmemx_putmem_nbi_warp(target + c0 * 8, b.comb_stage + r * h + c0 * 8, len * sizeof(uint16_t), src);
+    }
   }
   nvshmem_quiet();
   __syncthreads();
@@ -324,20 +380,16 @@ extern "C" __global__ void moe_combine(Bufs b, Shape s) {
     nvshmem_signal_wait_until(b.signals + SIG_COMBINE, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
   }
   __syncthreads();
-  for (size_t t = gw; t < t_n; t += nw) {
+  for (size_t u = gw; u < t_n * segs; u += nw) {
+    size_t t = u / segs, c0 = (u % segs) * per_seg;
     int32_t e = mine ? b.topk[t * k_n + lane] : -1;
     uint32_t mask = warp_or(e >= 0 ? 1u << ((uint32_t)e / l_n) : 0u);
-    uint4 *out = reinterpret_cast<uint4 *>(b.out + t * h);
-    for (size_t c = lane; c < h / 8; c += 32) {
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (uint32_t m = mask; m != 0; m &= m - 1) {
-        size_t d = __ffs(m) - 1;
-        float v[8];
-        widen(reinterpret_cast<const uint4 *>(b.comb_recv + (d * t_n + t) * h)[c], v);
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc[i] = __fadd_rn(acc[i], v[i]);
-      }
-      out[c] = narrow(acc);
+    float acc[SEGMENT_CHUNKS][8] = {};
+    for (uint32_t m = mask; m != 0; m &= m - 1) {
+      size_t d = __ffs(m) - 1;
+      accumulate(acc, reinterpret_cast<const uint4 *>(b.comb_recv + (d * t_n + t) * h), c0, chunks,
+                 false, 0.0f);
     }
+    store_segment(acc, reinterpret_cast<uint4 *>(b.out + t * h), c0, chunks);
   }
 }

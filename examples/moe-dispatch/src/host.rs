@@ -365,20 +365,21 @@ impl<'rt> Moe<'rt> {
             work: sym(&u32s[0]),
             counts: sym(&u32s[1]),
             base: sym(&u32s[2]),
+            scratch: sym(&u32s[3]),
             recv_x: sym(&u16s[1]),
             recv_src: sym(&i32s[3]),
             recv_pair: sym(&i32s[4]),
             recv_w: sym(&f32s[1]),
-            recv_count: sym(&u32s[3]),
-            expert_count: sym(&u32s[4]),
-            expert_offset: sym(&u32s[5]),
+            recv_count: sym(&u32s[4]),
+            expert_count: sym(&u32s[5]),
+            expert_offset: sym(&u32s[6]),
             expert_rows: sym(&i32s[5]),
             expert_y: sym(&u16s[2]),
             comb_recv: sym(&u16s[3]),
             comb_stage: sym(&u16s[4]),
             out: sym(&u16s[5]),
             signals: sym(&u64s[0]),
-            dropped: sym(&u32s[6]),
+            dropped: sym(&u32s[7]),
         };
         u16s[0].copy_from(&inputs.x)?;
         i32s[0].copy_from(&inputs.routing.topk)?;
@@ -479,7 +480,7 @@ impl<'rt> Moe<'rt> {
 
     /// Pairs this PE's dispatches dropped for capacity, per round so far.
     pub fn dropped_per_round(&self) -> Result<u64> {
-        let d = u64::from(self.held.u32s[6].to_vec()?[0]);
+        let d = u64::from(self.held.u32s[7].to_vec()?[0]);
         Ok(d.checked_div(u64::from(self.round)).unwrap_or(0))
     }
 
@@ -540,13 +541,13 @@ impl<'rt> Moe<'rt> {
             .collect();
         let h = &self.held;
         let got = Received {
-            recv_count: h.u32s[3].to_vec()?,
+            recv_count: h.u32s[4].to_vec()?,
             recv_src: h.i32s[3].to_vec()?,
             recv_pair: h.i32s[4].to_vec()?,
             recv_w: h.f32s[1].to_vec()?,
             recv_x: h.u16s[1].to_vec()?,
-            expert_count: h.u32s[4].to_vec()?,
-            expert_offset: h.u32s[5].to_vec()?,
+            expert_count: h.u32s[5].to_vec()?,
+            expert_offset: h.u32s[6].to_vec()?,
             expert_rows: h.i32s[5].to_vec()?,
         };
         let dispatch = reference::check_dispatch(me, &s, &sources, &got);

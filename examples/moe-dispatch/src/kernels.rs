@@ -122,9 +122,11 @@ pub struct Bufs {
     pub work: Sym<u32>,
     /// Throughput: `n × (E + n)`: row `s` is PE `s`'s pairs per expert, then rows per PE.
     pub counts: Sym<u32>,
-    /// Throughput: `2 × E`: the first pair index of this PE's pairs of expert `e`, then the
-    /// end of expert `e`'s capacity.
+    /// Throughput: `3 × E`: the first pair index of this PE's pairs of expert `e`, the end
+    /// of expert `e`'s capacity, and expert `e`'s kept pairs from all PEs.
     pub base: Sym<u32>,
+    /// Throughput: [`scratch_len`] words, the layout's counts per (column, chunk).
+    pub scratch: Sym<u32>,
     /// `n × T × H` received tokens.
     pub recv_x: Sym<u16>,
     /// `n × T`: each received row's index on its source.
@@ -223,63 +225,131 @@ fn narrow(v: [f32; 8]) -> Chunk {
     Chunk(c)
 }
 
+/// Tokens per unit of the layout's scan: one warp scans this many tokens for one column
+/// (an expert or a destination PE), 32 at a time.
+pub const LAYOUT_CHUNK: usize = 256;
+
+/// Words of `scratch`: one count per (column, chunk of [`LAYOUT_CHUNK`] tokens).
+pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
+    (experts as usize + n_pes as usize) * (tokens as usize).div_ceil(LAYOUT_CHUNK)
+}
+
+/// Scans tokens `[t0, t1)` for column `col` (expert `col < E`, else destination `col - E`),
+/// 32 at a time; with `write`, stores each hit's rank (from `first`) in `send_pair` or
+/// `send_slot` (-1 for a token not sent to that destination). Returns the hits.
+///
+/// # Safety
+/// `t1 <= T`, `col < E + n`; the whole warp calls it; this warp alone writes these entries.
+#[inline(always)]
+unsafe fn scan(b: Bufs, s: Shape, col: u32, t0: usize, t1: usize, first: u32, write: bool) -> u32 {
+    let (n, e_n, k_n) = (s.n_pes as usize, s.experts, s.top_k as usize);
+    let l_n = e_n / s.n_pes;
+    let lane = lane_id() as usize;
+    let mut running = first;
+    let mut base = t0;
+    while base < t1 {
+        let t = base + lane;
+        let mut hit = -1i32;
+        if t < t1 {
+            for k in 0..k_n {
+                // SAFETY: `t < T`, `k < K`.
+                let e = unsafe { ld(b.topk, t * k_n + k) };
+                let yes = if col < e_n {
+                    e == col as i32
+                } else {
+                    e >= 0 && e as u32 / l_n == col - e_n
+                };
+                if yes {
+                    hit = k as i32;
+                }
+            }
+        }
+        let mask = ballot(hit >= 0);
+        if write && t < t1 {
+            let pos = (running + (mask & ((1u32 << lane) - 1)).count_ones()) as i32;
+            // SAFETY: `t < T`, `hit < K`, `col - E < n`: entries of this column, this warp's.
+            unsafe {
+                if col < e_n {
+                    if hit >= 0 {
+                        st(b.send_pair, t * k_n + hit as usize, pos);
+                    }
+                } else {
+                    let slot = if hit >= 0 { pos } else { -1 };
+                    st(b.send_slot, t * n + (col - e_n) as usize, slot);
+                }
+            }
+        }
+        running += mask.count_ones();
+        base += 32;
+    }
+    running - first
+}
+
 /// Throughput mode's layout pass (module documentation).
+///
+/// 1. One warp per (column, chunk): the column's hits in the chunk, into `scratch`.
+/// 2. Grid barrier; the same warps again: the hits of earlier chunks (a warp sum), then the
+///    ranks; the last chunk's warp writes the column's total into this PE's row of `counts`.
+/// 3. Grid barrier; block 0 sends the row to every PE, waits for every PE's row, and works
+///    out `base` (this PE's first pair and the capacity's end, per expert) and, for this
+///    PE's own experts, `expert_offset`, `expert_count` and `recv_count`.
 ///
 /// # Safety
 /// See [`moe_layout()`].
 #[inline(always)]
 unsafe fn layout(b: Bufs, s: Shape) {
     let (me, n, e_n) = (my_pe() as u32, s.n_pes, s.experts);
-    let (k_n, t_n, l_n) = (s.top_k as usize, s.tokens as usize, e_n / n);
+    let (t_n, l_n) = (s.tokens as usize, e_n / n);
     let (lane, gw, nw) = warps();
     let row_len = (e_n + n) as usize;
     let mine = me as usize * row_len;
-    // One warp per expert (pair ranks) and per destination (row slots), 32 tokens a step.
-    let mut w = gw;
-    while w < e_n + n {
-        let mut running = 0u32;
-        let mut t0 = 0;
-        while t0 < t_n {
-            let t = t0 + lane as usize;
-            let mut hit = -1i32;
-            if t < t_n {
-                for k in 0..k_n {
-                    // SAFETY: `t < T`, `k < K`.
-                    let e = unsafe { ld(b.topk, t * k_n + k) };
-                    let yes = if w < e_n {
-                        e == w as i32
-                    } else {
-                        e >= 0 && e as u32 / l_n == w - e_n
-                    };
-                    if yes {
-                        hit = k as i32;
-                    }
-                }
+    let chunks = t_n.div_ceil(LAYOUT_CHUNK);
+    let units = row_len * chunks;
+    let range = |u: usize| {
+        let (col, ch) = ((u / chunks) as u32, u % chunks);
+        (
+            col,
+            ch,
+            ch * LAYOUT_CHUNK,
+            ((ch + 1) * LAYOUT_CHUNK).min(t_n),
+        )
+    };
+    let mut u = gw as usize;
+    while u < units {
+        let (col, _, t0, t1) = range(u);
+        // SAFETY: `t1 <= T`, `col < E + n`, `u < scratch_len`; the warp's own unit.
+        unsafe {
+            let hits = scan(b, s, col, t0, t1, 0, false);
+            if lane == 0 {
+                st(b.scratch, u, hits);
             }
-            let mask = ballot(hit >= 0);
-            let pos = running + (mask & ((1u32 << lane) - 1)).count_ones();
-            // SAFETY: `t < T`, `hit < K`, `w - E < n`: this warp alone writes these entries.
-            unsafe {
-                if w < e_n {
-                    if hit >= 0 {
-                        st(b.send_pair, t * k_n + hit as usize, pos as i32);
-                    }
-                } else if t < t_n {
-                    let slot = if hit >= 0 { pos as i32 } else { -1 };
-                    st(b.send_slot, t * n as usize + (w - e_n) as usize, slot);
-                }
-            }
-            running += mask.count_ones();
-            t0 += 32;
         }
-        if lane == 0 {
-            // SAFETY: word `w` of this PE's row of `counts`, written by this warp only.
-            unsafe { st(b.counts, mine + w as usize, running) };
-        }
-        w += nw;
+        u += nw as usize;
     }
-    // SAFETY: cooperative launch of the same grid every round (the kernel's contract).
-    unsafe { scoped::grid_barrier(b.work.wrapping_add(LAYOUT_BARRIER), s.round) };
+    // SAFETY: cooperative launch of the same grid every round (the kernel's contract): two
+    // barriers per round.
+    unsafe { scoped::grid_barrier(b.work.wrapping_add(LAYOUT_BARRIER), 2 * s.round - 1) };
+    let mut u = gw as usize;
+    while u < units {
+        let (col, ch, t0, t1) = range(u);
+        // SAFETY: as above; `scratch` is complete (the barrier).
+        unsafe {
+            let mut before = 0u32;
+            let mut c = lane as usize;
+            while c < ch {
+                before += ld(b.scratch, col as usize * chunks + c);
+                c += 32;
+            }
+            let before = warp_sum(before);
+            let hits = scan(b, s, col, t0, t1, before, true);
+            if lane == 0 && ch + 1 == chunks {
+                st(b.counts, mine + col as usize, before + hits);
+            }
+        }
+        u += nw as usize;
+    }
+    // SAFETY: as above.
+    unsafe { scoped::grid_barrier(b.work.wrapping_add(LAYOUT_BARRIER), 2 * s.round) };
     if block_idx_x() != 0 {
         return;
     }
@@ -318,13 +388,30 @@ unsafe fn layout(b: Bufs, s: Shape) {
         }
     }
     sync_threads();
+    let cap = s.capacity;
     // SAFETY: every row of `counts` has arrived (the wait above, then the block barrier).
     let cnt = |src: u32, e: u32| unsafe { ld_remote(b.counts, (src * (e_n + n) + e) as usize) };
-    let total = |e: u32| (0..n).map(|src| cnt(src, e)).sum::<u32>();
-    let cap = s.capacity;
-    // Where expert `d * L + l`'s pairs start on PE `d`: after the kept pairs of `d`'s
-    // experts before it.
-    let segment = |d: u32, l: u32| (0..l).map(|l2| total(d * l_n + l2).min(cap)).sum::<u32>();
+    // `base[2E + e]`: expert `e`'s pairs from all PEs, capped.
+    let kept = b.base.wrapping_add(2 * e_n as usize);
+    let mut e = tid;
+    while e < e_n {
+        let total: u32 = (0..n).map(|src| cnt(src, e)).sum();
+        // SAFETY: `e < E`: this thread's entry.
+        unsafe { st(kept, e as usize, total.min(cap)) };
+        e += bs;
+    }
+    sync_threads();
+    // Where expert `d * L + l`'s pairs start on PE `d`: after the kept pairs of `d`'s experts
+    // before it.
+    let segment = |d: u32, l: u32| {
+        (0..l)
+            .map(|l2| {
+                // SAFETY: an expert of PE `d`; the capped totals are complete (the block
+                // barrier above).
+                unsafe { ld(kept, (d * l_n + l2) as usize) }
+            })
+            .sum::<u32>()
+    };
     let mut e = tid;
     while e < e_n {
         let seg = segment(e / l_n, e % l_n);
@@ -573,6 +660,65 @@ unsafe fn experts(b: Bufs, s: Shape) {
     }
 }
 
+/// Chunks of 16 bytes per lane in one unit of combine work: a warp's unit is a segment of
+/// `32 * SEGMENT_CHUNKS` chunks (1024 `bf16`) of one row, so that a short batch still
+/// spreads over many warps and every lane has several loads in flight.
+pub const SEGMENT_CHUNKS: usize = 4;
+
+/// Loads chunks `c0 + 32 j + lane` (`j < SEGMENT_CHUNKS`) of the row at `row`, those below
+/// `chunks`, and adds them, times `w`, to `acc`.
+///
+/// # Safety
+/// The row has `chunks` readable chunks.
+#[inline(always)]
+unsafe fn accumulate(
+    acc: &mut [[f32; 8]; SEGMENT_CHUNKS],
+    row: *const Chunk,
+    c0: usize,
+    chunks: usize,
+    w: Option<f32>,
+) {
+    let lane = lane_id() as usize;
+    let mut v = [Chunk([0; 4]); SEGMENT_CHUNKS];
+    for (j, v) in v.iter_mut().enumerate() {
+        let c = c0 + 32 * j + lane;
+        if c < chunks {
+            // SAFETY: `c < chunks` (the caller's contract).
+            *v = unsafe { Chunk::load(row.add(c)) };
+        }
+    }
+    for j in 0..SEGMENT_CHUNKS {
+        let y = widen(v[j]);
+        for i in 0..8 {
+            acc[j][i] += match w {
+                Some(w) => w * y[i],
+                None => y[i],
+            };
+        }
+    }
+}
+
+/// Stores `acc` as `bf16` into chunks `c0 + 32 j + lane` below `chunks` of `row`.
+///
+/// # Safety
+/// The row has `chunks` writable chunks, and this lane's are its own.
+#[inline(always)]
+unsafe fn store_segment(
+    acc: &[[f32; 8]; SEGMENT_CHUNKS],
+    row: *mut Chunk,
+    c0: usize,
+    chunks: usize,
+) {
+    let lane = lane_id() as usize;
+    for (j, a) in acc.iter().enumerate() {
+        let c = c0 + 32 * j + lane;
+        if c < chunks {
+            // SAFETY: `c < chunks` (the caller's contract).
+            unsafe { narrow(*a).store(row.add(c)) };
+        }
+    }
+}
+
 /// The combine (module documentation).
 ///
 /// # Safety
@@ -588,16 +734,22 @@ unsafe fn combine(b: Bufs, s: Shape) {
     );
     let (lane, gw, nw) = warps();
     let mine = (lane as usize) < k_n;
-    // 1. Each received row's weighted sum, straight into its source's `comb_recv`.
-    let mut r = gw as usize;
-    while r < n as usize * t_n {
+    let chunks = h / 8;
+    let per_seg = 32 * SEGMENT_CHUNKS;
+    let segs = chunks.div_ceil(per_seg);
+    // 1. Each received row's weighted sum, straight into its source's `comb_recv`; a warp
+    //    per (row, segment).
+    let mut u = gw as usize;
+    while u < n as usize * t_n * segs {
+        let (r, c0) = (u / segs, (u % segs) * per_seg);
+        u += nw as usize;
         let src = (r / t_n) as u32;
         // SAFETY: for this loop: `r < n * T`, `lane < K` where indexed by lane; the received
         // rows, pairs and outputs of this round are complete (dispatch and experts came
-        // before on this stream); slot `(me, t)` of the source's `comb_recv` is this warp's.
+        // before on this stream); segment `c0` of slot `(me, t)` of the source's
+        // `comb_recv` is this warp's.
         unsafe {
             if (r % t_n) as u32 >= ld(b.recv_count, src as usize) {
-                r += nw as usize;
                 continue;
             }
             let t = ld(b.recv_src, r) as usize;
@@ -616,38 +768,26 @@ unsafe fn combine(b: Bufs, s: Shape) {
                 None => b.comb_stage.as_ptr().add(r * h),
             }
             .cast::<Chunk>();
-            // The chunk loop runs the same number of times in every lane (the shuffles need
-            // the whole warp); lanes past the row's end skip the memory accesses.
-            let mut c0 = 0;
-            while c0 < h / 8 {
-                let c = c0 + lane as usize;
-                let mut acc = [0f32; 8];
-                for k in 0..k_n {
-                    let pk = shfl_idx(pair as u32, k as u32) as i32;
-                    let wk = f32::from_bits(shfl_idx(w.to_bits(), k as u32));
-                    if pk >= 0 && c < h / 8 {
-                        let y = b.expert_y.as_ptr().add(pk as usize * h).cast::<Chunk>();
-                        let y = widen(Chunk::load(y.add(c)));
-                        for i in 0..8 {
-                            acc[i] += wk * y[i];
-                        }
-                    }
+            let mut acc = [[0f32; 8]; SEGMENT_CHUNKS];
+            for k in 0..k_n {
+                let pk = shfl_idx(pair as u32, k as u32) as i32;
+                let wk = f32::from_bits(shfl_idx(w.to_bits(), k as u32));
+                if pk >= 0 {
+                    let y = b.expert_y.as_ptr().add(pk as usize * h).cast::<Chunk>();
+                    accumulate(&mut acc, y, c0, chunks, Some(wk));
                 }
-                if c < h / 8 {
-                    narrow(acc).store(out.add(c));
-                }
-                c0 += 32;
             }
+            store_segment(&acc, out, c0, chunks);
             if peer.is_none() {
+                let len = (chunks - c0).min(per_seg) * 8;
                 put_nbi(
                     Warp,
-                    SymSlice::from_raw_parts(target.as_ptr(), h),
-                    DeviceSlice::from_raw_parts(b.comb_stage.as_ptr().add(r * h), h),
+                    SymSlice::from_raw_parts(target.as_ptr().add(c0 * 8), len),
+                    DeviceSlice::from_raw_parts(b.comb_stage.as_ptr().add(r * h + c0 * 8), len),
                     src as i32,
                 );
             }
         }
-        r += nw as usize;
     }
     // 2. Completion: the last block signals every PE; every block waits for all PEs.
     quiet();
@@ -678,11 +818,13 @@ unsafe fn combine(b: Bufs, s: Shape) {
         }
     }
     sync_threads();
-    // 3. Each token: the sums of its destinations, in PE order.
-    let mut t = gw as usize;
-    while t < t_n {
+    // 3. Each token: the sums of its destinations, in PE order; a warp per (token, segment).
+    let mut u = gw as usize;
+    while u < t_n * segs {
+        let (t, c0) = (u / segs, (u % segs) * per_seg);
+        u += nw as usize;
         // SAFETY: `t < T`, `lane < K` where indexed; every destination's sum has arrived
-        // (the wait above); row `t` of `out` is this warp's.
+        // (the wait above); segment `c0` of row `t` of `out` is this warp's.
         unsafe {
             let e = if mine {
                 ld(b.topk, t * k_n + lane as usize)
@@ -690,25 +832,16 @@ unsafe fn combine(b: Bufs, s: Shape) {
                 -1
             };
             let mask = warp_or(if e >= 0 { 1u32 << (e as u32 / l_n) } else { 0 });
-            let out = b.out.as_ptr().add(t * h).cast::<Chunk>();
-            let mut c = lane as usize;
-            while c < h / 8 {
-                let mut acc = [0f32; 8];
-                let mut m = mask;
-                while m != 0 {
-                    let d = m.trailing_zeros() as usize;
-                    m &= m - 1;
-                    let part = b.comb_recv.as_ptr().add((d * t_n + t) * h).cast::<Chunk>();
-                    let v = widen(Chunk::load(part.add(c)));
-                    for i in 0..8 {
-                        acc[i] += v[i];
-                    }
-                }
-                narrow(acc).store(out.add(c));
-                c += 32;
+            let mut acc = [[0f32; 8]; SEGMENT_CHUNKS];
+            let mut m = mask;
+            while m != 0 {
+                let d = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let part = b.comb_recv.as_ptr().add((d * t_n + t) * h).cast::<Chunk>();
+                accumulate(&mut acc, part, c0, chunks, None);
             }
+            store_segment(&acc, b.out.as_ptr().add(t * h).cast::<Chunk>(), c0, chunks);
         }
-        t += nw as usize;
     }
 }
 
