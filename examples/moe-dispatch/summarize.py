@@ -13,9 +13,12 @@ def results(path):
     out = []
     try:
         for line in open(path):
-            i = line.find("RESULT ")
+            i = line.find("RESULT {")
             if i >= 0:
-                out.append(json.loads(line[i + 7:]))
+                try:
+                    out.append(json.loads(line[i + 7:]))
+                except json.JSONDecodeError:
+                    pass  # a line that only mentions RESULT (a traceback's source line)
     except FileNotFoundError:
         pass
     return out

@@ -96,7 +96,7 @@ def main():
                 dist.all_to_all_single(recv_meta, meta, rs, ss)
                 return recv, recv_meta, (idx, ss, rs)
 
-            def experts(recv, recv_meta):
+            def expert_layer(recv, recv_meta):
                 """The stand-in expert layer's outputs, one row per (received row, local
                 expert), with the pair's row and weight (not timed, as in the Rust run)."""
                 ids, w = recv_meta[:, :K], recv_meta[:, K:].view(torch.float32)
@@ -127,7 +127,7 @@ def main():
             dts, cts = [], []
             for rep in range(a.reps + 3):
                 (recv, recv_meta, handle), dt = timed(dispatch)
-                y_pairs, pair_row, pair_w = experts(recv, recv_meta)
+                y_pairs, pair_row, pair_w = expert_layer(recv, recv_meta)
                 _, ct = timed(lambda: combine(y_pairs, pair_row, pair_w, len(recv), handle))
                 if rep >= 3:
                     dts.append(slowest(dt))

@@ -246,14 +246,25 @@ pub struct Moe<'rt> {
     pub launch: [(u32, u32); 4],
 }
 
-/// The allocations behind [`Bufs`] (freed, collectively, when the `Moe` is dropped).
-struct Held<'rt> {
-    u16s: Vec<SymBuffer<'rt, u16>>,
-    i32s: Vec<SymBuffer<'rt, i32>>,
-    u32s: Vec<SymBuffer<'rt, u32>>,
-    f32s: Vec<SymBuffer<'rt, f32>>,
-    #[allow(dead_code)] // held only to keep the signal words allocated
-    u64s: Vec<SymBuffer<'rt, u64>>,
+/// Declares the allocations behind [`Bufs`] (one per field, same names) and the conversion.
+macro_rules! held {
+    ($($name:ident: $t:ty),* $(,)?) => {
+        /// The allocations behind [`Bufs`] (freed, collectively, when the `Moe` is dropped).
+        struct Held<'rt> {
+            $($name: SymBuffer<'rt, $t>,)*
+        }
+        impl Held<'_> {
+            fn bufs(&self) -> Bufs {
+                Bufs { $($name: sym(&self.$name),)* }
+            }
+        }
+    };
+}
+held! {
+    x: u16, topk: i32, weights: f32, send_pair: i32, send_slot: i32, work: u32, counts: u32,
+    base: u32, scratch: u32, recv_x: u16, recv_src: i32, recv_pair: i32, recv_w: f32,
+    recv_count: u32, expert_count: u32, expert_offset: u32, expert_rows: i32, expert_y: u16,
+    comb_recv: u16, comb_stage: u16, out: u16, signals: u64, dropped: u32,
 }
 
 fn sym<T>(b: &SymBuffer<'_, T>) -> Sym<T>
@@ -329,67 +340,51 @@ impl<'rt> Moe<'rt> {
             routing: r,
         };
         let pairs = opts.pair_slots(n);
-        let u16s = vec![
-            rt.alloc::<u16>(t * h)?,      // x
-            rt.alloc::<u16>(nn * t * h)?, // recv_x
-            rt.alloc::<u16>(pairs * h)?,  // expert_y
-            rt.alloc::<u16>(nn * t * h)?, // comb_recv
-            rt.alloc::<u16>(nn * t * h)?, // comb_stage
-            rt.alloc::<u16>(t * h)?,      // out
-        ];
-        let i32s = vec![
-            rt.alloc::<i32>(t * k)?,      // topk
-            rt.alloc::<i32>(t * k)?,      // send_pair
-            rt.alloc::<i32>(t * nn)?,     // send_slot
-            rt.alloc::<i32>(nn * t)?,     // recv_src
-            rt.alloc::<i32>(nn * t * k)?, // recv_pair
-            rt.alloc::<i32>(pairs)?,      // expert_rows
-        ];
-        let u32s = vec![
-            rt.alloc::<u32>(work_len(n, opts.experts))?, // work
-            rt.alloc::<u32>(nn * (e + nn))?,             // counts
-            rt.alloc::<u32>(2 * e)?,                     // base
-            rt.alloc::<u32>(nn)?,                        // recv_count
-            rt.alloc::<u32>(l * nn)?,                    // expert_count
-            rt.alloc::<u32>(l * nn)?,                    // expert_offset
-            rt.alloc::<u32>(1)?,                         // dropped
-        ];
-        let f32s = vec![rt.alloc::<f32>(t * k)?, rt.alloc::<f32>(nn * t * k)?];
-        let u64s = vec![rt.alloc::<u64>(3)?];
-        let bufs = Bufs {
-            x: sym(&u16s[0]),
-            topk: sym(&i32s[0]),
-            weights: sym(&f32s[0]),
-            send_pair: sym(&i32s[1]),
-            send_slot: sym(&i32s[2]),
-            work: sym(&u32s[0]),
-            counts: sym(&u32s[1]),
-            base: sym(&u32s[2]),
-            scratch: sym(&u32s[3]),
-            recv_x: sym(&u16s[1]),
-            recv_src: sym(&i32s[3]),
-            recv_pair: sym(&i32s[4]),
-            recv_w: sym(&f32s[1]),
-            recv_count: sym(&u32s[4]),
-            expert_count: sym(&u32s[5]),
-            expert_offset: sym(&u32s[6]),
-            expert_rows: sym(&i32s[5]),
-            expert_y: sym(&u16s[2]),
-            comb_recv: sym(&u16s[3]),
-            comb_stage: sym(&u16s[4]),
-            out: sym(&u16s[5]),
-            signals: sym(&u64s[0]),
-            dropped: sym(&u32s[7]),
+        let held = Held {
+            x: rt.alloc(t * h)?,
+            topk: rt.alloc(t * k)?,
+            weights: rt.alloc(t * k)?,
+            send_pair: rt.alloc(t * k)?,
+            send_slot: rt.alloc(t * nn)?,
+            work: rt.alloc(work_len(n, opts.experts))?,
+            counts: rt.alloc(nn * (e + nn))?,
+            base: rt.alloc(3 * e)?,
+            scratch: rt.alloc(kernels::scratch_len(opts.tokens, n, opts.experts))?,
+            recv_x: rt.alloc(nn * t * h)?,
+            recv_src: rt.alloc(nn * t)?,
+            recv_pair: rt.alloc(nn * t * k)?,
+            recv_w: rt.alloc(nn * t * k)?,
+            recv_count: rt.alloc(nn)?,
+            expert_count: rt.alloc(l * nn)?,
+            expert_offset: rt.alloc(l * nn)?,
+            expert_rows: rt.alloc(pairs)?,
+            expert_y: rt.alloc(pairs * h)?,
+            comb_recv: rt.alloc(nn * t * h)?,
+            comb_stage: rt.alloc(nn * t * h)?,
+            out: rt.alloc(t * h)?,
+            signals: rt.alloc(3)?,
+            dropped: rt.alloc(1)?,
         };
-        u16s[0].copy_from(&inputs.x)?;
-        i32s[0].copy_from(&inputs.routing.topk)?;
-        f32s[0].copy_from(&inputs.routing.weights)?;
-        for b in &u32s {
+        held.x.copy_from(&inputs.x)?;
+        held.topk.copy_from(&inputs.routing.topk)?;
+        held.weights.copy_from(&inputs.routing.weights)?;
+        // Counters, counts and signals start at zero; so does `out`, so that a token no
+        // kernel wrote is never mistaken for a result.
+        for b in [
+            &held.work,
+            &held.counts,
+            &held.base,
+            &held.scratch,
+            &held.recv_count,
+        ] {
             b.zero()?;
         }
-        u64s[0].zero()?;
-        // Slots never written must not look like data: zero the outputs and pair maps.
-        u16s[5].zero()?;
+        for b in [&held.expert_count, &held.expert_offset, &held.dropped] {
+            b.zero()?;
+        }
+        held.signals.zero()?;
+        held.out.zero()?;
+        let bufs = held.bufs();
         rt.barrier_all()?;
         Ok(Moe {
             rt,
@@ -397,13 +392,7 @@ impl<'rt> Moe<'rt> {
             shape,
             inputs,
             bufs,
-            held: Held {
-                u16s,
-                i32s,
-                u32s,
-                f32s,
-                u64s,
-            },
+            held,
             round: 0,
             launch: [(0, 0); 4],
         })
@@ -480,7 +469,7 @@ impl<'rt> Moe<'rt> {
 
     /// Pairs this PE's dispatches dropped for capacity, per round so far.
     pub fn dropped_per_round(&self) -> Result<u64> {
-        let d = u64::from(self.held.u32s[7].to_vec()?[0]);
+        let d = u64::from(self.held.dropped.to_vec()?[0]);
         Ok(d.checked_div(u64::from(self.round)).unwrap_or(0))
     }
 
@@ -541,19 +530,19 @@ impl<'rt> Moe<'rt> {
             .collect();
         let h = &self.held;
         let got = Received {
-            recv_count: h.u32s[4].to_vec()?,
-            recv_src: h.i32s[3].to_vec()?,
-            recv_pair: h.i32s[4].to_vec()?,
-            recv_w: h.f32s[1].to_vec()?,
-            recv_x: h.u16s[1].to_vec()?,
-            expert_count: h.u32s[5].to_vec()?,
-            expert_offset: h.u32s[6].to_vec()?,
-            expert_rows: h.i32s[5].to_vec()?,
+            recv_count: h.recv_count.to_vec()?,
+            recv_src: h.recv_src.to_vec()?,
+            recv_pair: h.recv_pair.to_vec()?,
+            recv_w: h.recv_w.to_vec()?,
+            recv_x: h.recv_x.to_vec()?,
+            expert_count: h.expert_count.to_vec()?,
+            expert_offset: h.expert_offset.to_vec()?,
+            expert_rows: h.expert_rows.to_vec()?,
         };
         let dispatch = reference::check_dispatch(me, &s, &sources, &got);
-        let kept: Vec<bool> = h.i32s[1].to_vec()?.iter().map(|&p| p >= 0).collect();
+        let kept: Vec<bool> = h.send_pair.to_vec()?.iter().map(|&p| p >= 0).collect();
         let want = reference::combine(&self.inputs, &kept, &s);
-        let (combine_diffs, combine_worst) = reference::compare(&h.u16s[5].to_vec()?, &want);
+        let (combine_diffs, combine_worst) = reference::compare(&h.out.to_vec()?, &want);
         Ok(Check {
             dispatch,
             combine_diffs,
