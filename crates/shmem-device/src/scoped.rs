@@ -314,3 +314,34 @@ pub unsafe fn grid_barrier(counter: impl ScopedTarget<u32>, k: u32) {
     }
     crate::thread::sync_threads();
 }
+
+/// A reusable barrier of the whole grid on two words that persist across launches: `count`
+/// (arrivals of the current barrier) and `generation` (completed barriers). The last block
+/// to arrive resets `count` and bumps `generation`; the others wait for the bump. Unlike
+/// [`grid_barrier`] it does not assume the same grid in every launch, so launches of
+/// different shapes (or different kernels, such as a Rust kernel and its CUDA C++ twin) can
+/// share the words.
+///
+/// # Safety
+/// - the whole grid is resident at once (a cooperative launch), or the barrier deadlocks;
+/// - every thread of every block calls it the same number of times;
+/// - `count` and `generation` are `u32`s in global memory, `count` zero before the first use,
+///   touched by nothing else, and by one grid at a time.
+#[inline(always)]
+pub unsafe fn grid_sync(count: impl ScopedTarget<u32>, generation: impl ScopedTarget<u32>) {
+    crate::thread::sync_threads();
+    if crate::thread::thread_idx_x() == 0 {
+        // SAFETY: the caller's contract; both words are only touched atomically. The
+        // generation cannot move before this block arrives, so `g` is the current one.
+        unsafe {
+            let g = load_acquire(Gpu, generation);
+            if fetch_add(Gpu, count, 1u32) + 1 == crate::thread::grid_dim_x() {
+                store_relaxed(Gpu, count, 0u32);
+                fetch_add(Gpu, generation, 1u32);
+            } else {
+                while load_acquire(Gpu, generation) == g {}
+            }
+        }
+    }
+    crate::thread::sync_threads();
+}

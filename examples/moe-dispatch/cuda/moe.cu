@@ -8,6 +8,7 @@
 // the CPU reference do, so that all three agree bit for bit.
 
 #include <cstdint>
+#include <cuda/atomic>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
@@ -32,7 +33,7 @@ struct Bufs {
 };
 
 enum : uint32_t { LOW_LATENCY = 0, THROUGHPUT = 1 };
-enum : size_t { DISPATCH_DONE = 0, COMBINE_DONE = 1, LAYOUT_BARRIER = 2, ROW_CURSORS = 3 };
+enum : size_t { DISPATCH_DONE = 0, COMBINE_DONE = 1, LAYOUT_BARRIER = 2, ROW_CURSORS = 4 };
 enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2 };
 
 __device__ __forceinline__ float bf16_to_f32(uint32_t b) { return __uint_as_float(b << 16); }
@@ -75,13 +76,18 @@ __device__ __forceinline__ uint32_t warp_or(uint32_t v) {
   return v;
 }
 
-__device__ __forceinline__ void grid_barrier(uint32_t *counter, uint32_t k) {
+// A reusable grid barrier: arrivals in count, completed barriers in generation.
+__device__ __forceinline__ void grid_sync(uint32_t *count, uint32_t *generation) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    uint32_t target = k * gridDim.x;
-    atomicAdd(counter, 1u);
-    __threadfence();
-    while (atomicAdd(counter, 0u) < target) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> c(*count), g(*generation);
+    uint32_t gen = g.load(cuda::memory_order_acquire);
+    if (c.fetch_add(1, cuda::memory_order_acq_rel) + 1 == gridDim.x) {
+      c.store(0, cuda::memory_order_relaxed);
+      g.fetch_add(1, cuda::memory_order_acq_rel);
+    } else {
+      while (g.load(cuda::memory_order_acquire) == gen) {
+      }
     }
   }
   __syncthreads();
@@ -134,7 +140,7 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
     uint32_t hits = scan(b, s, col, t0, t1, 0, false);
     if (lane == 0) b.scratch[u] = hits;
   }
-  grid_barrier(b.work + LAYOUT_BARRIER, 2 * s.round - 1);
+  grid_sync(b.work + LAYOUT_BARRIER, b.work + LAYOUT_BARRIER + 1);
   for (size_t u = gw; u < units; u += nw) {
     uint32_t col = u / chunks;
     size_t ch = u % chunks, t0 = ch * LAYOUT_CHUNK, t1 = min((ch + 1) * LAYOUT_CHUNK, t_n);
@@ -144,7 +150,7 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
     uint32_t hits = scan(b, s, col, t0, t1, before, true);
     if (lane == 0 && ch + 1 == chunks) b.counts[mine + col] = before + hits;
   }
-  grid_barrier(b.work + LAYOUT_BARRIER, 2 * s.round);
+  grid_sync(b.work + LAYOUT_BARRIER, b.work + LAYOUT_BARRIER + 1);
   if (blockIdx.x != 0) return;
   uint32_t tid = threadIdx.x, bs = blockDim.x;
   if (tid < n) {

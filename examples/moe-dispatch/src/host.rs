@@ -406,9 +406,14 @@ impl<'rt> Moe<'rt> {
         let n = self.shape.n_pes;
         let fit = |f: u32, units: u32| self.opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
         let t = self.shape.tokens;
+        // Units of work (one warp each): layout (column, chunk); dispatch (token,
+        // destination); combine (received row, segment).
+        let layout = kernels::scratch_len(t, n, self.shape.experts) as u32;
+        let segs = (self.shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
+        let combine = t * n * segs;
         Ok([
             LaunchConfig::linear(
-                (self.shape.experts + n)
+                layout
                     .div_ceil(wpb)
                     .min(k.layout.max_coresident_blocks(&probe)?)
                     .max(1),
@@ -416,7 +421,7 @@ impl<'rt> Moe<'rt> {
             ),
             LaunchConfig::linear(fit(k.dispatch.max_coresident_blocks(&probe)?, t * n), th),
             LaunchConfig::linear(k.experts.max_coresident_blocks(&probe)?.max(1), th),
-            LaunchConfig::linear(fit(k.combine.max_coresident_blocks(&probe)?, t * n), th),
+            LaunchConfig::linear(fit(k.combine.max_coresident_blocks(&probe)?, combine), th),
         ])
     }
 
