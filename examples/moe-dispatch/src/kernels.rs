@@ -651,11 +651,11 @@ unsafe fn experts(b: Bufs, s: Shape) {
                 let dst = b.expert_y.as_ptr().add(pair * h).cast::<Chunk>();
                 let mut c = lane as usize;
                 while c < h / 8 {
-                    let mut v = widen(Chunk::load(src.add(c)));
+                    let mut v = widen(Chunk::load_global(src.add(c)));
                     for x in &mut v {
                         *x *= scale;
                     }
-                    narrow(v).store(dst.add(c));
+                    narrow(v).store_global(dst.add(c));
                     c += 32;
                 }
             }
@@ -710,7 +710,7 @@ fn add8(acc: &mut [f32; 8], c: Chunk, w: Option<f32>) {
 /// `chunks`, and adds them, times `w` if given, to `acc[j]`.
 ///
 /// # Safety
-/// The row has `chunks` readable chunks.
+/// The row is in global memory with `chunks` readable chunks.
 #[inline(always)]
 unsafe fn accumulate(
     acc: &mut [[f32; 8]; SEGMENT_CHUNKS],
@@ -725,7 +725,7 @@ unsafe fn accumulate(
         let c = c0 + 32 * j + lane;
         if c < chunks {
             // SAFETY: `c < chunks` (the caller's contract).
-            v[j] = unsafe { Chunk::load(row.add(c)) };
+            v[j] = unsafe { Chunk::load_global(row.add(c)) };
         }
     });
     each_chunk!(j => { add8(&mut acc[j], v[j], w); });
@@ -734,7 +734,8 @@ unsafe fn accumulate(
 /// Stores `acc` as `bf16` into chunks `c0 + 32 j + lane` below `chunks` of `row`.
 ///
 /// # Safety
-/// The row has `chunks` writable chunks, and this lane's are its own.
+/// The row is in global memory (here or on a peer) with `chunks` writable chunks, and this
+/// lane's are its own.
 #[inline(always)]
 unsafe fn store_segment(
     acc: &[[f32; 8]; SEGMENT_CHUNKS],
@@ -747,7 +748,7 @@ unsafe fn store_segment(
         let c = c0 + 32 * j + lane;
         if c < chunks {
             // SAFETY: `c < chunks` (the caller's contract).
-            unsafe { narrow(acc[j]).store(row.add(c)) };
+            unsafe { narrow(acc[j]).store_global(row.add(c)) };
         }
     });
 }
