@@ -350,10 +350,11 @@ extern "C" __global__ void moe_combine(Bufs b, Shape s) {
   warps(lane, gw, nw);
   bool mine = lane < k_n;
   size_t chunks = h / 8, per_seg = 32 * SEGMENT_CHUNKS, segs = (chunks + per_seg - 1) / per_seg;
-  for (size_t u = gw; u < n * t_n * segs; u += nw) {
-    size_t r = u / segs, c0 = (u % segs) * per_seg;
-    uint32_t src = r / t_n;
-    if (r % t_n >= b.recv_count[src]) continue;
+  uint32_t t32 = t_n, segs32 = segs;  // 32-bit unit numbers: 64-bit division is a call
+  for (uint32_t u = gw; u < n * t32 * segs32; u += nw) {
+    uint32_t r32 = u / segs32, src = r32 / t32;
+    size_t r = r32, c0 = (size_t)(u % segs32) * per_seg;
+    if (r32 % t32 >= b.recv_count[src]) continue;
     size_t t = b.recv_src[r];
     int32_t pair = mine ? b.recv_pair[r * k_n + lane] : -1;
     float w = mine ? b.recv_w[r * k_n + lane] : 0.0f;
@@ -386,8 +387,8 @@ extern "C" __global__ void moe_combine(Bufs b, Shape s) {
     nvshmem_signal_wait_until(b.signals + SIG_COMBINE, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
   }
   __syncthreads();
-  for (size_t u = gw; u < t_n * segs; u += nw) {
-    size_t t = u / segs, c0 = (u % segs) * per_seg;
+  for (uint32_t u = gw; u < t32 * segs32; u += nw) {
+    size_t t = u / segs32, c0 = (size_t)(u % segs32) * per_seg;
     int32_t e = mine ? b.topk[t * k_n + lane] : -1;
     uint32_t mask = warp_or(e >= 0 ? 1u << ((uint32_t)e / l_n) : 0u);
     float acc[SEGMENT_CHUNKS][8] = {};

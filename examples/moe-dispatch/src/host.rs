@@ -175,6 +175,12 @@ impl Options {
         if self.rounds == 0 || self.blocks == Some(0) {
             return bad("at least one round and one block".into());
         }
+        let units = u64::from(n) * u64::from(self.tokens) * u64::from(self.hidden.div_ceil(1024));
+        if units > u64::from(u32::MAX) {
+            return bad(format!(
+                "{units} units of combine work do not fit in 32 bits: fewer tokens"
+            ));
+        }
         let pairs = self.pair_slots(n);
         if pairs > i32::MAX as usize {
             return bad(format!(

@@ -773,17 +773,21 @@ unsafe fn combine(b: Bufs, s: Shape) {
     let segs = chunks.div_ceil(per_seg);
     // 1. Each received row's weighted sum, straight into its source's `comb_recv`; a warp
     //    per (row, segment).
-    let mut u = gw as usize;
-    while u < n as usize * t_n * segs {
-        let (r, c0) = (u / segs, (u % segs) * per_seg);
-        u += nw as usize;
-        let src = (r / t_n) as u32;
+    // Units are numbered in `u32` (they fit: the host checks the sizes): 64-bit division is
+    // a subroutine call on the GPU.
+    let (t32, segs32) = (t_n as u32, segs as u32);
+    let mut u = gw;
+    while u < n * t32 * segs32 {
+        let (r32, c0) = (u / segs32, (u % segs32) as usize * per_seg);
+        u += nw;
+        let (src, j) = (r32 / t32, r32 % t32);
+        let r = r32 as usize;
         // SAFETY: for this loop: `r < n * T`, `lane < K` where indexed by lane; the received
         // rows, pairs and outputs of this round are complete (dispatch and experts came
         // before on this stream); segment `c0` of slot `(me, t)` of the source's
         // `comb_recv` is this warp's.
         unsafe {
-            if (r % t_n) as u32 >= ld(b.recv_count, src as usize) {
+            if j >= ld(b.recv_count, src as usize) {
                 continue;
             }
             let t = ld(b.recv_src, r) as usize;
@@ -853,10 +857,10 @@ unsafe fn combine(b: Bufs, s: Shape) {
     }
     sync_threads();
     // 3. Each token: the sums of its destinations, in PE order; a warp per (token, segment).
-    let mut u = gw as usize;
-    while u < t_n * segs {
-        let (t, c0) = (u / segs, (u % segs) * per_seg);
-        u += nw as usize;
+    let mut u = gw;
+    while u < t32 * segs32 {
+        let (t, c0) = ((u / segs32) as usize, (u % segs32) as usize * per_seg);
+        u += nw;
         // SAFETY: `t < T`, `lane < K` where indexed; every destination's sum has arrived
         // (the wait above); segment `c0` of row `t` of `out` is this warp's.
         unsafe {
