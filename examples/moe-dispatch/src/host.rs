@@ -410,6 +410,20 @@ impl<'rt> Moe<'rt> {
         let wpb = th / 32;
         let probe = LaunchConfig::linear(1, th);
         let n = self.shape.n_pes;
+        // How many blocks of `th` threads fit at once; none (too many registers per thread
+        // for blocks this large) is an error, not a launch that would fail.
+        let resident = |what: &str, fit: Result<u32>| -> Result<u32> {
+            match fit? {
+                0 => Err(Error::Invalid(format!(
+                    "the {what} kernel cannot run blocks of {th} threads on this GPU (too many registers per thread): use fewer --threads"
+                ))),
+                f => Ok(f),
+            }
+        };
+        let lf = resident("layout", k.layout.max_coresident_blocks(&probe))?;
+        let df = resident("dispatch", k.dispatch.max_coresident_blocks(&probe))?;
+        let ef = resident("experts", k.experts.max_coresident_blocks(&probe))?;
+        let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
         let fit = |f: u32, units: u32| self.opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
         let t = self.shape.tokens;
         // Units of work (one warp each): layout (column, chunk); dispatch (token,
@@ -418,16 +432,10 @@ impl<'rt> Moe<'rt> {
         let segs = (self.shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
         let combine = t * n * segs;
         Ok([
-            LaunchConfig::linear(
-                layout
-                    .div_ceil(wpb)
-                    .min(k.layout.max_coresident_blocks(&probe)?)
-                    .max(1),
-                th,
-            ),
-            LaunchConfig::linear(fit(k.dispatch.max_coresident_blocks(&probe)?, t * n), th),
-            LaunchConfig::linear(k.experts.max_coresident_blocks(&probe)?.max(1), th),
-            LaunchConfig::linear(fit(k.combine.max_coresident_blocks(&probe)?, combine), th),
+            LaunchConfig::linear(layout.div_ceil(wpb).clamp(1, lf), th),
+            LaunchConfig::linear(fit(df, t * n), th),
+            LaunchConfig::linear(ef, th),
+            LaunchConfig::linear(fit(cf, combine), th),
         ])
     }
 

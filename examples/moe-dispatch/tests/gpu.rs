@@ -127,10 +127,17 @@ fn deepseek_shape_small_batch() {
 #[test]
 fn grid_shapes() {
     gpu_test("grid_shapes", None, |rt| {
-        for (blocks, threads) in [(1, 32), (3, 96), (200, 1024)] {
+        for (blocks, threads) in [(1, 32), (3, 96), (200, 512)] {
             let mut o = small(150, 64, 16, 5);
             (o.blocks, o.threads) = (Some(blocks), threads);
             check(rt, &o, true);
+        }
+        // 1024 threads: a clear error if a kernel needs more than 64 registers a thread.
+        let mut o = small(150, 64, 16, 5);
+        o.threads = 1024;
+        match run(rt, &o) {
+            Ok(out) => assert!(out.check.is_none() && out.launch[3].1 == 1024),
+            Err(e) => assert!(e.to_string().contains("use fewer --threads"), "{e}"),
         }
     });
 }
