@@ -715,17 +715,17 @@ fn add8(acc: &mut [f32; 8], c: Chunk, w: Option<f32>) {
 unsafe fn accumulate(
     acc: &mut [[f32; 8]; SEGMENT_CHUNKS],
     row: *const Chunk,
-    c0: usize,
-    chunks: usize,
+    c0: u32,
+    chunks: u32,
     w: Option<f32>,
 ) {
-    let lane = lane_id() as usize;
+    let lane = lane_id();
     let mut v = [Chunk([0; 4]); SEGMENT_CHUNKS];
     each_chunk!(j => {
-        let c = c0 + 32 * j + lane;
+        let c = c0 + 32 * j as u32 + lane;
         if c < chunks {
             // SAFETY: `c < chunks` (the caller's contract).
-            v[j] = unsafe { Chunk::load_global(row.add(c)) };
+            v[j] = unsafe { Chunk::load_global(row.add(c as usize)) };
         }
     });
     each_chunk!(j => { add8(&mut acc[j], v[j], w); });
@@ -737,18 +737,13 @@ unsafe fn accumulate(
 /// The row is in global memory (here or on a peer) with `chunks` writable chunks, and this
 /// lane's are its own.
 #[inline(always)]
-unsafe fn store_segment(
-    acc: &[[f32; 8]; SEGMENT_CHUNKS],
-    row: *mut Chunk,
-    c0: usize,
-    chunks: usize,
-) {
-    let lane = lane_id() as usize;
+unsafe fn store_segment(acc: &[[f32; 8]; SEGMENT_CHUNKS], row: *mut Chunk, c0: u32, chunks: u32) {
+    let lane = lane_id();
     each_chunk!(j => {
-        let c = c0 + 32 * j + lane;
+        let c = c0 + 32 * j as u32 + lane;
         if c < chunks {
             // SAFETY: `c < chunks` (the caller's contract).
-            unsafe { narrow(acc[j]).store_global(row.add(c)) };
+            unsafe { narrow(acc[j]).store_global(row.add(c as usize)) };
         }
     });
 }
@@ -768,17 +763,17 @@ unsafe fn combine(b: Bufs, s: Shape) {
     );
     let (lane, gw, nw) = warps();
     let mine = (lane as usize) < k_n;
-    let chunks = h / 8;
-    let per_seg = 32 * SEGMENT_CHUNKS;
+    let chunks = (h / 8) as u32;
+    let per_seg = 32 * SEGMENT_CHUNKS as u32;
     let segs = chunks.div_ceil(per_seg);
     // 1. Each received row's weighted sum, straight into its source's `comb_recv`; a warp
     //    per (row, segment).
     // Units are numbered in `u32` (they fit: the host checks the sizes): 64-bit division is
     // a subroutine call on the GPU.
-    let (t32, segs32) = (t_n as u32, segs as u32);
+    let (t32, segs32) = (t_n as u32, segs);
     let mut u = gw;
     while u < n * t32 * segs32 {
-        let (r32, c0) = (u / segs32, (u % segs32) as usize * per_seg);
+        let (r32, c0) = (u / segs32, (u % segs32) * per_seg);
         u += nw;
         let (src, j) = (r32 / t32, r32 % t32);
         let r = r32 as usize;
@@ -811,13 +806,17 @@ unsafe fn combine(b: Bufs, s: Shape) {
                 let pk = shfl_idx(pair as u32, k as u32) as i32;
                 let wk = f32::from_bits(shfl_idx(w.to_bits(), k as u32));
                 if pk >= 0 {
-                    let y = b.expert_y.as_ptr().add(pk as usize * h).cast::<Chunk>();
+                    let y = b
+                        .expert_y
+                        .as_ptr()
+                        .add(pk as u32 as usize * h)
+                        .cast::<Chunk>();
                     accumulate(&mut acc, y, c0, chunks, Some(wk));
                 }
             }
             store_segment(&acc, out, c0, chunks);
             if peer.is_none() {
-                let len = (chunks - c0).min(per_seg) * 8;
+                let (c0, len) = (c0 as usize, (chunks - c0).min(per_seg) as usize * 8);
                 put_nbi(
                     Warp,
                     SymSlice::from_raw_parts(target.as_ptr().add(c0 * 8), len),
@@ -859,7 +858,7 @@ unsafe fn combine(b: Bufs, s: Shape) {
     // 3. Each token: the sums of its destinations, in PE order; a warp per (token, segment).
     let mut u = gw;
     while u < t32 * segs32 {
-        let (t, c0) = ((u / segs32) as usize, (u % segs32) as usize * per_seg);
+        let (t, c0) = ((u / segs32) as usize, (u % segs32) * per_seg);
         u += nw;
         // SAFETY: `t < T`, `lane < K` where indexed; every destination's sum has arrived
         // (the wait above); segment `c0` of row `t` of `out` is this warp's.
