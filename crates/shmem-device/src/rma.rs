@@ -37,126 +37,99 @@ use crate::types::RmaElem;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chunk(pub [u32; 4]);
 
-impl Chunk {
-    /// One 16-byte load (`ld.v4.u32`; LLVM would split a plain read into two 8-byte ones).
-    ///
-    /// # Safety
-    /// `p` is valid and 16-byte aligned.
-    #[inline(always)]
-    pub unsafe fn load(p: *const Chunk) -> Chunk {
-        #[cfg(target_arch = "nvptx64")]
-        {
-            let (a, b, c, d): (u32, u32, u32, u32);
-            // SAFETY: the caller's contract; the asm reads the 16 bytes at `p` only.
+/// Defines a 16-byte load and store of `Chunk`: `$prelude` (PTX run first), `$space` (the
+/// state space: `""` generic, `".global"`) and `$addr` (the address operand).
+macro_rules! chunk_access {
+    ($(#[$ld_doc:meta])* $load:ident, $(#[$st_doc:meta])* $store:ident, $prelude:literal, $space:literal, $addr:literal) => {
+        $(#[$ld_doc])*
+        #[inline(always)]
+        pub unsafe fn $load(p: *const Chunk) -> Chunk {
+            #[cfg(target_arch = "nvptx64")]
+            {
+                let (a, b, c, d): (u32, u32, u32, u32);
+                // SAFETY: the caller's contract; the asm reads the 16 bytes at `p` only.
+                unsafe {
+                    core::arch::asm!(
+                        concat!("{{ ", $prelude, "ld", $space, ".v4.u32 {{{a}, {b}, {c}, {d}}}, [", $addr, "]; }}"),
+                        p = in(reg64) p,
+                        a = out(reg32) a,
+                        b = out(reg32) b,
+                        c = out(reg32) c,
+                        d = out(reg32) d,
+                        options(readonly, nostack, preserves_flags)
+                    )
+                };
+                Chunk([a, b, c, d])
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            // SAFETY: the caller's contract.
             unsafe {
-                core::arch::asm!(
-                    "ld.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
-                    p = in(reg64) p,
-                    a = out(reg32) a,
-                    b = out(reg32) b,
-                    c = out(reg32) c,
-                    d = out(reg32) d,
-                    options(readonly, nostack, preserves_flags)
-                )
-            };
-            Chunk([a, b, c, d])
+                p.read()
+            }
         }
-        #[cfg(not(target_arch = "nvptx64"))]
-        // SAFETY: the caller's contract.
-        unsafe {
-            p.read()
-        }
-    }
 
-    /// One 16-byte store (`st.v4.u32`).
-    ///
-    /// # Safety
-    /// `p` is valid for writes and 16-byte aligned.
-    #[inline(always)]
-    pub unsafe fn store(self, p: *mut Chunk) {
-        #[cfg(target_arch = "nvptx64")]
-        // SAFETY: the caller's contract; the asm writes the 16 bytes at `p` only.
-        unsafe {
-            let [a, b, c, d] = self.0;
-            core::arch::asm!(
-                "st.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
-                p = in(reg64) p,
-                a = in(reg32) a,
-                b = in(reg32) b,
-                c = in(reg32) c,
-                d = in(reg32) d,
-                options(nostack, preserves_flags)
-            )
+        $(#[$st_doc])*
+        #[inline(always)]
+        pub unsafe fn $store(self, p: *mut Chunk) {
+            #[cfg(target_arch = "nvptx64")]
+            // SAFETY: the caller's contract; the asm writes the 16 bytes at `p` only.
+            unsafe {
+                let [a, b, c, d] = self.0;
+                core::arch::asm!(
+                    concat!("{{ ", $prelude, "st", $space, ".v4.u32 [", $addr, "], {{{a}, {b}, {c}, {d}}}; }}"),
+                    p = in(reg64) p,
+                    a = in(reg32) a,
+                    b = in(reg32) b,
+                    c = in(reg32) c,
+                    d = in(reg32) d,
+                    options(nostack, preserves_flags)
+                )
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            // SAFETY: the caller's contract.
+            unsafe {
+                p.write(self)
+            }
         }
-        #[cfg(not(target_arch = "nvptx64"))]
-        // SAFETY: the caller's contract.
-        unsafe {
-            p.write(self)
-        }
-    }
+    };
 }
 
 impl Chunk {
-    /// [`Chunk::load`] from global memory (`ld.global.v4.u32`, SASS `LDG.E.128`): what nvcc
-    /// emits for a pointer it knows to be global. The generic form goes through the generic
-    /// address path (`LD.E.128`), measured 13 % slower in the MoE combine's load-bound loop.
-    ///
-    /// # Safety
-    /// `p` is valid, 16-byte aligned, and points to global memory (device memory of this GPU,
-    /// or of a peer mapped by `nvshmem_ptr` / [`crate::ptr`]), not shared or local memory.
-    #[inline(always)]
-    pub unsafe fn load_global(p: *const Chunk) -> Chunk {
-        #[cfg(target_arch = "nvptx64")]
-        {
-            let (a, b, c, d): (u32, u32, u32, u32);
-            // SAFETY: the caller's contract; the asm reads the 16 bytes at `p` only
-            // (`cvta.to.global` turns the generic address into the global one).
-            unsafe {
-                core::arch::asm!(
-                    "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
-                    p = in(reg64) p,
-                    a = out(reg32) a,
-                    b = out(reg32) b,
-                    c = out(reg32) c,
-                    d = out(reg32) d,
-                    options(readonly, nostack, preserves_flags)
-                )
-            };
-            Chunk([a, b, c, d])
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        // SAFETY: the caller's contract.
-        unsafe {
-            p.read()
-        }
-    }
-
-    /// [`Chunk::store`] to global memory (`st.global.v4.u32`, SASS `STG.E.128`).
-    ///
-    /// # Safety
-    /// As [`Chunk::load_global`], and `p` is valid for writes.
-    #[inline(always)]
-    pub unsafe fn store_global(self, p: *mut Chunk) {
-        #[cfg(target_arch = "nvptx64")]
-        // SAFETY: the caller's contract; the asm writes the 16 bytes at `p` only.
-        unsafe {
-            let [a, b, c, d] = self.0;
-            core::arch::asm!(
-                "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; st.global.v4.u32 [g], {{{a}, {b}, {c}, {d}}}; }}",
-                p = in(reg64) p,
-                a = in(reg32) a,
-                b = in(reg32) b,
-                c = in(reg32) c,
-                d = in(reg32) d,
-                options(nostack, preserves_flags)
-            )
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        // SAFETY: the caller's contract.
-        unsafe {
-            p.write(self)
-        }
-    }
+    chunk_access!(
+        /// One 16-byte load (`ld.v4.u32`; LLVM would split a plain read into two 8-byte
+        /// ones).
+        ///
+        /// # Safety
+        /// `p` is valid and 16-byte aligned.
+        load,
+        /// One 16-byte store (`st.v4.u32`).
+        ///
+        /// # Safety
+        /// `p` is valid for writes and 16-byte aligned.
+        store,
+        "",
+        "",
+        "{p}"
+    );
+    chunk_access!(
+        /// [`Chunk::load`] from global memory (`ld.global.v4.u32`, SASS `LDG.E.128`): what
+        /// nvcc emits for a pointer it knows to be global. The generic form goes through
+        /// the generic address path (`LD.E.128`).
+        ///
+        /// # Safety
+        /// `p` is valid, 16-byte aligned, and points to global memory (device memory of
+        /// this GPU, or of a peer mapped by `nvshmem_ptr` / [`crate::ptr`]), not shared or
+        /// local memory.
+        load_global,
+        /// [`Chunk::store`] to global memory (`st.global.v4.u32`, SASS `STG.E.128`).
+        ///
+        /// # Safety
+        /// As [`Chunk::load_global`], and `p` is valid for writes.
+        store_global,
+        ".reg .u64 g; cvta.to.global.u64 g, {p}; ",
+        ".global",
+        "g"
+    );
 }
 
 /// Copies `bytes` from `src` to `dst` with the threads of scope `S` when both are 16-byte

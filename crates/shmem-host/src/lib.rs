@@ -41,6 +41,7 @@ pub use buffer::{SymAt, SymBuffer};
 pub use cudarc;
 pub use error::{Error, Result};
 pub use module::{
-    AnyKernel, AnyModule, ForeignKernel, ForeignModule, KernelFn, LaunchConfig, Module,
+    AnyKernel, AnyModule, ForeignKernel, ForeignModule, Implementation, KernelFn, LaunchConfig,
+    Module,
 };
 pub use runtime::Shmem;

@@ -536,6 +536,35 @@ impl<P: ParamPtrs> ForeignKernel<'_, P> {
     }
 }
 
+/// Whose kernels a program runs: a kernel crate built by shmem-rs, or a CUDA C++ cubin whose
+/// kernels have the same names and parameters (the examples' `--cuda` and `--compare`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Implementation {
+    /// The Rust kernels, from `build-ptx`'s output directory.
+    Rust {
+        /// The directory `cargo xtask build-ptx` wrote (`target/ptx`).
+        ptx_dir: PathBuf,
+    },
+    /// CUDA C++ kernels, device-linked with NVSHMEM's device library into a cubin
+    /// (`scripts/nvcc-cubin.sh`).
+    Cuda {
+        /// The cubin.
+        cubin: PathBuf,
+    },
+}
+
+impl Implementation {
+    /// Loads kernel crate `krate` from `ptx_dir`, or the cubin. Collective.
+    pub fn load<'rt>(&self, rt: &'rt Shmem, krate: &str) -> Result<AnyModule<'rt>> {
+        Ok(match self {
+            Implementation::Rust { ptx_dir } => {
+                AnyModule::Rust(Box::new(rt.load_module(ptx_dir, krate)?))
+            }
+            Implementation::Cuda { cubin } => AnyModule::Foreign(rt.load_foreign_module(cubin)?),
+        })
+    }
+}
+
 /// A module of either kind: a shmem-rs module or a [`ForeignModule`] whose kernels have the
 /// same names and parameters (for running a Rust kernel and its CUDA C++ counterpart through
 /// the same host code).

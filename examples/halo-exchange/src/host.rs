@@ -10,7 +10,7 @@ use crate::{FromF64, max_rows, partition, reference, slab};
 use shmem_device::kernel::Kernel;
 use shmem_device::{Sym, SymSlice, kernel::KernelParam};
 use shmem_host::args::HostArg;
-use shmem_host::{AnyModule, Error, LaunchConfig, Result, Shmem};
+use shmem_host::{Error, LaunchConfig, Result, Shmem};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -38,21 +38,8 @@ pub enum Variant {
     Persistent,
 }
 
-/// Whose kernels run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Implementation {
-    /// This crate's Rust kernels, from `build-ptx`'s output directory.
-    Rust {
-        /// The directory `cargo xtask build-ptx` wrote (`target/ptx`).
-        ptx_dir: PathBuf,
-    },
-    /// The CUDA C++ kernels of `cuda/halo.cu`, built into a cubin with NVSHMEM's device
-    /// library (`cuda/build.sh`).
-    Cuda {
-        /// The cubin.
-        cubin: PathBuf,
-    },
-}
+/// Whose kernels run: this crate's Rust kernels or the CUDA C++ ones of `cuda/`.
+pub use shmem_host::Implementation;
 
 /// One solve.
 #[derive(Clone, Debug)]
@@ -162,16 +149,6 @@ impl Element for f64 {
     type Persistent = kernels::persistent_f64;
 }
 
-/// Loads the kernels `opts` asks for. Collective.
-fn load<'rt>(rt: &'rt Shmem, opts: &Options) -> Result<AnyModule<'rt>> {
-    Ok(match &opts.implementation {
-        Implementation::Rust { ptx_dir } => {
-            AnyModule::Rust(Box::new(rt.load_module(ptx_dir, "halo-exchange")?))
-        }
-        Implementation::Cuda { cubin } => AnyModule::Foreign(rt.load_foreign_module(cubin)?),
-    })
-}
-
 /// Runs one solve on this PE (collective: every PE calls it with the same options).
 pub fn run(rt: &Shmem, opts: &Options) -> Result<Outcome> {
     match opts.dtype {
@@ -249,7 +226,7 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
     let work = rt.alloc::<u32>(2)?;
     let stats = rt.alloc::<f64>(1 + checks)?;
     let norms = rt.alloc::<f64>((n as usize * checks).max(1))?;
-    let module = load(rt, opts)?;
+    let module = opts.implementation.load(rt, "halo-exchange")?;
     // SAFETY: `cuda/halo.cu` declares each kernel with the parameters of the Rust kernel of
     // the same name, in the same order: its `Slice<T>` is `SymSlice<T>`'s `#[repr(C)]` layout
     // (pointer, length), its `Slab` is `Slab`'s. Both wait on other PEs: cooperative.

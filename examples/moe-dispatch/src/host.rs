@@ -52,20 +52,8 @@ impl Mode {
     }
 }
 
-/// Whose kernels run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Implementation {
-    /// This crate's Rust kernels, from `build-ptx`'s output directory.
-    Rust {
-        /// The directory `cargo xtask build-ptx` wrote (`target/ptx`).
-        ptx_dir: PathBuf,
-    },
-    /// The CUDA C++ kernels of `cuda/moe.cu`, built into a cubin (`cuda/build.sh`).
-    Cuda {
-        /// The cubin.
-        cubin: PathBuf,
-    },
-}
+/// Whose kernels run: this crate's Rust kernels or the CUDA C++ ones of `cuda/`.
+pub use shmem_host::Implementation;
 
 /// One configuration.
 #[derive(Clone, Debug)]
@@ -213,12 +201,7 @@ pub struct Kernels<'m> {
 
 /// Loads the kernels of `imp`. Collective.
 pub fn load<'rt>(rt: &'rt Shmem, imp: &Implementation) -> Result<AnyModule<'rt>> {
-    Ok(match imp {
-        Implementation::Rust { ptx_dir } => {
-            AnyModule::Rust(Box::new(rt.load_module(ptx_dir, "moe-dispatch")?))
-        }
-        Implementation::Cuda { cubin } => AnyModule::Foreign(rt.load_foreign_module(cubin)?),
-    })
+    imp.load(rt, "moe-dispatch")
 }
 
 impl<'m> Kernels<'m> {

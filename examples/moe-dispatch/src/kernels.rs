@@ -882,49 +882,50 @@ unsafe fn combine(b: Bufs, s: Shape) {
     }
 }
 
-/// Throughput mode's layout pass: row slots, pair ranks, and the exchange of counts.
-///
-/// # Safety
-/// Every PE launches it with the same shape (`mode` throughput), cooperatively (grid
-/// barriers), block size a multiple of 32; `b` holds the
-/// symmetric buffers sized as the module documentation says, zeroed before round 1; `topk`
-/// holds distinct experts per token (or -1); rounds count up by one per dispatch.
-#[shmem_kernel]
-pub unsafe fn moe_layout(b: Bufs, s: Shape) {
-    // SAFETY: this kernel's contract.
-    unsafe { layout(b, s) }
+/// Declares the kernels: each is `#[shmem_kernel] unsafe fn $name(b: Bufs, s: Shape)`
+/// calling `$body(b, s)` under its own contract.
+macro_rules! kernels {
+    ($($(#[$doc:meta])* $name:ident => $body:ident;)*) => { $(
+        $(#[$doc])*
+        #[shmem_kernel]
+        pub unsafe fn $name(b: Bufs, s: Shape) {
+            // SAFETY: this kernel's contract.
+            unsafe { $body(b, s) }
+        }
+    )* };
 }
 
-/// Sends every token to the PEs of its experts (both modes; throughput after
-/// [`moe_layout()`] of the same round). Returns once every PE's tokens for this PE are here.
-///
-/// # Safety
-/// As [`moe_layout()`] (any grid; not necessarily cooperative), `n_pes <= 32`, `top_k <= 16`,
-/// `hidden` a multiple of 8; the previous round's combine has finished on every PE.
-#[shmem_kernel]
-pub unsafe fn moe_dispatch(b: Bufs, s: Shape) {
-    // SAFETY: this kernel's contract.
-    unsafe { dispatch(b, s) }
-}
+kernels! {
+    /// Throughput mode's layout pass: row slots, pair ranks, and the exchange of counts.
+    ///
+    /// # Safety
+    /// Every PE launches it with the same shape (`mode` throughput), cooperatively (grid
+    /// barriers), block size a multiple of 32; `b` holds the symmetric buffers sized as the
+    /// module documentation says, zeroed before round 1; `topk` holds distinct experts per
+    /// token (or -1); rounds count up by one per dispatch.
+    moe_layout => layout;
 
-/// The stand-in expert layer: each kept pair's output row (local, no communication).
-///
-/// # Safety
-/// After [`moe_dispatch()`] of the same round on this PE's stream; shape and buffers as there.
-#[shmem_kernel]
-pub unsafe fn moe_experts(b: Bufs, s: Shape) {
-    // SAFETY: this kernel's contract.
-    unsafe { experts(b, s) }
-}
+    /// Sends every token to the PEs of its experts (both modes; throughput after
+    /// [`moe_layout()`] of the same round). Returns once every PE's tokens for this PE are
+    /// here.
+    ///
+    /// # Safety
+    /// As [`moe_layout()`] (any grid, cooperative or not), `n_pes <= 32`, `top_k <= 16`,
+    /// `hidden` a multiple of 8; the previous round's combine has finished on every PE.
+    moe_dispatch => dispatch;
 
-/// Sends each received token's weighted expert sum back and adds them up in token order into
-/// `out`.
-///
-/// # Safety
-/// After [`moe_experts()`] of the same round; every PE launches it with the same shape,
-/// cooperatively (every block waits for the other PEs), block size a multiple of 32.
-#[shmem_kernel]
-pub unsafe fn moe_combine(b: Bufs, s: Shape) {
-    // SAFETY: this kernel's contract.
-    unsafe { combine(b, s) }
+    /// The stand-in expert layer: each kept pair's output row (local, no communication).
+    ///
+    /// # Safety
+    /// After [`moe_dispatch()`] of the same round on this PE's stream; shape and buffers as
+    /// there.
+    moe_experts => experts;
+
+    /// Sends each received token's weighted expert sum back and adds them up in token order
+    /// into `out`.
+    ///
+    /// # Safety
+    /// After [`moe_experts()`] of the same round; every PE launches it with the same shape,
+    /// cooperatively (every block waits for the other PEs), block size a multiple of 32.
+    moe_combine => combine;
 }
