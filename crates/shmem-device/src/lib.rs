@@ -70,6 +70,8 @@ pub mod rma;
 pub mod scope;
 pub mod scoped;
 pub mod signal;
+#[cfg(all(feature = "sim", not(target_arch = "nvptx64")))]
+pub mod sim;
 pub mod sys;
 pub mod team;
 pub mod thread;

@@ -162,16 +162,87 @@ macro_rules! scoped_word {
                 old
             }
         }
+        // On the host, under the simulator: a yield point, then the operation (only one
+        // simulated thread runs at a time, so a plain access is atomic); else a panic.
         #[cfg(not(target_arch = "nvptx64"))]
         impl ScopedWord for $t {
-            unsafe fn ld<S: MemScope>(_: bool, _: *const Self) -> Self { crate::arch::device_only("scoped::load") }
-            unsafe fn st<S: MemScope>(_: bool, _: *mut Self, _: Self) { crate::arch::device_only("scoped::store") }
-            unsafe fn fetch_add<S: MemScope>(_: *mut Self, _: Self) -> Self { crate::arch::device_only("scoped::fetch_add") }
-            unsafe fn red_add<S: MemScope>(_: *mut Self, _: Self) { crate::arch::device_only("scoped::add") }
-            unsafe fn cas<S: MemScope>(_: *mut Self, _: Self, _: Self) -> Self { crate::arch::device_only("scoped::compare_swap") }
+            #[track_caller]
+            unsafe fn ld<S: MemScope>(_: bool, p: *const Self) -> Self {
+                host_step("scoped::load", true);
+                // SAFETY: the caller guarantees a valid, aligned address.
+                unsafe { p.read_volatile() }
+            }
+            #[track_caller]
+            unsafe fn st<S: MemScope>(_: bool, p: *mut Self, v: Self) {
+                host_step("scoped::store", false);
+                // SAFETY: as above.
+                unsafe { p.write_volatile(v) }
+            }
+            #[track_caller]
+            unsafe fn fetch_add<S: MemScope>(p: *mut Self, v: Self) -> Self {
+                host_step("scoped::fetch_add", false);
+                // SAFETY: as above.
+                unsafe {
+                    let old = p.read_volatile();
+                    p.write_volatile(old.wrapping_add_word(v));
+                    old
+                }
+            }
+            #[track_caller]
+            unsafe fn red_add<S: MemScope>(p: *mut Self, v: Self) {
+                // SAFETY: the caller's contract.
+                unsafe { Self::fetch_add::<S>(p, v) };
+            }
+            #[track_caller]
+            unsafe fn cas<S: MemScope>(p: *mut Self, cmp: Self, new: Self) -> Self {
+                host_step("scoped::compare_swap", false);
+                // SAFETY: as above.
+                unsafe {
+                    let old = p.read_volatile();
+                    if old.to_bits_word() == cmp.to_bits_word() {
+                        p.write_volatile(new);
+                    }
+                    old
+                }
+            }
         }
     )* };
 }
+
+/// A scoped operation on the host: a yield point of the CPU simulator, or a panic outside it.
+#[cfg(not(target_arch = "nvptx64"))]
+#[track_caller]
+fn host_step(op: &str, poll: bool) {
+    #[cfg(feature = "sim")]
+    if crate::sim::position().is_some() {
+        crate::sim::step(poll);
+        return;
+    }
+    let _ = poll;
+    crate::arch::device_only(op)
+}
+
+/// Host-side arithmetic of the scoped words (the simulator's atomics).
+#[cfg(not(target_arch = "nvptx64"))]
+trait HostWord: Copy {
+    fn wrapping_add_word(self, v: Self) -> Self;
+    fn to_bits_word(self) -> u64;
+}
+#[cfg(not(target_arch = "nvptx64"))]
+macro_rules! host_word {
+    (int: $($t:ty),*; float: $($f:ty),*) => {
+        $(impl HostWord for $t {
+            fn wrapping_add_word(self, v: Self) -> Self { self.wrapping_add(v) }
+            fn to_bits_word(self) -> u64 { self as u64 }
+        })*
+        $(impl HostWord for $f {
+            fn wrapping_add_word(self, v: Self) -> Self { self + v }
+            fn to_bits_word(self) -> u64 { self.to_bits().into() }
+        })*
+    };
+}
+#[cfg(not(target_arch = "nvptx64"))]
+host_word!(int: u32, i32, u64, i64; float: f32, f64);
 
 scoped_word! {
     u32: "32", "u32", reg32;
@@ -278,6 +349,7 @@ pub unsafe fn compare_swap<S: MemScope, T: ScopedWord>(
 
 /// A fence with acquire-release semantics at scope `S`. PTX: `fence.acq_rel.S`.
 #[inline(always)]
+#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
 pub fn fence_acq_rel<S: MemScope>(_scope: S) {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: a fence only orders this thread's memory accesses.
@@ -285,7 +357,7 @@ pub fn fence_acq_rel<S: MemScope>(_scope: S) {
         scoped_asm!(S, "fence.acq_rel", ";", options(nostack))
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    crate::arch::device_only("scoped::fence_acq_rel")
+    host_step("scoped::fence_acq_rel", false)
 }
 
 /// A barrier of the whole grid on a counter that only grows: the `k`-th barrier of a launch

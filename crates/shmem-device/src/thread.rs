@@ -37,7 +37,7 @@ macro_rules! special_registers {
             // device code only ever runs inside a kernel.
             unsafe { core::arch::nvptx::$intr() }
             #[cfg(not(target_arch = "nvptx64"))]
-            crate::arch::device_only(stringify!($name))
+            crate::arch::host_register(stringify!($name))
         }
     )* };
 }
@@ -170,6 +170,7 @@ pub fn warps_per_block() -> u32 {
 /// Every thread of the block must reach the same `sync_threads` (it must not sit in a branch
 /// that only some threads take), or the block deadlocks.
 #[inline(always)]
+#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
 pub fn sync_threads() {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: `bar.sync 0` has no memory-safety preconditions; a divergent call deadlocks
@@ -178,13 +179,20 @@ pub fn sync_threads() {
         core::arch::nvptx::_syncthreads()
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    crate::arch::device_only("sync_threads")
+    {
+        #[cfg(feature = "sim")]
+        if crate::sim::position().is_some() {
+            return crate::sim::sync_threads();
+        }
+        crate::arch::device_only("sync_threads")
+    }
 }
 
 /// `__syncwarp(mask)`: the lanes named in `mask` wait for each other and their memory
 /// accesses before it are ordered before those after it. Each lane in `mask` must call it
 /// with the same mask.
 #[inline(always)]
+#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
 pub fn sync_warp(mask: u32) {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: `bar.warp.sync` only synchronises lanes; a mask naming a lane that never
@@ -195,6 +203,11 @@ pub fn sync_warp(mask: u32) {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         let _ = mask;
+        #[cfg(feature = "sim")]
+        if crate::sim::position().is_some() {
+            crate::sim::warp_collective("sync_warp", 0, 0, |_, _| 0);
+            return;
+        }
         crate::arch::device_only("sync_warp")
     }
 }
@@ -228,21 +241,26 @@ fn shfl_bfly_u32(v: u32, lane_mask: u32) -> u32 {
     out
 }
 
+#[cfg(not(target_arch = "nvptx64"))]
+fn shfl_bfly_u32(v: u32, lane_mask: u32) -> u32 {
+    #[cfg(feature = "sim")]
+    if crate::sim::position().is_some() {
+        return crate::sim::warp_collective("shfl_xor", v.into(), lane_mask, |all, l| {
+            let from = l ^ all[l].1 as usize;
+            all.get(from).map_or(all[l].0, |a| a.0)
+        }) as u32;
+    }
+    let _ = (v, lane_mask);
+    crate::arch::device_only("shfl_xor")
+}
+
 macro_rules! shuffle32 {
     ($($t:ty),*) => { $(
         impl sealed::Sealed for $t {}
         impl Shuffle for $t {
             #[inline(always)]
             fn shfl_bfly(self, lane_mask: u32) -> Self {
-                #[cfg(target_arch = "nvptx64")]
-                {
-                    <$t>::from_ne_bytes(shfl_bfly_u32(u32::from_ne_bytes(self.to_ne_bytes()), lane_mask).to_ne_bytes())
-                }
-                #[cfg(not(target_arch = "nvptx64"))]
-                {
-                    let _ = lane_mask;
-                    crate::arch::device_only("shfl_xor")
-                }
+                <$t>::from_ne_bytes(shfl_bfly_u32(u32::from_ne_bytes(self.to_ne_bytes()), lane_mask).to_ne_bytes())
             }
         }
     )* };
@@ -253,18 +271,10 @@ macro_rules! shuffle64 {
         impl Shuffle for $t {
             #[inline(always)]
             fn shfl_bfly(self, lane_mask: u32) -> Self {
-                #[cfg(target_arch = "nvptx64")]
-                {
-                    let bits = u64::from_ne_bytes(self.to_ne_bytes());
-                    let lo = shfl_bfly_u32(bits as u32, lane_mask) as u64;
-                    let hi = shfl_bfly_u32((bits >> 32) as u32, lane_mask) as u64;
-                    <$t>::from_ne_bytes((lo | (hi << 32)).to_ne_bytes())
-                }
-                #[cfg(not(target_arch = "nvptx64"))]
-                {
-                    let _ = lane_mask;
-                    crate::arch::device_only("shfl_xor")
-                }
+                let bits = u64::from_ne_bytes(self.to_ne_bytes());
+                let lo = shfl_bfly_u32(bits as u32, lane_mask) as u64;
+                let hi = shfl_bfly_u32((bits >> 32) as u32, lane_mask) as u64;
+                <$t>::from_ne_bytes((lo | (hi << 32)).to_ne_bytes())
             }
         }
     )* };
@@ -315,6 +325,12 @@ pub fn shfl_idx(v: u32, src_lane: u32) -> u32 {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
+        #[cfg(feature = "sim")]
+        if crate::sim::position().is_some() {
+            return crate::sim::warp_collective("shfl_idx", v.into(), src_lane, |all, l| {
+                all.get(all[l].1 as usize).map_or(all[l].0, |a| a.0)
+            }) as u32;
+        }
         let _ = (v, src_lane);
         crate::arch::device_only("shfl_idx")
     }
@@ -341,6 +357,14 @@ pub fn ballot(pred: bool) -> u32 {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
+        #[cfg(feature = "sim")]
+        if crate::sim::position().is_some() {
+            return crate::sim::warp_collective("ballot", pred.into(), 0, |all, _| {
+                all.iter()
+                    .enumerate()
+                    .fold(0, |m, (l, a)| m | (u64::from(a.0 != 0) << l))
+            }) as u32;
+        }
         let _ = pred;
         crate::arch::device_only("ballot")
     }

@@ -1,0 +1,422 @@
+//! The CPU simulator's execution engine (feature `sim`, host builds only): a grid of
+//! simulated GPU threads with CUDA's execution model, one seeded schedule at a time.
+//!
+//! **Status: the first part of the simulator (issue 7).** This module runs kernel code on
+//! the CPU with thread and block indices, `sync_threads`, warp shuffles and ballots,
+//! `sync_warp`, and the `scoped` atomics (so grid barriers work); it detects deadlocks and
+//! reports where every thread waits; a seed chooses the interleaving and reproduces it.
+//! NVSHMEM's operations (PEs, symmetric heaps, RMA with late completion, signals) and the
+//! host side (`shmem-host` running N PEs in one process) are not built yet.
+//!
+//! # Model
+//! Every simulated thread is an OS thread, but only one runs at a time: it holds the
+//! *turn*. At each *yield point* (a barrier, a warp operation, a scoped atomic, a poll) the
+//! running thread gives the turn to a thread chosen by the seeded generator among those
+//! ready, so the schedule is a function of the seed alone. Because only one thread runs,
+//! plain loads and stores between yield points behave as sequentially consistent; the
+//! yield points are where other threads' effects can appear, as on a GPU where nothing
+//! orders two threads' accesses without a synchronising operation.
+//!
+//! A thread waiting at a barrier or a warp operation is *blocked* until the others arrive.
+//! A thread that polls (an acquire load in a loop) stays ready; when every unfinished thread
+//! is blocked or has polled [`POLL_LIMIT`] times in a row with no thread doing anything
+//! else in between, the run is a deadlock: it stops with a report of each thread's block,
+//! thread, what it waits for and where (the caller's source location).
+
+extern crate std;
+
+use std::boxed::Box;
+use std::cell::RefCell;
+use std::format;
+use std::panic::Location;
+use std::string::{String, ToString};
+use std::sync::{Arc, Condvar, Mutex};
+use std::vec::Vec;
+
+/// Consecutive polls by every ready thread, with nothing else happening, that count as a
+/// deadlock.
+pub const POLL_LIMIT: u32 = 10_000;
+
+/// What a simulated thread is doing, as the scheduler sees it.
+#[derive(Clone, Debug)]
+enum Run {
+    Ready,
+    /// Ready, but its last step was a poll; `polls` in a row.
+    Polling(u32, &'static Location<'static>),
+    Blocked(&'static str, &'static Location<'static>),
+    Done,
+}
+
+/// A warp collective: each lane's result from every lane's `(value, argument)`.
+type WarpFn = fn(&[(u64, u32)], usize) -> u64;
+
+/// One warp's pending collective operation.
+#[derive(Default)]
+struct WarpOp {
+    /// The operation in progress (set by the first lane to arrive).
+    op: Option<WarpFn>,
+    /// `(value, argument)` per lane that has arrived.
+    args: Vec<Option<(u64, u32)>>,
+    /// Results of the last completed operation, per lane.
+    results: Vec<u64>,
+    /// Completed operations (a lane waits for this to move).
+    generation: u64,
+}
+
+struct State {
+    turn: usize,
+    threads: Vec<Run>,
+    rng: u64,
+    block_dim: u32,
+    arrived: Vec<u32>,
+    barrier_generation: Vec<u64>,
+    warps: Vec<WarpOp>,
+    abort: Option<String>,
+}
+
+/// A launch being simulated.
+struct Engine {
+    state: Mutex<State>,
+    turn_changed: Condvar,
+    seed: u64,
+}
+
+/// What [`run`] reports when a simulated launch fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimError {
+    /// The seed of the schedule (run again with it to reproduce).
+    pub seed: u64,
+    /// What went wrong: a deadlock report, or a thread's panic message.
+    pub message: String,
+}
+
+impl core::fmt::Display for SimError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} (simulator seed {:#x})", self.message, self.seed)
+    }
+}
+
+/// The running thread's place in the launch.
+#[derive(Clone)]
+struct Ctx {
+    engine: Arc<Engine>,
+    id: usize,
+    block: u32,
+    thread: u32,
+    grid_dim: u32,
+    block_dim: u32,
+}
+
+std::thread_local! {
+    static CTX: RefCell<Option<Ctx>> = const { RefCell::new(None) };
+}
+
+fn ctx() -> Option<Ctx> {
+    CTX.with(|c| c.borrow().clone())
+}
+
+/// Raised (as a panic payload) in threads stopped because the launch was aborted.
+struct Aborted;
+
+fn next_random(rng: &mut u64) -> u64 {
+    *rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *rng;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Engine {
+    /// Gives the turn to a ready thread (seeded choice), or ends the run: all done, or a
+    /// deadlock (with a report). Called with the lock held, after updating `threads[me]`.
+    fn pass_turn(&self, st: &mut State) {
+        let ready: Vec<usize> = (0..st.threads.len())
+            .filter(|&i| matches!(st.threads[i], Run::Ready | Run::Polling(..)))
+            .collect();
+        if ready.is_empty() {
+            if st.threads.iter().any(|r| !matches!(r, Run::Done)) && st.abort.is_none() {
+                st.abort = Some(report("every thread is waiting", st));
+            }
+            st.turn = usize::MAX;
+        } else if ready
+            .iter()
+            .all(|&i| matches!(st.threads[i], Run::Polling(n, _) if n >= POLL_LIMIT))
+        {
+            if st.abort.is_none() {
+                st.abort = Some(report(
+                    "no thread makes progress (every ready thread keeps polling)",
+                    st,
+                ));
+            }
+            st.turn = usize::MAX;
+        } else {
+            let pick = next_random(&mut st.rng) as usize % ready.len();
+            st.turn = ready[pick];
+        }
+        self.turn_changed.notify_all();
+    }
+
+    /// Waits for `me`'s turn; unwinds with [`Aborted`] if the run was aborted.
+    fn wait_turn<'a>(
+        &self,
+        mut st: std::sync::MutexGuard<'a, State>,
+        me: usize,
+    ) -> std::sync::MutexGuard<'a, State> {
+        while st.turn != me && st.abort.is_none() {
+            st = self
+                .turn_changed
+                .wait(st)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        if st.abort.is_some() {
+            drop(st);
+            std::panic::resume_unwind(Box::new(Aborted));
+        }
+        st
+    }
+}
+
+fn report(what: &str, st: &State) -> String {
+    let mut s = format!("deadlock: {what}; the threads that have not finished:");
+    let bd = st.block_dim as usize;
+    for (i, r) in st.threads.iter().enumerate() {
+        let (w, loc) = match r {
+            Run::Blocked(w, loc) => (*w, *loc),
+            Run::Polling(_, loc) => ("polls memory", *loc),
+            _ => continue,
+        };
+        s += &format!(
+            "\n  block {} thread {}: {w} at {}:{}:{}",
+            i / bd,
+            i % bd,
+            loc.file(),
+            loc.line(),
+            loc.column()
+        );
+    }
+    s
+}
+
+/// Runs `kernel` on a simulated grid of `grid_dim` blocks of `block_dim` threads, with the
+/// schedule chosen by `seed`. Returns when every thread has returned, or the first failure:
+/// a deadlock (every thread waiting) or a panic in a thread.
+pub fn run<F: Fn() + Sync>(
+    grid_dim: u32,
+    block_dim: u32,
+    seed: u64,
+    kernel: F,
+) -> Result<(), SimError> {
+    let n = (grid_dim * block_dim) as usize;
+    let warps_per_block = block_dim.div_ceil(32) as usize;
+    let engine = Arc::new(Engine {
+        state: Mutex::new(State {
+            turn: usize::MAX,
+            threads: std::vec![Run::Ready; n],
+            rng: seed,
+            block_dim,
+            arrived: std::vec![0; grid_dim as usize],
+            barrier_generation: std::vec![0; grid_dim as usize],
+            warps: (0..grid_dim as usize * warps_per_block)
+                .map(|_| WarpOp::default())
+                .collect(),
+            abort: None,
+        }),
+        turn_changed: Condvar::new(),
+        seed,
+    });
+    {
+        let mut st = engine.state.lock().unwrap_or_else(|e| e.into_inner());
+        engine.pass_turn(&mut st);
+    }
+    let kernel = &kernel;
+    std::thread::scope(|scope| {
+        for id in 0..n {
+            let engine = engine.clone();
+            std::thread::Builder::new()
+                .stack_size(256 << 10)
+                .spawn_scoped(scope, move || {
+                    let c = Ctx {
+                        engine: engine.clone(),
+                        id,
+                        block: id as u32 / block_dim,
+                        thread: id as u32 % block_dim,
+                        grid_dim,
+                        block_dim,
+                    };
+                    CTX.with(|x| *x.borrow_mut() = Some(c));
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        let st = engine.state.lock().unwrap_or_else(|e| e.into_inner());
+                        drop(engine.wait_turn(st, id));
+                        kernel();
+                    }));
+                    let mut st = engine.state.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Err(p) = result
+                        && !p.is::<Aborted>()
+                        && st.abort.is_none()
+                    {
+                        let msg = p
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a panic".into());
+                        st.abort = Some(format!(
+                            "block {} thread {} panicked: {msg}",
+                            id as u32 / block_dim,
+                            id as u32 % block_dim
+                        ));
+                    }
+                    st.threads[id] = Run::Done;
+                    // A finished thread counts as arrived at its block's barrier and its
+                    // warp's collectives (as exited threads do on the GPU).
+                    let block = id / block_dim as usize;
+                    release_barrier_if_complete(&mut st, block);
+                    let warp = (id as u32 / block_dim * block_dim.div_ceil(32)
+                        + id as u32 % block_dim / 32) as usize;
+                    complete_warp_if_ready(&mut st, warp, id - id % block_dim as usize % 32);
+                    if st.turn == id || st.turn == usize::MAX {
+                        engine.pass_turn(&mut st);
+                    }
+                    CTX.with(|x| *x.borrow_mut() = None);
+                })
+                .expect("spawning a simulated thread");
+        }
+    });
+    let st = engine.state.lock().unwrap_or_else(|e| e.into_inner());
+    match &st.abort {
+        Some(m) => Err(SimError {
+            seed: engine.seed,
+            message: m.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn release_barrier_if_complete(st: &mut State, block: usize) {
+    let bd = st.block_dim as usize;
+    let done = (block * bd..(block + 1) * bd)
+        .filter(|&i| matches!(st.threads[i], Run::Done))
+        .count() as u32;
+    if st.arrived[block] > 0 && st.arrived[block] + done == st.block_dim {
+        st.arrived[block] = 0;
+        st.barrier_generation[block] += 1;
+        for i in block * bd..(block + 1) * bd {
+            if matches!(st.threads[i], Run::Blocked("sync_threads", _)) {
+                st.threads[i] = Run::Ready;
+            }
+        }
+    }
+}
+
+/// `(block, thread, grid_dim, block_dim)` of the calling simulated thread, if any.
+pub(crate) fn position() -> Option<(u32, u32, u32, u32)> {
+    ctx().map(|c| (c.block, c.thread, c.grid_dim, c.block_dim))
+}
+
+/// A yield point: gives the turn away and waits for it back. `poll` marks a step that only
+/// looked at memory (see the module documentation).
+#[track_caller]
+pub(crate) fn step(poll: bool) {
+    let Some(c) = ctx() else { return };
+    let loc = Location::caller();
+    let e = &c.engine;
+    let mut st = e.state.lock().unwrap_or_else(|x| x.into_inner());
+    st.threads[c.id] = if poll {
+        match st.threads[c.id] {
+            Run::Polling(k, _) => Run::Polling(k + 1, loc),
+            _ => Run::Polling(1, loc),
+        }
+    } else {
+        // Progress: everyone's poll count starts again.
+        for r in st.threads.iter_mut() {
+            if let Run::Polling(_, l) = *r {
+                *r = Run::Polling(0, l);
+            }
+        }
+        Run::Ready
+    };
+    e.pass_turn(&mut st);
+    drop(e.wait_turn(st, c.id));
+}
+
+/// `__syncthreads()` in the simulator.
+#[track_caller]
+pub(crate) fn sync_threads() {
+    let Some(c) = ctx() else { return };
+    let loc = Location::caller();
+    let e = &c.engine;
+    let block = c.block as usize;
+    let mut st = e.state.lock().unwrap_or_else(|x| x.into_inner());
+    let generation = st.barrier_generation[block];
+    st.arrived[block] += 1;
+    st.threads[c.id] = Run::Blocked("sync_threads", loc);
+    release_barrier_if_complete(&mut st, block);
+    e.pass_turn(&mut st);
+    let st = e.wait_turn(st, c.id);
+    debug_assert!(st.barrier_generation[block] > generation);
+}
+
+/// A warp collective in the simulator: every live lane of the warp contributes
+/// `(value, arg)`; when all have, `op(all, lane)` gives each lane its result.
+#[track_caller]
+pub(crate) fn warp_collective(
+    what: &'static str,
+    value: u64,
+    arg: u32,
+    op: fn(&[(u64, u32)], usize) -> u64,
+) -> u64 {
+    let Some(c) = ctx() else {
+        crate::arch::device_only(what)
+    };
+    let loc = Location::caller();
+    let e = &c.engine;
+    let lane = (c.thread % 32) as usize;
+    let warp_index = (c.block * c.block_dim.div_ceil(32) + c.thread / 32) as usize;
+    let first = (c.block * c.block_dim + c.thread / 32 * 32) as usize;
+    let lanes = warp_lanes(c.block_dim, c.thread);
+    let mut st = e.state.lock().unwrap_or_else(|x| x.into_inner());
+    let generation = st.warps[warp_index].generation;
+    {
+        let w = &mut st.warps[warp_index];
+        if w.args.len() < lanes {
+            w.args = std::vec![None; lanes];
+        }
+        w.op.get_or_insert(op);
+        w.args[lane] = Some((value, arg));
+    }
+    st.threads[c.id] = Run::Blocked(what, loc);
+    complete_warp_if_ready(&mut st, warp_index, first);
+    e.pass_turn(&mut st);
+    let st = e.wait_turn(st, c.id);
+    debug_assert!(st.warps[warp_index].generation > generation);
+    st.warps[warp_index].results[lane]
+}
+
+/// Lanes of the warp of thread `thread` in a block of `block_dim` (the last may be partial).
+fn warp_lanes(block_dim: u32, thread: u32) -> usize {
+    (block_dim - thread / 32 * 32).min(32) as usize
+}
+
+/// Completes warp `warp` (first thread `first`) if every live lane has arrived: computes
+/// every lane's result and readies the lanes.
+fn complete_warp_if_ready(st: &mut State, warp: usize, first: usize) {
+    let bd = st.block_dim;
+    let lanes = warp_lanes(bd, first as u32 % bd);
+    let w = &st.warps[warp];
+    let Some(op) = w.op else { return };
+    let arrived = |l: usize| w.args.get(l).is_some_and(|a| a.is_some());
+    if !(0..lanes).all(|l| arrived(l) || matches!(st.threads[first + l], Run::Done)) {
+        return;
+    }
+    let waiting: Vec<usize> = (0..lanes).filter(|&l| arrived(l)).collect();
+    let all: Vec<(u64, u32)> = (0..lanes)
+        .map(|l| w.args.get(l).copied().flatten().unwrap_or((0, 0)))
+        .collect();
+    let w = &mut st.warps[warp];
+    w.results = (0..lanes).map(|l| op(&all, l)).collect();
+    w.args = std::vec![None; lanes];
+    w.op = None;
+    w.generation += 1;
+    for l in waiting {
+        st.threads[first + l] = Run::Ready;
+    }
+}
