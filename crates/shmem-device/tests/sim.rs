@@ -115,7 +115,7 @@ fn a_missed_barrier_is_a_deadlock_with_its_site() {
     assert!(e.message.starts_with("deadlock"), "{e}");
     assert!(e.message.contains("block 1 thread 9: sync_warp at"), "{e}");
     assert!(
-        e.message.contains("block 1 thread 8: sync_threads at"),
+        e.message.contains("block 1 thread 0-8: sync_threads at"),
         "{e}"
     );
     assert!(e.message.contains("tests/sim.rs:"), "{e}");
@@ -168,4 +168,239 @@ fn the_seed_decides_the_schedule() {
     };
     assert_eq!(order(42), order(42));
     assert_ne!(order(42), order(43));
+}
+
+// ---- PEs: symmetric heaps, RMA that lands late, signals, barriers, collectives ----
+
+use shmem_device::coll::{Sum, barrier_all, fcollect, reduce};
+use shmem_device::p2p::Cmp;
+use shmem_device::rma::{p, put, put_nbi};
+use shmem_device::signal::{SignalOp, put_signal, signal_wait_until};
+use shmem_device::sim::World;
+use shmem_device::{Block, DeviceSlice, Team, Thread, fence, my_pe, n_pes, quiet};
+
+/// Host memory as a kernel's local operand (the simulator's "device memory").
+fn local<T>(v: &[T]) -> DeviceSlice<T> {
+    // SAFETY: `v` outlives the run and is only read.
+    unsafe { DeviceSlice::from_raw_parts(v.as_ptr().cast_mut(), v.len()) }
+}
+
+#[test]
+fn a_ring_of_puts_on_four_pes() {
+    let w = World::new(4, 1 << 16);
+    let got = w.alloc::<i32>(1);
+    w.run(1, 32, 1, || {
+        if thread_idx_x() == 0 {
+            let (me, n) = (my_pe(), n_pes());
+            // SAFETY: a symmetric i32; each PE writes only its successor's.
+            unsafe { p(got.at(0), me * 10, (me + 1) % n) };
+            quiet();
+            // SAFETY: one thread per PE reaches it.
+            unsafe { barrier_all(Thread) };
+            // SAFETY: the barrier completed every PE's put into this word.
+            let v = unsafe { got.at(0).read() };
+            assert_eq!(v, ((me + n - 1) % n) * 10);
+        }
+    })
+    .unwrap();
+    assert_eq!(
+        (0..4).map(|pe| got.read(pe)[0]).collect::<Vec<_>>(),
+        [30, 0, 10, 20]
+    );
+}
+
+/// PE 0 puts 64 words to PE 1 and then sets a flag there, with or without a fence
+/// between; PE 1 waits for the flag and counts the words it finds stale.
+fn stale_words(seed: u64, with_fence: bool) -> u32 {
+    let w = World::new(2, 1 << 16);
+    let (data, flag) = (w.alloc::<u32>(64), w.alloc::<u64>(1));
+    let src: Vec<u32> = (1..=64).collect();
+    let stale = AtomicU32::new(0);
+    w.run(1, 32, seed, || {
+        if thread_idx_x() != 0 {
+            return;
+        }
+        // SAFETY: symmetric buffers of this test; PE 0 writes PE 1's, PE 1 reads its own
+        // after the flag.
+        unsafe {
+            if my_pe() == 0 {
+                put_nbi(Thread, data.sym(), local(&src), 1);
+                if with_fence {
+                    fence();
+                }
+                p(flag.at(0), 1u64, 1);
+                quiet();
+            } else {
+                shmem_device::p2p::wait_until(flag.at(0), Cmp::Eq, 1u64);
+                let bad = (0..64)
+                    .filter(|&i| data.at(i).read_volatile() != i as u32 + 1)
+                    .count();
+                stale.store(bad as u32, Ordering::Relaxed);
+            }
+        }
+    })
+    .unwrap();
+    stale.load(Ordering::Relaxed)
+}
+
+#[test]
+fn a_flag_without_a_fence_can_overtake_the_data() {
+    let stale: Vec<u32> = (0..20).map(|seed| stale_words(seed, false)).collect();
+    assert!(
+        stale.iter().any(|&s| s > 0),
+        "no seed showed stale data: {stale:?}"
+    );
+    let fenced: Vec<u32> = (0..20).map(|seed| stale_words(seed, true)).collect();
+    assert!(
+        fenced.iter().all(|&s| s == 0),
+        "stale data despite the fence: {fenced:?}"
+    );
+}
+
+#[test]
+fn put_signal_delivers_data_before_the_signal() {
+    for seed in 0..10 {
+        let w = World::new(2, 1 << 16);
+        let (data, sig) = (w.alloc::<u32>(256), w.alloc::<u64>(1));
+        let src: Vec<u32> = (0..256).map(|i| i * 3).collect();
+        w.run(2, 64, seed, || {
+            // SAFETY: symmetric buffers of this test; block 0 of PE 0 sends, PE 1 waits.
+            unsafe {
+                if my_pe() == 0 && block_idx_x() == 0 {
+                    put_signal(
+                        Block,
+                        data.sym(),
+                        local(&src),
+                        sig.at(0),
+                        7,
+                        SignalOp::Set,
+                        1,
+                    );
+                } else if my_pe() == 1 && thread_idx_x() == 0 {
+                    signal_wait_until(sig.at(0), Cmp::Eq, 7);
+                    for i in 0..256 {
+                        assert_eq!(data.at(i).read_volatile(), i as u32 * 3, "seed {seed}");
+                    }
+                }
+            }
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn atomics_reductions_and_collectives_across_pes() {
+    let w = World::new(4, 1 << 16);
+    let (counter, x, sum, all) = (
+        w.alloc::<u64>(1),
+        w.alloc::<i32>(2),
+        w.alloc::<i32>(2),
+        w.alloc::<i32>(8),
+    );
+    w.run(2, 32, 5, || {
+        // SAFETY: symmetric buffers of this test; the collectives are reached by one block
+        // per PE (block 0), every thread of it.
+        unsafe {
+            shmem_device::amo::atomic_add(counter.at(0), 1u64, 0);
+            if block_idx_x() == 0 {
+                if thread_idx_x() == 0 {
+                    x.at(0).write(my_pe());
+                    x.at(1).write(10 * my_pe());
+                }
+                sync_threads();
+                reduce(Block, Team::WORLD, Sum, sum.sym(), x.sym()).unwrap();
+                fcollect(Block, Team::WORLD, all.sym(), x.sym()).unwrap();
+            }
+        }
+    })
+    .unwrap();
+    assert_eq!(counter.read(0)[0], 4 * 2 * 32);
+    for pe in 0..4 {
+        assert_eq!(sum.read(pe), [6, 60]);
+        assert_eq!(all.read(pe), [0, 0, 1, 10, 2, 20, 3, 30]);
+    }
+}
+
+#[test]
+fn signals_add_up() {
+    let w = World::new(3, 1 << 16);
+    let sig = w.alloc::<u64>(1);
+    w.run(1, 32, 4, || {
+        if thread_idx_x() == 0 {
+            // SAFETY: a symmetric signal word; PEs 1 and 2 add to PE 0's, twice each.
+            unsafe {
+                if my_pe() == 0 {
+                    assert_eq!(signal_wait_until(sig.at(0), Cmp::Ge, 4), 4);
+                } else {
+                    shmem_device::signal::signal_op(sig.at(0), 1, SignalOp::Add, 0);
+                    shmem_device::signal::signal_op(sig.at(0), 1, SignalOp::Add, 0);
+                }
+            }
+        }
+    })
+    .unwrap();
+    assert_eq!(sig.read(0), [4]);
+}
+
+#[test]
+fn a_wait_no_pe_ends_is_reported_with_its_pe_and_site() {
+    let w = World::new(2, 1 << 16);
+    let sig = w.alloc::<u64>(1);
+    let e = w
+        .run(1, 32, 3, || {
+            if my_pe() == 1 && thread_idx_x() == 0 {
+                // SAFETY: a symmetric word nobody signals.
+                unsafe { signal_wait_until(sig.at(0), Cmp::Ge, 1) };
+            }
+        })
+        .unwrap_err();
+    assert!(
+        e.message.contains("PE 1 block 0 thread 0: polls memory at"),
+        "{e}"
+    );
+    assert!(e.message.contains("tests/sim.rs"), "{e}");
+}
+
+#[test]
+fn a_barrier_only_some_pes_reach_is_reported() {
+    let w = World::new(3, 1 << 16);
+    let e = w
+        .run(1, 32, 8, || {
+            if thread_idx_x() == 0 && my_pe() != 2 {
+                // SAFETY: deliberately reached by PEs 0 and 1 only.
+                unsafe { barrier_all(Thread) };
+            }
+        })
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("PE 0 block 0 thread 0: nvshmem_barrier_all at"),
+        "{e}"
+    );
+    assert!(
+        e.message
+            .contains("PE 1 block 0 thread 0: nvshmem_barrier_all at"),
+        "{e}"
+    );
+    assert!(!e.message.contains("PE 2"), "{e}");
+}
+
+#[test]
+fn blocking_puts_of_a_block() {
+    let w = World::new(2, 1 << 16);
+    let dst = w.alloc::<u16>(1000);
+    let src: Vec<u16> = (0..1000).collect();
+    w.run(1, 128, 2, || {
+        // SAFETY: a symmetric buffer; each PE writes the other's.
+        unsafe {
+            put(Block, dst.sym(), local(&src), 1 - my_pe());
+            if thread_idx_x() == 0 {
+                quiet();
+            }
+            barrier_all(Block);
+        }
+    })
+    .unwrap();
+    assert_eq!(dst.read(0), src);
+    assert_eq!(dst.read(1), src);
 }

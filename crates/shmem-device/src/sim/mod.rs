@@ -65,9 +65,17 @@ struct WarpOp {
 
 struct State {
     turn: usize,
+    /// Remote operations issued and not yet delivered (see [`shmem`]).
+    pending: Vec<shmem::Pending>,
+    /// Threads waiting at a barrier of all PEs (one per PE).
+    pe_barrier: Vec<usize>,
+    /// Per thread: fences issued (orders its pending operations to one PE).
+    fences: Vec<u32>,
     threads: Vec<Run>,
     rng: u64,
+    grid_dim: u32,
     block_dim: u32,
+    n_pes: u32,
     arrived: Vec<u32>,
     barrier_generation: Vec<u64>,
     warps: Vec<WarpOp>,
@@ -79,6 +87,7 @@ struct Engine {
     state: Mutex<State>,
     turn_changed: Condvar,
     seed: u64,
+    world: Option<Arc<shmem::World>>,
 }
 
 /// What [`run`] reports when a simulated launch fails.
@@ -101,10 +110,18 @@ impl core::fmt::Display for SimError {
 struct Ctx {
     engine: Arc<Engine>,
     id: usize,
+    pe: u32,
     block: u32,
     thread: u32,
     grid_dim: u32,
     block_dim: u32,
+}
+
+impl Ctx {
+    /// The block's index among every PE's blocks (PE-major).
+    fn global_block(&self) -> u32 {
+        self.pe * self.grid_dim + self.block
+    }
 }
 
 std::thread_local! {
@@ -130,9 +147,29 @@ impl Engine {
     /// Gives the turn to a ready thread (seeded choice), or ends the run: all done, or a
     /// deadlock (with a report). Called with the lock held, after updating `threads[me]`.
     fn pass_turn(&self, st: &mut State) {
-        let ready: Vec<usize> = (0..st.threads.len())
-            .filter(|&i| matches!(st.threads[i], Run::Ready | Run::Polling(..)))
-            .collect();
+        let ready_of = |st: &State| -> Vec<usize> {
+            (0..st.threads.len())
+                .filter(|&i| matches!(st.threads[i], Run::Ready | Run::Polling(..)))
+                .collect()
+        };
+        let mut ready = ready_of(st);
+        let stuck = ready.is_empty()
+            || ready
+                .iter()
+                .all(|&i| matches!(st.threads[i], Run::Polling(n, _) if n >= POLL_LIMIT));
+        // Late delivery: now and then at random, and always before a deadlock would be
+        // declared, one deliverable remote operation lands (it may be what a poller awaits).
+        if !st.pending.is_empty()
+            && (stuck || next_random(&mut st.rng).is_multiple_of(8))
+            && shmem::deliver_one(st)
+        {
+            for r in st.threads.iter_mut() {
+                if let Run::Polling(_, l) = *r {
+                    *r = Run::Polling(0, l);
+                }
+            }
+            ready = ready_of(st);
+        }
         if ready.is_empty() {
             if st.threads.iter().any(|r| !matches!(r, Run::Done)) && st.abort.is_none() {
                 st.abort = Some(report("every thread is waiting", st));
@@ -176,19 +213,50 @@ impl Engine {
     }
 }
 
+/// "block B thread T" (with "PE P " first when there are several PEs).
+fn who(id: usize, grid_dim: u32, block_dim: u32, n_pes: u32) -> String {
+    let global_block = id as u32 / block_dim;
+    let bt = format!(
+        "block {} thread {}",
+        global_block % grid_dim,
+        id as u32 % block_dim
+    );
+    if n_pes > 1 {
+        format!("PE {} {bt}", global_block / grid_dim)
+    } else {
+        bt
+    }
+}
+
 fn report(what: &str, st: &State) -> String {
     let mut s = format!("deadlock: {what}; the threads that have not finished:");
-    let bd = st.block_dim as usize;
+    // One line per run of threads of one block waiting for the same thing at the same place.
+    let mut lines: Vec<(usize, usize, &'static str, &'static Location<'static>)> = Vec::new();
     for (i, r) in st.threads.iter().enumerate() {
         let (w, loc) = match r {
             Run::Blocked(w, loc) => (*w, *loc),
             Run::Polling(_, loc) => ("polls memory", *loc),
             _ => continue,
         };
+        let bd = st.block_dim as usize;
+        match lines.last_mut() {
+            Some((_, last, lw, ll))
+                if *last + 1 == i && *lw == w && **ll == *loc && *last / bd == i / bd =>
+            {
+                *last = i;
+            }
+            _ => lines.push((i, i, w, loc)),
+        }
+    }
+    for (first, last, w, loc) in lines {
+        let who = who(first, st.grid_dim, st.block_dim, st.n_pes);
+        let who = if last > first {
+            format!("{who}-{}", last as u32 % st.block_dim)
+        } else {
+            who
+        };
         s += &format!(
-            "\n  block {} thread {}: {w} at {}:{}:{}",
-            i / bd,
-            i % bd,
+            "\n  {who}: {w} at {}:{}:{}",
             loc.file(),
             loc.line(),
             loc.column()
@@ -206,23 +274,43 @@ pub fn run<F: Fn() + Sync>(
     seed: u64,
     kernel: F,
 ) -> Result<(), SimError> {
-    let n = (grid_dim * block_dim) as usize;
+    run_pes(None, grid_dim, block_dim, seed, kernel)
+}
+
+/// [`run`] on every PE of `world` (each PE runs the same grid), or on one PE without a
+/// symmetric heap when `world` is `None`.
+pub(crate) fn run_pes<F: Fn() + Sync>(
+    world: Option<Arc<shmem::World>>,
+    grid_dim: u32,
+    block_dim: u32,
+    seed: u64,
+    kernel: F,
+) -> Result<(), SimError> {
+    let n_pes = world.as_ref().map_or(1, |w| w.n_pes());
+    let blocks = n_pes * grid_dim;
+    let n = (blocks * block_dim) as usize;
     let warps_per_block = block_dim.div_ceil(32) as usize;
     let engine = Arc::new(Engine {
         state: Mutex::new(State {
             turn: usize::MAX,
+            pending: Vec::new(),
+            pe_barrier: Vec::new(),
+            fences: std::vec![0; n],
             threads: std::vec![Run::Ready; n],
             rng: seed,
+            grid_dim,
             block_dim,
-            arrived: std::vec![0; grid_dim as usize],
-            barrier_generation: std::vec![0; grid_dim as usize],
-            warps: (0..grid_dim as usize * warps_per_block)
+            n_pes,
+            arrived: std::vec![0; blocks as usize],
+            barrier_generation: std::vec![0; blocks as usize],
+            warps: (0..blocks as usize * warps_per_block)
                 .map(|_| WarpOp::default())
                 .collect(),
             abort: None,
         }),
         turn_changed: Condvar::new(),
         seed,
+        world,
     });
     {
         let mut st = engine.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -235,10 +323,12 @@ pub fn run<F: Fn() + Sync>(
             std::thread::Builder::new()
                 .stack_size(256 << 10)
                 .spawn_scoped(scope, move || {
+                    let global_block = id as u32 / block_dim;
                     let c = Ctx {
                         engine: engine.clone(),
                         id,
-                        block: id as u32 / block_dim,
+                        pe: global_block / grid_dim,
+                        block: global_block % grid_dim,
                         thread: id as u32 % block_dim,
                         grid_dim,
                         block_dim,
@@ -260,11 +350,12 @@ pub fn run<F: Fn() + Sync>(
                             .or_else(|| p.downcast_ref::<String>().cloned())
                             .unwrap_or_else(|| "a panic".into());
                         st.abort = Some(format!(
-                            "block {} thread {} panicked: {msg}",
-                            id as u32 / block_dim,
-                            id as u32 % block_dim
+                            "{} panicked: {msg}",
+                            who(id, grid_dim, block_dim, n_pes)
                         ));
                     }
+                    // A kernel's remote operations complete by its end.
+                    shmem::deliver_issued_by(&mut st, id);
                     st.threads[id] = Run::Done;
                     // A finished thread counts as arrived at its block's barrier and its
                     // warp's collectives (as exited threads do on the GPU).
@@ -312,6 +403,9 @@ pub(crate) fn position() -> Option<(u32, u32, u32, u32)> {
     ctx().map(|c| (c.block, c.thread, c.grid_dim, c.block_dim))
 }
 
+pub mod shmem;
+pub use shmem::{SimBuffer, World};
+
 /// A yield point: gives the turn away and waits for it back. `poll` marks a step that only
 /// looked at memory (see the module documentation).
 #[track_caller]
@@ -344,7 +438,7 @@ pub(crate) fn sync_threads() {
     let Some(c) = ctx() else { return };
     let loc = Location::caller();
     let e = &c.engine;
-    let block = c.block as usize;
+    let block = c.global_block() as usize;
     let mut st = e.state.lock().unwrap_or_else(|x| x.into_inner());
     let generation = st.barrier_generation[block];
     st.arrived[block] += 1;
@@ -370,8 +464,8 @@ pub(crate) fn warp_collective(
     let loc = Location::caller();
     let e = &c.engine;
     let lane = (c.thread % 32) as usize;
-    let warp_index = (c.block * c.block_dim.div_ceil(32) + c.thread / 32) as usize;
-    let first = (c.block * c.block_dim + c.thread / 32 * 32) as usize;
+    let warp_index = (c.global_block() * c.block_dim.div_ceil(32) + c.thread / 32) as usize;
+    let first = (c.global_block() * c.block_dim + c.thread / 32 * 32) as usize;
     let lanes = warp_lanes(c.block_dim, c.thread);
     let mut st = e.state.lock().unwrap_or_else(|x| x.into_inner());
     let generation = st.warps[warp_index].generation;

@@ -1,0 +1,710 @@
+//! NVSHMEM's device API in the CPU simulator: PEs as groups of simulated threads in one
+//! process, one symmetric heap per PE, and remote writes that land late.
+//!
+//! - A [`World`] holds `n` heaps of the same size; [`World::alloc`] reserves the same offset
+//!   in each, so a symmetric address is "this PE's heap base + offset" and is translated to
+//!   another PE's by offset ([`ptr`] maps every PE: the simulated PEs share a node).
+//! - **Remote writes are pending until allowed to land**: `put`, `p`, `put_signal` and
+//!   `signal_op` (blocking or not) copy their source at the call and queue the write. A
+//!   queued write lands when its thread calls `quiet` (or a barrier, or ends), or at a
+//!   random yield point of any thread (seeded), or when nothing else can run; `fence`
+//!   orders a thread's writes to the same PE; `put_signal`'s data lands before its signal,
+//!   in one step. So a kernel that reads data without the quiet, fence or signal NVSHMEM
+//!   requires can see stale data in the simulator, as it eventually would on hardware.
+//! - Gets, `g`, atomics and waits act on the target memory at once (each is a yield point).
+//! - Barriers and collectives wait for one caller per PE; a barrier that only some PEs
+//!   reach is a deadlock, reported with each waiting thread's site.
+//!
+//! The C functions of [`crate::sys`] are defined here under the `sim` feature (the host
+//! build), with NVSHMEM's names and signatures, so the typed API runs unchanged.
+
+extern crate std;
+
+use super::{Ctx, Engine, Run, State, ctx, next_random};
+use crate::{Sym, SymSlice};
+use core::ffi::c_void;
+use core::marker::PhantomData;
+use std::boxed::Box;
+use std::panic::Location;
+use std::sync::{Arc, Mutex};
+use std::vec::Vec;
+
+/// The symmetric heaps of `n` simulated PEs.
+pub struct World {
+    heaps: Vec<*mut u128>,
+    words: usize,
+    next: Mutex<usize>,
+}
+
+// SAFETY: the heaps are plain memory owned by the `World` until it drops; simulated threads
+// reach them one at a time (the simulator's turn), and the host only between runs.
+unsafe impl Send for World {}
+// SAFETY: as above.
+unsafe impl Sync for World {}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for &h in &self.heaps {
+            // SAFETY: each heap came from `Box::into_raw` of a `words`-long slice.
+            drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(h, self.words)) });
+        }
+    }
+}
+
+/// A symmetric allocation of `len` `T`s in a [`World`].
+pub struct SimBuffer<T> {
+    world: Arc<World>,
+    offset: usize,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl World {
+    /// `n_pes` PEs with `heap_bytes` of symmetric heap each (zeroed).
+    pub fn new(n_pes: u32, heap_bytes: usize) -> Arc<World> {
+        let words = heap_bytes.div_ceil(16);
+        let heaps = (0..n_pes)
+            .map(|_| Box::into_raw(std::vec![0u128; words].into_boxed_slice()).cast::<u128>())
+            .collect();
+        Arc::new(World {
+            heaps,
+            words,
+            next: Mutex::new(0),
+        })
+    }
+
+    /// PEs.
+    pub fn n_pes(&self) -> u32 {
+        self.heaps.len() as u32
+    }
+
+    /// Reserves `len` `T`s (256-byte aligned) at the same offset in every PE's heap.
+    /// Panics when the heap is exhausted.
+    pub fn alloc<T: Copy>(self: &Arc<Self>, len: usize) -> SimBuffer<T> {
+        assert!(core::mem::align_of::<T>() <= 16, "alignment over 16 bytes");
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let offset = *next;
+        let end = offset + len * core::mem::size_of::<T>();
+        assert!(
+            end <= self.words * 16,
+            "simulated symmetric heap exhausted: {end} of {} bytes",
+            self.words * 16
+        );
+        *next = end.next_multiple_of(256);
+        SimBuffer {
+            world: self.clone(),
+            offset,
+            len,
+            _t: PhantomData,
+        }
+    }
+
+    /// Runs `kernel` on every PE: `grid_dim` blocks of `block_dim` threads each, schedule
+    /// from `seed` (see [`super::run`]).
+    pub fn run<F: Fn() + Sync>(
+        self: &Arc<Self>,
+        grid_dim: u32,
+        block_dim: u32,
+        seed: u64,
+        kernel: F,
+    ) -> Result<(), super::SimError> {
+        super::run_pes(Some(self.clone()), grid_dim, block_dim, seed, kernel)
+    }
+
+    fn base(&self, pe: u32) -> usize {
+        self.heaps[pe as usize] as usize
+    }
+
+    /// `addr` (in `from`'s heap) as an address in `to`'s heap.
+    #[track_caller]
+    fn translate(&self, addr: usize, from: u32, to: u32) -> usize {
+        let base = self.base(from);
+        assert!(
+            addr >= base && addr < base + self.words * 16,
+            "{addr:#x} is not a symmetric address of PE {from}"
+        );
+        self.base(to) + (addr - base)
+    }
+}
+
+impl<T: Copy> SimBuffer<T> {
+    /// The buffer on the calling simulated thread's PE.
+    #[track_caller]
+    pub fn sym(&self) -> SymSlice<T> {
+        let pe = ctx().expect("SimBuffer::sym outside a simulated kernel").pe;
+        // SAFETY: `len` `T`s at this offset lie in every PE's heap (`alloc`).
+        unsafe { SymSlice::from_raw_parts(self.ptr(pe), self.len) }
+    }
+
+    /// Element `i` on the calling simulated thread's PE.
+    #[track_caller]
+    pub fn at(&self, i: usize) -> Sym<T> {
+        self.sym().at(i)
+    }
+
+    fn ptr(&self, pe: u32) -> *mut T {
+        (self.world.base(pe) + self.offset) as *mut T
+    }
+
+    /// PE `pe`'s copy (host side, between runs).
+    pub fn read(&self, pe: u32) -> Vec<T> {
+        // SAFETY: `len` `T`s lie there; no run is in progress (the caller holds no kernel).
+        unsafe { core::slice::from_raw_parts(self.ptr(pe), self.len).to_vec() }
+    }
+
+    /// Writes PE `pe`'s copy (host side, between runs).
+    pub fn write(&self, pe: u32, v: &[T]) {
+        assert_eq!(v.len(), self.len, "SimBuffer::write: length");
+        // SAFETY: as in `read`.
+        unsafe { core::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr(pe), self.len) }
+    }
+}
+
+/// A remote write not yet delivered.
+pub(super) struct Pending {
+    issuer: usize,
+    pe: u32,
+    epoch: u32,
+    dst: usize,
+    data: Vec<u8>,
+    signal: Option<(usize, u64, i32)>,
+}
+
+fn land(p: &Pending) {
+    // SAFETY: `dst` and the signal address were translated into the target's heap when
+    // the operation was issued; only the running thread touches memory.
+    unsafe {
+        core::ptr::copy_nonoverlapping(p.data.as_ptr(), p.dst as *mut u8, p.data.len());
+        if let Some((sig, v, op)) = p.signal {
+            let s = sig as *mut u64;
+            s.write_volatile(if op == SIGNAL_ADD {
+                s.read_volatile().wrapping_add(v)
+            } else {
+                v
+            });
+        }
+    }
+}
+
+/// Delivers one pending write that nothing orders after another (seeded choice); false if
+/// none can be.
+pub(super) fn deliver_one(st: &mut State) -> bool {
+    let eligible: Vec<usize> = (0..st.pending.len())
+        .filter(|&i| {
+            let p = &st.pending[i];
+            !st.pending[..i]
+                .iter()
+                .any(|q| q.issuer == p.issuer && q.pe == p.pe && q.epoch < p.epoch)
+        })
+        .collect();
+    if eligible.is_empty() {
+        return false;
+    }
+    let i = eligible[next_random(&mut st.rng) as usize % eligible.len()];
+    let p = st.pending.remove(i);
+    land(&p);
+    true
+}
+
+/// Delivers every pending write of thread `id`, in issue order.
+pub(super) fn deliver_issued_by(st: &mut State, id: usize) {
+    let (mine, rest): (Vec<Pending>, Vec<Pending>) = core::mem::take(&mut st.pending)
+        .into_iter()
+        .partition(|p| p.issuer == id);
+    st.pending = rest;
+    mine.iter().for_each(land);
+}
+
+/// NVSHMEM's `NVSHMEM_SIGNAL_ADD` (`crate::signal::SignalOp::Add`; anything else sets).
+const SIGNAL_ADD: i32 = crate::signal::SignalOp::Add as i32;
+
+/// The calling thread's context and world.
+#[track_caller]
+fn here() -> (Ctx, Arc<World>) {
+    let c = ctx().expect("an NVSHMEM operation outside a simulated kernel");
+    let w = c
+        .engine
+        .world
+        .clone()
+        .expect("an NVSHMEM operation in a simulated launch without PEs: use sim::World::run");
+    (c, w)
+}
+
+/// Runs `f` on the simulator's state as one step of the calling thread (a yield point
+/// after it).
+#[track_caller]
+fn with_state<R>(f: impl FnOnce(&mut State, &Ctx, &World) -> R) -> R {
+    let (c, w) = here();
+    let r = {
+        let mut st = c.engine.state.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut st, &c, &w)
+    };
+    super::step(false);
+    r
+}
+
+/// Which threads make a call together.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Group {
+    Thread,
+    Warp,
+    Block,
+}
+
+#[track_caller]
+fn group_sync(g: Group) {
+    match g {
+        Group::Thread => {}
+        Group::Warp => {
+            super::warp_collective("a warp-scoped NVSHMEM call", 0, 0, |_, _| 0);
+        }
+        Group::Block => super::sync_threads(),
+    }
+}
+
+/// Runs `f` in the group's first thread, with the group meeting before and after.
+#[track_caller]
+fn as_group<R: Default>(g: Group, f: impl FnOnce() -> R) -> R {
+    let (c, _) = here();
+    group_sync(g);
+    let leader = match g {
+        Group::Thread => true,
+        Group::Warp => c.thread % 32 == 0,
+        Group::Block => c.thread == 0,
+    };
+    let r = if leader { f() } else { R::default() };
+    group_sync(g);
+    r
+}
+
+#[track_caller]
+fn queue(dest: *mut c_void, data: Vec<u8>, pe: i32, signal: Option<(*mut u64, u64, i32)>) {
+    with_state(|st, c, w| {
+        let pe = check_pe(w, pe);
+        let dst = w.translate(dest as usize, c.pe, pe);
+        let signal = signal.map(|(s, v, op)| (w.translate(s as usize, c.pe, pe), v, op));
+        st.pending.push(Pending {
+            issuer: c.id,
+            pe,
+            epoch: st.fences[c.id],
+            dst,
+            data,
+            signal,
+        });
+    });
+}
+
+#[track_caller]
+fn check_pe(w: &World, pe: i32) -> u32 {
+    assert!(
+        pe >= 0 && (pe as u32) < w.n_pes(),
+        "PE {pe} out of range (0..{})",
+        w.n_pes()
+    );
+    pe as u32
+}
+
+/// Reads `bytes` at `addr` (local).
+unsafe fn bytes_at(addr: *const c_void, bytes: usize) -> Vec<u8> {
+    // SAFETY: the caller's contract (NVSHMEM's: a valid source).
+    unsafe { core::slice::from_raw_parts(addr.cast::<u8>(), bytes).to_vec() }
+}
+
+pub(crate) unsafe fn put(g: Group, dest: *mut c_void, src: *const c_void, bytes: usize, pe: i32) {
+    as_group(g, || {
+        // SAFETY: NVSHMEM's contract on `src`.
+        let data = unsafe { bytes_at(src, bytes) };
+        queue(dest, data, pe, None);
+    })
+}
+
+#[allow(clippy::too_many_arguments)] // NVSHMEM's signature, and the group
+pub(crate) unsafe fn put_signal(
+    g: Group,
+    dest: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    sig: *mut u64,
+    value: u64,
+    op: i32,
+    pe: i32,
+) {
+    as_group(g, || {
+        // SAFETY: NVSHMEM's contract on `src`.
+        let data = unsafe { bytes_at(src, bytes) };
+        queue(dest, data, pe, Some((sig, value, op)));
+    })
+}
+
+pub(crate) unsafe fn get(g: Group, dest: *mut c_void, src: *const c_void, bytes: usize, pe: i32) {
+    as_group(g, || {
+        with_state(|_, c, w| {
+            let from = w.translate(src as usize, c.pe, check_pe(w, pe));
+            // SAFETY: NVSHMEM's contract: `dest` is valid local memory, `src` symmetric.
+            unsafe { core::ptr::copy(from as *const u8, dest.cast::<u8>(), bytes) };
+        })
+    })
+}
+
+pub(crate) fn signal_op(sig: *mut u64, value: u64, op: i32, pe: i32) {
+    queue(sig.cast(), Vec::new(), pe, Some((sig, value, op)));
+}
+
+pub(crate) fn fence() {
+    with_state(|st, c, _| st.fences[c.id] += 1);
+}
+
+pub(crate) fn quiet() {
+    with_state(|st, c, _| deliver_issued_by(st, c.id));
+}
+
+pub(crate) fn my_pe() -> i32 {
+    here().0.pe as i32
+}
+
+pub(crate) fn n_pes() -> i32 {
+    here().1.n_pes() as i32
+}
+
+pub(crate) fn ptr(addr: *const c_void, pe: i32) -> *mut c_void {
+    let (c, w) = here();
+    if pe < 0 || pe as u32 >= w.n_pes() {
+        return core::ptr::null_mut();
+    }
+    w.translate(addr as usize, c.pe, pe as u32) as *mut c_void
+}
+
+/// NVSHMEM's comparison codes (`NVSHMEM_CMP_*`, [`crate::p2p::Cmp`]).
+pub(crate) fn compare<T: PartialOrd>(v: T, cmp: i32, x: T) -> bool {
+    use crate::p2p::Cmp;
+    match cmp {
+        c if c == Cmp::Eq as i32 => v == x,
+        c if c == Cmp::Ne as i32 => v != x,
+        c if c == Cmp::Gt as i32 => v > x,
+        c if c == Cmp::Le as i32 => v <= x,
+        c if c == Cmp::Lt as i32 => v < x,
+        c if c == Cmp::Ge as i32 => v >= x,
+        _ => panic!("unknown NVSHMEM comparison {cmp}"),
+    }
+}
+
+/// Polls `*addr` until `cmp(value)` holds; returns the value seen.
+#[track_caller]
+pub(crate) unsafe fn wait_until<T: Copy + PartialOrd>(addr: *const T, cmp: i32, value: T) -> T {
+    loop {
+        // SAFETY: NVSHMEM's contract: a valid local symmetric word.
+        let v = unsafe { addr.read_volatile() };
+        if compare(v, cmp, value) {
+            return v;
+        }
+        super::step(true);
+    }
+}
+
+/// A barrier of all PEs, one caller per PE (the group's leader); `quiet_first` completes the
+/// PE's writes first (`barrier` as against `sync`).
+#[track_caller]
+pub(crate) fn pe_barrier(g: Group, quiet_first: bool, what: &'static str) {
+    let loc = Location::caller();
+    as_group(g, || {
+        let (c, w) = here();
+        let e: &Engine = &c.engine;
+        let mut st = e.state.lock().unwrap_or_else(|x| x.into_inner());
+        if quiet_first {
+            let per_pe = st.threads.len() / w.n_pes() as usize;
+            let mine: Vec<usize> = (0..st.threads.len())
+                .filter(|i| i / per_pe == c.pe as usize)
+                .collect();
+            for id in mine {
+                deliver_issued_by(&mut st, id);
+            }
+        }
+        st.pe_barrier.push(c.id);
+        st.threads[c.id] = Run::Blocked(what, loc);
+        if st.pe_barrier.len() == w.n_pes() as usize {
+            for id in core::mem::take(&mut st.pe_barrier) {
+                st.threads[id] = Run::Ready;
+            }
+        }
+        e.pass_turn(&mut st);
+        drop(e.wait_turn(st, c.id));
+    });
+}
+
+/// The element operations of atomics, waits and reductions.
+pub(crate) trait Word: Copy + PartialOrd + Default {
+    fn add(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn bits(self, o: Self, op: u8) -> Self;
+    fn same(self, o: Self) -> bool;
+}
+macro_rules! words {
+    (int: $($t:ty),*; float: $($f:ty),*) => {
+        $(impl Word for $t {
+            fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+            fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            fn bits(self, o: Self, op: u8) -> Self { match op { b'&' => self & o, b'|' => self | o, _ => self ^ o } }
+            fn same(self, o: Self) -> bool { self == o }
+        })*
+        $(impl Word for $f {
+            fn add(self, o: Self) -> Self { self + o }
+            fn mul(self, o: Self) -> Self { self * o }
+            fn bits(self, _: Self, _: u8) -> Self { unreachable!("no bitwise operation on floats") }
+            fn same(self, o: Self) -> bool { self.to_bits() == o.to_bits() }
+        })*
+    };
+}
+words!(int: i8, i16, i32, i64, u8, u16, u32, u64; float: f32, f64);
+
+/// `f(old)` on `pe`'s copy of `dest`, at once; returns the old value.
+#[track_caller]
+pub(crate) unsafe fn atomic<T: Word>(dest: *const T, pe: i32, f: impl FnOnce(T) -> Option<T>) -> T {
+    with_state(|_, c, w| {
+        let at = w.translate(dest as usize, c.pe, check_pe(w, pe)) as *mut T;
+        // SAFETY: a symmetric word of `T` (NVSHMEM's contract), touched by this thread only
+        // during its step.
+        unsafe {
+            let old = at.read_volatile();
+            if let Some(new) = f(old) {
+                at.write_volatile(new);
+            }
+            old
+        }
+    })
+}
+
+/// A reduction over all PEs: `dest[k] = op(src[k] of every PE)` in PE order.
+#[track_caller]
+pub(crate) unsafe fn reduce<T: Word>(
+    g: Group,
+    op: &str,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+) -> i32 {
+    pe_barrier(g, false, "a reduction");
+    as_group(g, || {
+        let (c, w) = here();
+        for k in 0..n {
+            // SAFETY: `src` and `dest` are symmetric arrays of `n` (NVSHMEM's contract).
+            unsafe {
+                let at = |pe: u32| *(w.translate(src.add(k) as usize, c.pe, pe) as *const T);
+                let mut acc = at(0);
+                for pe in 1..w.n_pes() {
+                    let v = at(pe);
+                    acc = match op {
+                        "sum" => acc.add(v),
+                        "prod" => acc.mul(v),
+                        "min" if v < acc => v,
+                        "max" if v > acc => v,
+                        "min" | "max" => acc,
+                        "and" => acc.bits(v, b'&'),
+                        "or" => acc.bits(v, b'|'),
+                        _ => acc.bits(v, b'^'),
+                    };
+                }
+                dest.add(k).write(acc);
+            }
+        }
+    });
+    pe_barrier(g, false, "a reduction");
+    0
+}
+
+/// Byte collectives over all PEs: `kind` b'b' broadcast (from `root`), b'f' fcollect,
+/// b'a' alltoall; `bytes` per PE.
+#[track_caller]
+pub(crate) unsafe fn collect(
+    g: Group,
+    kind: u8,
+    dest: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    root: i32,
+) -> i32 {
+    pe_barrier(g, false, "a collective");
+    as_group(g, || {
+        let (c, w) = here();
+        let n = w.n_pes();
+        let from = |pe: u32, off: usize| (w.translate(src as usize, c.pe, pe) + off) as *const u8;
+        let to = dest.cast::<u8>();
+        // SAFETY: symmetric buffers of the sizes NVSHMEM's contract gives.
+        unsafe {
+            match kind {
+                b'b' => core::ptr::copy(from(root as u32, 0), to, bytes),
+                b'f' => (0..n).for_each(|pe| {
+                    core::ptr::copy(from(pe, 0), to.add(pe as usize * bytes), bytes)
+                }),
+                _ => (0..n).for_each(|pe| {
+                    core::ptr::copy(
+                        from(pe, c.pe as usize * bytes),
+                        to.add(pe as usize * bytes),
+                        bytes,
+                    )
+                }),
+            }
+        }
+    });
+    pe_barrier(g, false, "a collective");
+    0
+}
+
+/// The typed C functions (`nvshmem_TYPE_OP`), generic over the element type.
+pub(crate) mod typed {
+    use super::{Word, atomic, compare};
+
+    #[track_caller]
+    pub(crate) unsafe fn p<T: Word>(dest: *mut T, value: T, pe: i32) {
+        // SAFETY: one `T` read from a local.
+        let data = unsafe { super::bytes_at((&raw const value).cast(), core::mem::size_of::<T>()) };
+        super::queue(dest.cast(), data, pe, None);
+    }
+    #[track_caller]
+    pub(crate) unsafe fn g<T: Word>(src: *const T, pe: i32) -> T {
+        // SAFETY: the caller's contract.
+        unsafe { atomic(src, pe, |_| None) }
+    }
+    #[track_caller]
+    pub(crate) unsafe fn fetch<T: Word>(src: *const T, pe: i32) -> T {
+        // SAFETY: the caller's contract.
+        unsafe { atomic(src, pe, |_| None) }
+    }
+    #[track_caller]
+    pub(crate) unsafe fn set<T: Word>(dest: *mut T, value: T, pe: i32) {
+        // SAFETY: the caller's contract.
+        unsafe { atomic(dest, pe, |_| Some(value)) };
+    }
+    #[track_caller]
+    pub(crate) unsafe fn swap<T: Word>(dest: *mut T, value: T, pe: i32) -> T {
+        // SAFETY: the caller's contract.
+        unsafe { atomic(dest, pe, |_| Some(value)) }
+    }
+    #[track_caller]
+    pub(crate) unsafe fn compare_swap<T: Word>(dest: *mut T, cond: T, value: T, pe: i32) -> T {
+        // SAFETY: the caller's contract.
+        unsafe { atomic(dest, pe, |old| old.same(cond).then_some(value)) }
+    }
+    #[track_caller]
+    pub(crate) unsafe fn fetch_add<T: Word>(dest: *mut T, value: T, pe: i32) -> T {
+        // SAFETY: the caller's contract.
+        unsafe { atomic(dest, pe, |old| Some(old.add(value))) }
+    }
+    #[track_caller]
+    pub(crate) unsafe fn add<T: Word>(dest: *mut T, value: T, pe: i32) {
+        // SAFETY: the caller's contract.
+        unsafe { fetch_add(dest, value, pe) };
+    }
+    #[track_caller]
+    pub(crate) unsafe fn fetch_inc<T: Word + From<u8>>(dest: *mut T, pe: i32) -> T {
+        // SAFETY: the caller's contract.
+        unsafe { fetch_add(dest, T::from(1), pe) }
+    }
+    #[track_caller]
+    pub(crate) unsafe fn inc<T: Word + From<u8>>(dest: *mut T, pe: i32) {
+        // SAFETY: the caller's contract.
+        unsafe { fetch_inc(dest, pe) };
+    }
+    macro_rules! bitwise {
+        ($($fetch:ident, $plain:ident: $op:literal;)*) => { $(
+            #[track_caller]
+            pub(crate) unsafe fn $fetch<T: Word>(dest: *mut T, value: T, pe: i32) -> T {
+                // SAFETY: the caller's contract.
+                unsafe { atomic(dest, pe, |old| Some(old.bits(value, $op))) }
+            }
+            #[track_caller]
+            pub(crate) unsafe fn $plain<T: Word>(dest: *mut T, value: T, pe: i32) {
+                // SAFETY: the caller's contract.
+                unsafe { $fetch(dest, value, pe) };
+            }
+        )* };
+    }
+    bitwise! { fetch_and, and: b'&'; fetch_or, or: b'|'; fetch_xor, xor: b'^'; }
+
+    #[track_caller]
+    pub(crate) unsafe fn wait_until<T: Word>(ivar: *mut T, cmp: i32, value: T) {
+        // SAFETY: the caller's contract.
+        unsafe { super::wait_until(ivar, cmp, value) };
+    }
+    #[track_caller]
+    pub(crate) unsafe fn test<T: Word>(ivar: *mut T, cmp: i32, value: T) -> i32 {
+        super::super::step(true);
+        // SAFETY: the caller's contract.
+        i32::from(compare(unsafe { ivar.read_volatile() }, cmp, value))
+    }
+    /// Indexes of the words not excluded by `status` that satisfy the comparison.
+    unsafe fn satisfied<T: Word>(
+        ivars: *mut T,
+        n: usize,
+        status: *const i32,
+        cmp: i32,
+        value: T,
+    ) -> impl Iterator<Item = (usize, bool)> {
+        (0..n)
+            .filter(move |&i| {
+                status.is_null() || {
+                    // SAFETY: `status` has `n` entries when not null (the caller's contract).
+                    unsafe { *status.add(i) == 0 }
+                }
+            })
+            .map(move |i| {
+                // SAFETY: `ivars` has `n` words.
+                (
+                    i,
+                    compare(unsafe { ivars.add(i).read_volatile() }, cmp, value),
+                )
+            })
+    }
+    #[track_caller]
+    pub(crate) unsafe fn test_all<T: Word>(
+        ivars: *mut T,
+        n: usize,
+        status: *const i32,
+        cmp: i32,
+        value: T,
+    ) -> i32 {
+        super::super::step(true);
+        // SAFETY: the caller's contract.
+        i32::from(unsafe { satisfied(ivars, n, status, cmp, value) }.all(|(_, ok)| ok))
+    }
+    #[track_caller]
+    pub(crate) unsafe fn test_any<T: Word>(
+        ivars: *mut T,
+        n: usize,
+        status: *const i32,
+        cmp: i32,
+        value: T,
+    ) -> usize {
+        super::super::step(true);
+        // SAFETY: the caller's contract.
+        unsafe { satisfied(ivars, n, status, cmp, value) }
+            .find(|(_, ok)| *ok)
+            .map_or(usize::MAX, |(i, _)| i)
+    }
+    #[track_caller]
+    pub(crate) unsafe fn wait_until_all<T: Word>(
+        ivars: *mut T,
+        n: usize,
+        status: *const i32,
+        cmp: i32,
+        value: T,
+    ) {
+        // SAFETY: the caller's contract.
+        while unsafe { test_all(ivars, n, status, cmp, value) } == 0 {}
+    }
+    #[track_caller]
+    pub(crate) unsafe fn wait_until_any<T: Word>(
+        ivars: *mut T,
+        n: usize,
+        status: *const i32,
+        cmp: i32,
+        value: T,
+    ) -> usize {
+        loop {
+            // SAFETY: the caller's contract.
+            let i = unsafe { test_any(ivars, n, status, cmp, value) };
+            if i != usize::MAX {
+                return i;
+            }
+        }
+    }
+}
