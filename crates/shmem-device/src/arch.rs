@@ -27,6 +27,7 @@ pub(crate) fn host_register(name: &str) -> u32 {
     if let Some((block, thread, grid_dim, block_dim)) = crate::sim::position() {
         return match name {
             "thread_idx_x" => thread,
+            "lane_id" => thread % 32,
             "block_idx_x" => block,
             "block_dim_x" => block_dim,
             "grid_dim_x" => grid_dim,

@@ -146,7 +146,7 @@ pub fn lane_id() -> u32 {
         lane
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    crate::arch::device_only("lane_id")
+    crate::arch::host_register("lane_id")
 }
 
 /// This thread's warp within its block: `thread_rank_in_block() / WARP_SIZE`.

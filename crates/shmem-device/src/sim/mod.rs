@@ -85,7 +85,9 @@ struct State {
 /// A launch being simulated.
 struct Engine {
     state: Mutex<State>,
-    turn_changed: Condvar,
+    /// One per thread: a thread sleeps on its own, woken only when the turn is its (or the
+    /// run ends), so a switch costs one wake-up, not one per thread.
+    turn_changed: Vec<Condvar>,
     seed: u64,
     world: Option<Arc<shmem::World>>,
 }
@@ -147,6 +149,12 @@ impl Engine {
     /// Gives the turn to a ready thread (seeded choice), or ends the run: all done, or a
     /// deadlock (with a report). Called with the lock held, after updating `threads[me]`.
     fn pass_turn(&self, st: &mut State) {
+        if st.abort.is_some() {
+            // Every thread, running or waiting, wakes and stops.
+            st.turn = usize::MAX;
+            self.turn_changed.iter().for_each(Condvar::notify_all);
+            return;
+        }
         let ready_of = |st: &State| -> Vec<usize> {
             (0..st.threads.len())
                 .filter(|&i| matches!(st.threads[i], Run::Ready | Run::Polling(..)))
@@ -190,7 +198,11 @@ impl Engine {
             let pick = next_random(&mut st.rng) as usize % ready.len();
             st.turn = ready[pick];
         }
-        self.turn_changed.notify_all();
+        if st.turn == usize::MAX {
+            self.turn_changed.iter().for_each(Condvar::notify_all);
+        } else {
+            self.turn_changed[st.turn].notify_all();
+        }
     }
 
     /// Waits for `me`'s turn; unwinds with [`Aborted`] if the run was aborted.
@@ -200,8 +212,7 @@ impl Engine {
         me: usize,
     ) -> std::sync::MutexGuard<'a, State> {
         while st.turn != me && st.abort.is_none() {
-            st = self
-                .turn_changed
+            st = self.turn_changed[me]
                 .wait(st)
                 .unwrap_or_else(|e| e.into_inner());
         }
@@ -308,7 +319,7 @@ pub(crate) fn run_pes<F: Fn() + Sync>(
                 .collect(),
             abort: None,
         }),
-        turn_changed: Condvar::new(),
+        turn_changed: (0..n).map(|_| Condvar::new()).collect(),
         seed,
         world,
     });
