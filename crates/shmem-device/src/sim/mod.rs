@@ -33,6 +33,9 @@ use std::string::{String, ToString};
 use std::sync::{Arc, Condvar, Mutex};
 use std::vec::Vec;
 
+/// Turns passed between simulated threads since the process started (a cost measure).
+pub static SWITCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Consecutive polls by every ready thread, with nothing else happening, that count as a
 /// deadlock.
 pub const POLL_LIMIT: u32 = 10_000;
@@ -149,6 +152,7 @@ impl Engine {
     /// Gives the turn to a ready thread (seeded choice), or ends the run: all done, or a
     /// deadlock (with a report). Called with the lock held, after updating `threads[me]`.
     fn pass_turn(&self, st: &mut State) {
+        SWITCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if st.abort.is_some() {
             // Every thread, running or waiting, wakes and stops.
             st.turn = usize::MAX;

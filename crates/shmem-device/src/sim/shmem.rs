@@ -189,12 +189,22 @@ fn land(p: &Pending) {
 /// Delivers one pending write that nothing orders after another (seeded choice); false if
 /// none can be.
 pub(super) fn deliver_one(st: &mut State) -> bool {
+    deliver_one_of(st, None)
+}
+
+/// [`deliver_one`] among the writes of thread `only` (all threads' when `None`).
+fn deliver_one_of(st: &mut State, only: Option<usize>) -> bool {
+    // A write may land when no write of its thread to its PE from before a fence is still
+    // pending: its epoch is the lowest pending for (issuer, PE).
+    let mut lowest: std::collections::HashMap<(usize, u32), u32> = std::collections::HashMap::new();
+    for p in &st.pending {
+        let e = lowest.entry((p.issuer, p.pe)).or_insert(p.epoch);
+        *e = (*e).min(p.epoch);
+    }
     let eligible: Vec<usize> = (0..st.pending.len())
         .filter(|&i| {
             let p = &st.pending[i];
-            !st.pending[..i]
-                .iter()
-                .any(|q| q.issuer == p.issuer && q.pe == p.pe && q.epoch < p.epoch)
+            lowest[&(p.issuer, p.pe)] == p.epoch && only.is_none_or(|id| p.issuer == id)
         })
         .collect();
     if eligible.is_empty() {
@@ -234,13 +244,18 @@ fn here() -> (Ctx, Arc<World>) {
 /// after it).
 #[track_caller]
 fn with_state<R>(f: impl FnOnce(&mut State, &Ctx, &World) -> R) -> R {
-    let (c, w) = here();
-    let r = {
-        let mut st = c.engine.state.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut st, &c, &w)
-    };
+    let r = on_state(f);
     super::step(false);
     r
+}
+
+/// Runs `f` on the simulator's state without yielding: for queueing a remote write, which
+/// has no effect anyone can see until it lands (so no other thread needs to run first).
+#[track_caller]
+fn on_state<R>(f: impl FnOnce(&mut State, &Ctx, &World) -> R) -> R {
+    let (c, w) = here();
+    let mut st = c.engine.state.lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut st, &c, &w)
 }
 
 /// Which threads make a call together.
@@ -279,7 +294,7 @@ fn as_group<R: Default>(g: Group, f: impl FnOnce() -> R) -> R {
 
 #[track_caller]
 fn queue(dest: *mut c_void, data: Vec<u8>, pe: i32, signal: Option<(*mut u64, u64, i32)>) {
-    with_state(|st, c, w| {
+    on_state(|st, c, w| {
         let pe = check_pe(w, pe);
         let dst = w.translate(dest as usize, c.pe, pe);
         let signal = signal.map(|(s, v, op)| (w.translate(s as usize, c.pe, pe), v, op));
@@ -354,8 +369,13 @@ pub(crate) fn fence() {
     with_state(|st, c, _| st.fences[c.id] += 1);
 }
 
+/// Completes the calling thread's writes: they land one at a time, in a seeded order that
+/// respects its fences, with a yield point after each, so other threads may observe any
+/// prefix of them (as on hardware, where they complete in no particular order until `quiet`
+/// returns).
+#[track_caller]
 pub(crate) fn quiet() {
-    with_state(|st, c, _| deliver_issued_by(st, c.id));
+    while with_state(|st, c, _| deliver_one_of(st, Some(c.id))) {}
 }
 
 pub(crate) fn my_pe() -> i32 {
