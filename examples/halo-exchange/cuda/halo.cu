@@ -72,7 +72,7 @@ __device__ __forceinline__ double iterate(const T *a, T *a_new, const Bufs &b, S
     if (to_bottom)
       nvshmemx_putmem_signal_block(a_new, src, nx * sizeof(T), b.sync.ptr + 0, epoch + 1,
                                    NVSHMEM_SIGNAL_SET, s.bottom_pe);
-  } else if (nblk > 2) {
+  } else if (blk >= 2) {
     for (size_t row = 2 + (blk - 2); row < rows; row += nblk - 2)
       update_row(a, a_new, nx, row, tid, bs, check, acc);
   }

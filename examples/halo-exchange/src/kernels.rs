@@ -216,7 +216,9 @@ unsafe fn iterate<T: Real>(b: &Bufs<T>, s: Slab, epoch: u64, check: bool) -> f64
                 );
             }
         }
-    } else if nblk > 2 {
+    } else if blk >= 2 {
+        // (Block 1 of a one-row slab has nothing to do: it is neither an edge block nor
+        // an interior one. The CPU simulator found `blk - 2` underflowing here.)
         let mut row = 2 + (blk - 2);
         while row < rows {
             // SAFETY: `2 <= row < rows`: an interior row of the slab, owned by this block.

@@ -1,5 +1,5 @@
 //! The halo-exchange kernels on the CPU simulator (`shmem_device::sim`), checked point for
-//! point against the CPU reference: both variants, 1, 2 and 4 PEs, with the residual
+//! point against the CPU reference: both variants, 1, 2, 4 and 8 PEs, with the residual
 //! exchange. The same kernel functions the GPU runs, called on simulated threads; puts land
 //! late and in a seeded random order, so a missing signal or quiet would show here.
 
@@ -73,9 +73,9 @@ fn check(s: &Solve, in_a_new: bool, nx: u32, ny: u32, iters: u32, check_every: u
 }
 
 #[test]
-fn persistent_kernel_matches_the_cpu_on_1_2_and_4_pes() {
+fn persistent_kernel_matches_the_cpu_on_1_2_4_and_8_pes() {
     let (nx, ny, iters, every, seed) = (24u32, 14u32, 9u32, 3u32, 5u64);
-    for n in [1u32, 2, 4] {
+    for n in [1u32, 2, 4, 8] {
         let s = setup(n, nx, ny, (iters / every) as usize, seed);
         s.world
             .run(3, 32, 100 + u64::from(n), || {

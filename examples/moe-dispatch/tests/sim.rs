@@ -1,4 +1,4 @@
-//! The MoE kernels on the CPU simulator (`shmem_device::sim`): both modes, 2 and 4 PEs,
+//! The MoE kernels on the CPU simulator (`shmem_device::sim`): both modes, 2, 4 and 8 PEs,
 //! uniform, skewed and sparse routing, a capacity that drops, two rounds on the same
 //! buffers (uniform, 2 PEs); each checked with the same exactly-once checker and CPU combine as the GPU runs.
 //! Remote writes land late and in a seeded random order in the simulator, so a missing
@@ -189,4 +189,20 @@ fn four_pes_and_a_capacity_that_drops() {
     };
     run_case(&c, MODE_LOW_LATENCY, 3, 1);
     run_case(&c, MODE_THROUGHPUT, 4, 1);
+}
+
+#[test]
+fn eight_pes() {
+    // One expert per PE: every token goes to up to three PEs of eight.
+    let c = Case {
+        n: 8,
+        tokens: 10,
+        hidden: 8,
+        experts: 8,
+        top_k: 3,
+        dist: Distribution::Uniform,
+        capacity: None,
+    };
+    run_case(&c, MODE_LOW_LATENCY, 6, 1);
+    run_case(&c, MODE_THROUGHPUT, 7, 1);
 }
