@@ -1,12 +1,35 @@
 //! The CPU simulator's execution engine (feature `sim`, host builds only): a grid of
 //! simulated GPU threads with CUDA's execution model, one seeded schedule at a time.
 //!
-//! **Status: the first part of the simulator (issue 7).** This module runs kernel code on
-//! the CPU with thread and block indices, `sync_threads`, warp shuffles and ballots,
-//! `sync_warp`, and the `scoped` atomics (so grid barriers work); it detects deadlocks and
-//! reports where every thread waits; a seed chooses the interleaving and reproduces it.
-//! NVSHMEM's operations (PEs, symmetric heaps, RMA with late completion, signals) and the
-//! host side (`shmem-host` running N PEs in one process) are not built yet.
+//! **Status (issue 7, in progress).** Built: the execution model (thread and block indices,
+//! `sync_threads`, warp shuffles, ballots and `sync_warp`, the `scoped` atomics, so grid
+//! barriers work), deadlock reports with each waiting thread's source line, seeded
+//! reproducible schedules, and NVSHMEM's device API over PEs that are groups of simulated
+//! threads with their own symmetric heaps ([`shmem`]: remote writes land late and in a
+//! seeded order). Kernel functions run on it directly ([`World::run`]); the halo-exchange
+//! and MoE kernels pass their CPU checks on it. Not built yet: `shmem-host` running a
+//! program's PEs in one process on the simulator (so the examples' own drivers, and the
+//! README's command on a machine without a GPU), and `x`-only grids are assumed.
+//!
+//! ```
+//! use shmem_device::sim::World;
+//! use shmem_device::{Thread, coll::barrier_all, my_pe, n_pes, quiet, rma::p, thread::*};
+//!
+//! let world = World::new(4, 1 << 16); // 4 PEs, 64 KiB of symmetric heap each
+//! let got = world.alloc::<i32>(1);
+//! world
+//!     .run(1, 32, /* seed */ 7, || {
+//!         if thread_idx_x() == 0 {
+//!             // SAFETY: a symmetric i32; each PE writes its successor's.
+//!             unsafe { p(got.at(0), my_pe(), (my_pe() + 1) % n_pes()) };
+//!             quiet();
+//!             // SAFETY: one thread of every PE reaches it.
+//!             unsafe { barrier_all(Thread) };
+//!         }
+//!     })
+//!     .expect("no deadlock");
+//! assert_eq!(got.read(1), [0]);
+//! ```
 //!
 //! # Model
 //! Every simulated thread is an OS thread, but only one runs at a time: it holds the
