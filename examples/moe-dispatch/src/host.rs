@@ -7,7 +7,7 @@
 //! and what was combined with [`crate::reference`]. [`run`] does all of it for the example
 //! and the tests.
 
-use crate::kernels::{self, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape, work_len};
+use crate::kernels::{self, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
 use crate::reference::{self, DispatchReport, Inputs, Received};
 use crate::routing::{self, Distribution, destinations};
 use shmem_device::Sym;
@@ -169,7 +169,7 @@ impl Options {
                 "{units} units of combine work do not fit in 32 bits: fewer tokens"
             ));
         }
-        let pairs = self.pair_slots(n);
+        let pairs = self.shape(n).pair_slots();
         if pairs > i32::MAX as usize {
             return bad(format!(
                 "{pairs} pair slots (more than i32 indexes): lower --capacity"
@@ -178,15 +178,17 @@ impl Options {
         Ok(())
     }
 
-    /// Pair slots (and expert-output rows) each PE allocates.
-    fn pair_slots(&self, n: u32) -> usize {
-        let l = (self.experts / n) as usize;
-        let cap = self.capacity(n) as usize;
-        match self.mode {
-            Mode::LowLatency => l * n as usize * cap,
-            Mode::Throughput => {
-                (l * cap).min(n as usize * self.tokens as usize * (self.top_k as usize).min(l))
-            }
+    /// The kernels' shape for `n` PEs (round 0: [`Moe::round`] counts from 1).
+    fn shape(&self, n: u32) -> Shape {
+        Shape {
+            tokens: self.tokens,
+            hidden: self.hidden,
+            experts: self.experts,
+            top_k: self.top_k,
+            n_pes: n,
+            capacity: self.capacity(n),
+            round: 0,
+            mode: self.mode.code(),
         }
     }
 }
@@ -298,24 +300,7 @@ impl<'rt> Moe<'rt> {
     pub fn new(rt: &'rt Shmem, opts: &Options) -> Result<Moe<'rt>> {
         let (me, n) = (rt.my_pe() as u32, rt.n_pes() as u32);
         opts.check(n)?;
-        let (t, h, k, e) = (
-            opts.tokens as usize,
-            opts.hidden as usize,
-            opts.top_k as usize,
-            opts.experts as usize,
-        );
-        let nn = n as usize;
-        let l = e / nn;
-        let shape = Shape {
-            tokens: opts.tokens,
-            hidden: opts.hidden,
-            experts: opts.experts,
-            top_k: opts.top_k,
-            n_pes: n,
-            capacity: opts.capacity(n),
-            round: 0,
-            mode: opts.mode.code(),
-        };
+        let shape = opts.shape(n);
         let r = routing::route(
             opts.seed,
             me,
@@ -328,31 +313,31 @@ impl<'rt> Moe<'rt> {
             x: routing::tokens(opts.seed, me, opts.tokens, opts.hidden),
             routing: r,
         };
-        let pairs = opts.pair_slots(n);
+        let lens = shape.lens();
         let held = Held {
-            x: rt.alloc(t * h)?,
-            topk: rt.alloc(t * k)?,
-            weights: rt.alloc(t * k)?,
-            send_pair: rt.alloc(t * k)?,
-            send_slot: rt.alloc(t * nn)?,
-            work: rt.alloc(work_len(n, opts.experts))?,
-            counts: rt.alloc(nn * (e + nn))?,
-            base: rt.alloc(3 * e)?,
-            scratch: rt.alloc(kernels::scratch_len(opts.tokens, n, opts.experts))?,
-            recv_x: rt.alloc(nn * t * h)?,
-            recv_src: rt.alloc(nn * t)?,
-            recv_pair: rt.alloc(nn * t * k)?,
-            recv_w: rt.alloc(nn * t * k)?,
-            recv_count: rt.alloc(nn)?,
-            expert_count: rt.alloc(l * nn)?,
-            expert_offset: rt.alloc(l * nn)?,
-            expert_rows: rt.alloc(pairs)?,
-            expert_y: rt.alloc(pairs * h)?,
-            comb_recv: rt.alloc(nn * t * h)?,
-            comb_stage: rt.alloc(nn * t * h)?,
-            out: rt.alloc(t * h)?,
-            signals: rt.alloc(3)?,
-            dropped: rt.alloc(1)?,
+            x: rt.alloc(lens.x)?,
+            topk: rt.alloc(lens.topk)?,
+            weights: rt.alloc(lens.weights)?,
+            send_pair: rt.alloc(lens.send_pair)?,
+            send_slot: rt.alloc(lens.send_slot)?,
+            work: rt.alloc(lens.work)?,
+            counts: rt.alloc(lens.counts)?,
+            base: rt.alloc(lens.base)?,
+            scratch: rt.alloc(lens.scratch)?,
+            recv_x: rt.alloc(lens.recv_x)?,
+            recv_src: rt.alloc(lens.recv_src)?,
+            recv_pair: rt.alloc(lens.recv_pair)?,
+            recv_w: rt.alloc(lens.recv_w)?,
+            recv_count: rt.alloc(lens.recv_count)?,
+            expert_count: rt.alloc(lens.expert_count)?,
+            expert_offset: rt.alloc(lens.expert_offset)?,
+            expert_rows: rt.alloc(lens.expert_rows)?,
+            expert_y: rt.alloc(lens.expert_y)?,
+            comb_recv: rt.alloc(lens.comb_recv)?,
+            comb_stage: rt.alloc(lens.comb_stage)?,
+            out: rt.alloc(lens.out)?,
+            signals: rt.alloc(lens.signals)?,
+            dropped: rt.alloc(lens.dropped)?,
         };
         held.x.copy_from(&inputs.x)?;
         held.topk.copy_from(&inputs.routing.topk)?;

@@ -98,6 +98,88 @@ pub struct Shape {
     pub mode: u32,
 }
 
+impl Shape {
+    /// Pair slots (and expert-output rows) per PE: `L · n · C` in low-latency mode (fixed
+    /// slots per (expert, source)); in throughput mode what can arrive, `n · T · min(K, L)`,
+    /// or `L · C` if smaller.
+    pub fn pair_slots(&self) -> usize {
+        let (n, l) = (self.n_pes as usize, (self.experts / self.n_pes) as usize);
+        let cap = self.capacity as usize;
+        if self.mode == MODE_LOW_LATENCY {
+            l * n * cap
+        } else {
+            (l * cap).min(n * self.tokens as usize * (self.top_k as usize).min(l))
+        }
+    }
+
+    /// The length, in elements, of every buffer of [`Bufs`] for this shape (the one place
+    /// the sizes are worked out: the host driver and the simulator tests allocate by it).
+    pub fn lens(&self) -> Lens {
+        let (t, h, k, e) = (
+            self.tokens as usize,
+            self.hidden as usize,
+            self.top_k as usize,
+            self.experts as usize,
+        );
+        let n = self.n_pes as usize;
+        let (l, pairs) = (e / n, self.pair_slots());
+        Lens {
+            x: t * h,
+            topk: t * k,
+            weights: t * k,
+            send_pair: t * k,
+            send_slot: t * n,
+            work: work_len(self.n_pes, self.experts),
+            counts: n * (e + n),
+            base: 3 * e,
+            scratch: scratch_len(self.tokens, self.n_pes, self.experts),
+            recv_x: n * t * h,
+            recv_src: n * t,
+            recv_pair: n * t * k,
+            recv_w: n * t * k,
+            recv_count: n,
+            expert_count: l * n,
+            expert_offset: l * n,
+            expert_rows: pairs,
+            expert_y: pairs * h,
+            comb_recv: n * t * h,
+            comb_stage: n * t * h,
+            out: t * h,
+            signals: 3,
+            dropped: 1,
+        }
+    }
+}
+
+/// Element counts of the buffers of [`Bufs`], field by field ([`Shape::lens`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)] // each field is the length of the `Bufs` field of the same name
+pub struct Lens {
+    pub x: usize,
+    pub topk: usize,
+    pub weights: usize,
+    pub send_pair: usize,
+    pub send_slot: usize,
+    pub work: usize,
+    pub counts: usize,
+    pub base: usize,
+    pub scratch: usize,
+    pub recv_x: usize,
+    pub recv_src: usize,
+    pub recv_pair: usize,
+    pub recv_w: usize,
+    pub recv_count: usize,
+    pub expert_count: usize,
+    pub expert_offset: usize,
+    pub expert_rows: usize,
+    pub expert_y: usize,
+    pub comb_recv: usize,
+    pub comb_stage: usize,
+    pub out: usize,
+    pub signals: usize,
+    pub dropped: usize,
+}
+
 // SAFETY: `#[repr(C)]` of `u32`s with no padding: the same layout on the host and the GPU,
 // and every bit pattern is a valid value.
 unsafe impl KernelParam for Shape {

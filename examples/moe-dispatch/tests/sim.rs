@@ -4,9 +4,7 @@
 //! Remote writes land late and in a seeded random order in the simulator, so a missing
 //! signal or quiet in the kernels' protocol would show as stale or missing rows here.
 
-use ::moe_dispatch::kernels::{
-    self as k, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape, scratch_len, work_len,
-};
+use ::moe_dispatch::kernels::{self as k, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
 use ::moe_dispatch::reference::{self, Inputs, Received};
 use ::moe_dispatch::routing::{Distribution, route, tokens};
 use shmem_device::Sym;
@@ -44,50 +42,48 @@ struct Case {
 }
 
 fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
-    let (n, t, h, e, k) = (
-        c.n,
-        c.tokens as usize,
-        c.hidden as usize,
-        c.experts as usize,
-        c.top_k as usize,
-    );
-    let nn = n as usize;
-    let l = e / nn;
+    let n = c.n;
     let cap = c.capacity.unwrap_or(if mode == MODE_LOW_LATENCY {
         c.tokens
     } else {
         c.tokens * n
     });
-    let pairs = if mode == MODE_LOW_LATENCY {
-        l * nn * cap as usize
-    } else {
-        (l * cap as usize).min(nn * t * k.min(l))
-    };
     let w = World::new(n, 64 << 20);
+    let lens = Shape {
+        tokens: c.tokens,
+        hidden: c.hidden,
+        experts: c.experts,
+        top_k: c.top_k,
+        n_pes: n,
+        capacity: cap,
+        round: 0,
+        mode,
+    }
+    .lens();
     let hd = Held {
-        x: w.alloc(t * h),
-        topk: w.alloc(t * k),
-        weights: w.alloc(t * k),
-        send_pair: w.alloc(t * k),
-        send_slot: w.alloc(t * nn),
-        work: w.alloc(work_len(n, c.experts)),
-        counts: w.alloc(nn * (e + nn)),
-        base: w.alloc(3 * e),
-        scratch: w.alloc(scratch_len(c.tokens, n, c.experts)),
-        recv_x: w.alloc(nn * t * h),
-        recv_src: w.alloc(nn * t),
-        recv_pair: w.alloc(nn * t * k),
-        recv_w: w.alloc(nn * t * k),
-        recv_count: w.alloc(nn),
-        expert_count: w.alloc(l * nn),
-        expert_offset: w.alloc(l * nn),
-        expert_rows: w.alloc(pairs),
-        expert_y: w.alloc(pairs * h),
-        comb_recv: w.alloc(nn * t * h),
-        comb_stage: w.alloc(nn * t * h),
-        out: w.alloc(t * h),
-        signals: w.alloc(3),
-        dropped: w.alloc(1),
+        x: w.alloc(lens.x),
+        topk: w.alloc(lens.topk),
+        weights: w.alloc(lens.weights),
+        send_pair: w.alloc(lens.send_pair),
+        send_slot: w.alloc(lens.send_slot),
+        work: w.alloc(lens.work),
+        counts: w.alloc(lens.counts),
+        base: w.alloc(lens.base),
+        scratch: w.alloc(lens.scratch),
+        recv_x: w.alloc(lens.recv_x),
+        recv_src: w.alloc(lens.recv_src),
+        recv_pair: w.alloc(lens.recv_pair),
+        recv_w: w.alloc(lens.recv_w),
+        recv_count: w.alloc(lens.recv_count),
+        expert_count: w.alloc(lens.expert_count),
+        expert_offset: w.alloc(lens.expert_offset),
+        expert_rows: w.alloc(lens.expert_rows),
+        expert_y: w.alloc(lens.expert_y),
+        comb_recv: w.alloc(lens.comb_recv),
+        comb_stage: w.alloc(lens.comb_stage),
+        out: w.alloc(lens.out),
+        signals: w.alloc(lens.signals),
+        dropped: w.alloc(lens.dropped),
     };
     let inputs: Vec<Inputs> = (0..n)
         .map(|pe| Inputs {
