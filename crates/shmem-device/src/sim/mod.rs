@@ -6,10 +6,11 @@
 //! barriers work), deadlock reports with each waiting thread's source line, seeded
 //! reproducible schedules, and NVSHMEM's device API over PEs that are groups of simulated
 //! threads with their own symmetric heaps ([`shmem`]: remote writes land late and in a
-//! seeded order). Kernel functions run on it directly ([`World::run`]); the halo-exchange
-//! and MoE kernels pass their CPU checks on it. Not built yet: `shmem-host` running a
-//! program's PEs in one process on the simulator (so the examples' own drivers, and the
-//! README's command on a machine without a GPU), and `x`-only grids are assumed.
+//! seeded order). Kernel functions run on it directly ([`World::run`]); the device-API
+//! suite, the halo-exchange and the MoE kernels pass their checks on it. Not built yet:
+//! `shmem-host` running a program's PEs in one process on the simulator (so the examples'
+//! own drivers, and the README's command on a machine without a GPU), and `x`-only grids
+//! are assumed.
 //!
 //! ```
 //! use shmem_device::sim::World;
