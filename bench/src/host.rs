@@ -12,7 +12,6 @@ use crate::kernels::{self, BLOCK, GET, LAT_G, LAT_GET, LAT_P, LAT_PUT, PUT, THRE
 use serde_json::{Value, json};
 use shmem_device::kernel::Kernel;
 use shmem_host::args::{HostArgs, ParamPtrs};
-use shmem_host::cudarc::driver::sys;
 pub use shmem_host::measure::{CEILING_BYTES, median};
 use shmem_host::{AnyModule, LaunchConfig, Result, Shmem, SymBuffer};
 
@@ -292,13 +291,12 @@ unsafe fn time<K: Kernel>(
 where
     K::Params: ParamPtrs,
 {
-    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let start = rt.stream().record_event(flags)?;
+    let start = rt.mark()?;
     // SAFETY: the caller's contract.
     unsafe { k.launch(cfg, args)? };
-    let end = rt.stream().record_event(flags)?;
+    let end = rt.mark()?;
     end.synchronize()?;
-    Ok(f64::from(start.elapsed_ms(&end)?))
+    Ok(end.seconds_since(&start)? * 1e3)
 }
 
 struct Bench<'a, 'm> {

@@ -114,7 +114,7 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
     for l in &verdict {
         println!("{l}");
     }
-    let ctx = rt.context();
+    let ctx = rt.context()?;
     let (major, minor, patch) = rt.version();
     let meta = json!({
         "device": ctx.name().unwrap_or_default(),

@@ -18,22 +18,13 @@ pub(crate) fn device_only(op: &str) -> ! {
 }
 
 /// A special register read on the host: the simulated thread's position under the CPU
-/// simulator (x dimension only: y and z indices are 0, their extents 1), else
-/// [`device_only`].
+/// simulator, else [`device_only`].
 #[cfg(not(target_arch = "nvptx64"))]
 #[track_caller]
 pub(crate) fn host_register(name: &str) -> u32 {
     #[cfg(feature = "sim")]
-    if let Some((block, thread, grid_dim, block_dim)) = crate::sim::position() {
-        return match name {
-            "thread_idx_x" => thread,
-            "lane_id" => thread % 32,
-            "block_idx_x" => block,
-            "block_dim_x" => block_dim,
-            "grid_dim_x" => grid_dim,
-            n if n.contains("_dim_") => 1,
-            _ => 0,
-        };
+    if let Some(v) = crate::sim::register(name) {
+        return v;
     }
     device_only(name)
 }

@@ -99,7 +99,17 @@ pub trait Kernel: 'static {
     /// The PTX entry name (the function's name; it is `#[no_mangle]`).
     const NAME: &'static str;
     /// The parameter types, as a tuple in order.
-    type Params: Copy;
+    type Params: Copy + 'static;
     /// The parameters, described.
     const PARAMS: &'static [ParamInfo];
+
+    /// Runs the kernel's body on the calling thread with `params`: how the CPU simulator
+    /// (`shmem-host`'s simulated launches, feature `sim`) executes it on each simulated GPU
+    /// thread. Outside a simulated launch, the first device operation the body reaches
+    /// panics with its name.
+    ///
+    /// # Safety
+    /// The kernel's own `# Safety` contract holds for `params`, as for a launch.
+    #[cfg(not(target_arch = "nvptx64"))]
+    unsafe fn call_on_host(params: Self::Params);
 }

@@ -214,7 +214,7 @@ macro_rules! scoped_word {
 #[track_caller]
 fn host_step(op: &str, poll: bool) {
     #[cfg(feature = "sim")]
-    if crate::sim::position().is_some() {
+    if crate::sim::current_pe().is_some() {
         crate::sim::step(poll);
         return;
     }

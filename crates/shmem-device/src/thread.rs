@@ -181,7 +181,7 @@ pub fn sync_threads() {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         #[cfg(feature = "sim")]
-        if crate::sim::position().is_some() {
+        if crate::sim::current_pe().is_some() {
             return crate::sim::sync_threads();
         }
         crate::arch::device_only("sync_threads")
@@ -204,7 +204,7 @@ pub fn sync_warp(mask: u32) {
     {
         let _ = mask;
         #[cfg(feature = "sim")]
-        if crate::sim::position().is_some() {
+        if crate::sim::current_pe().is_some() {
             crate::sim::warp_collective("sync_warp", 0, 0, |_, _| 0);
             return;
         }
@@ -244,7 +244,7 @@ fn shfl_bfly_u32(v: u32, lane_mask: u32) -> u32 {
 #[cfg(not(target_arch = "nvptx64"))]
 fn shfl_bfly_u32(v: u32, lane_mask: u32) -> u32 {
     #[cfg(feature = "sim")]
-    if crate::sim::position().is_some() {
+    if crate::sim::current_pe().is_some() {
         return crate::sim::warp_collective("shfl_xor", v.into(), lane_mask, |all, l| {
             let from = l ^ all[l].1 as usize;
             all.get(from).map_or(all[l].0, |a| a.0)
@@ -326,7 +326,7 @@ pub fn shfl_idx(v: u32, src_lane: u32) -> u32 {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         #[cfg(feature = "sim")]
-        if crate::sim::position().is_some() {
+        if crate::sim::current_pe().is_some() {
             return crate::sim::warp_collective("shfl_idx", v.into(), src_lane, |all, l| {
                 all.get(all[l].1 as usize).map_or(all[l].0, |a| a.0)
             }) as u32;
@@ -358,7 +358,7 @@ pub fn ballot(pred: bool) -> u32 {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         #[cfg(feature = "sim")]
-        if crate::sim::position().is_some() {
+        if crate::sim::current_pe().is_some() {
             return crate::sim::warp_collective("ballot", pred.into(), 0, |all, _| {
                 all.iter()
                     .enumerate()

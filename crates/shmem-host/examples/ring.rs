@@ -1,7 +1,8 @@
 //! The ring, end to end: every PE writes its number into the next PE's buffer from the GPU.
 //!
 //! Start it directly (it launches one PE per visible GPU) or under `shmem-run -n N` or
-//! `mpirun`. Needs the kernels built first: `cargo xtask build-ptx`.
+//! `mpirun`. Needs the kernels built first: `cargo xtask build-ptx`. Without a GPU (or with
+//! `SHMEM_SIM=1`) it runs 2 PEs on the CPU simulator, from its own build of the kernel.
 //!
 //! 1. start NVSHMEM (one process per GPU; the unique id goes from PE 0 to the others);
 //! 2. allocate one symmetric `i32`, collectively;
@@ -9,7 +10,6 @@
 //! 4. launch `ring` (a typed launch: the argument must be a symmetric `i32` buffer);
 //! 5. barrier, then read what arrived: PE `i` holds `i - 1` (PE 0 holds `n - 1`).
 
-use shmem_host::launcher::{Role, run_as_pes};
 use shmem_host::{LaunchConfig, Shmem};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,15 +47,11 @@ fn run() -> shmem_host::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let outcome = run_as_pes(None).and_then(|role| match role {
-        Role::Pe => run(),
-        Role::LaunchedAll => {
+    match shmem_host::launcher::run(None, run) {
+        Ok(()) => {
             println!("ring: every PE received its neighbour's number");
-            Ok(())
+            ExitCode::SUCCESS
         }
-    });
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ring: {e}");
             ExitCode::FAILURE

@@ -48,6 +48,9 @@ pub enum Error {
     Invalid(String),
     /// A launcher failure: a PE died or exited non-zero, or could not be started.
     Launch(String),
+    /// The CPU simulator cannot do this, or a simulated launch failed (a deadlock, with its
+    /// report and seed; a panic in a kernel; PEs whose collective calls do not match).
+    Simulator(String),
 }
 
 impl fmt::Display for Error {
@@ -87,6 +90,7 @@ impl fmt::Display for Error {
             ),
             Error::Invalid(m) => write!(f, "{m}"),
             Error::Launch(m) => write!(f, "{m}"),
+            Error::Simulator(m) => write!(f, "simulator: {m}"),
         }
     }
 }

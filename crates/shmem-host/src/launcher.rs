@@ -108,6 +108,98 @@ pub fn run_as_pes(n: Option<usize>) -> Result<Role> {
     Ok(Role::LaunchedAll)
 }
 
+/// The PEs a program runs when started directly and the simulator is chosen (`--pes` or
+/// the `n` of [`run`] overrides it).
+pub const SIM_DEFAULT_PES: usize = 2;
+
+/// Where [`run`] runs a program's PEs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// One process per GPU (this program, re-run under [`launch`]).
+    Gpu,
+    /// Threads of this process on the CPU simulator; why it was chosen.
+    Simulator(String),
+}
+
+/// The backend for a program started directly: `SHMEM_SIM=1` asks for the simulator,
+/// `SHMEM_SIM=0` for GPUs (an error where there are none); otherwise GPUs if the driver
+/// sees any, else the simulator (`gpus` is what [`visible_gpus`] said).
+pub fn choose_backend(sim_var: Option<&str>, gpus: &Result<usize>) -> Result<Backend> {
+    match sim_var.map(str::trim) {
+        Some("1") => return Ok(Backend::Simulator("SHMEM_SIM=1".into())),
+        Some("0") => {
+            return match gpus {
+                Ok(n) if *n > 0 => Ok(Backend::Gpu),
+                Ok(_) => Err(Error::Launch(
+                    "no GPU visible (and SHMEM_SIM=0 refuses the CPU simulator)".into(),
+                )),
+                Err(e) => Err(Error::Launch(format!(
+                    "{e} (and SHMEM_SIM=0 refuses the CPU simulator)"
+                ))),
+            };
+        }
+        Some(v) if !v.is_empty() => {
+            return Err(Error::Invalid(format!(
+                "SHMEM_SIM={v:?}: 1 for the CPU simulator, 0 for GPUs only"
+            )));
+        }
+        _ => {}
+    }
+    Ok(match gpus {
+        Ok(n) if *n > 0 => Backend::Gpu,
+        Ok(_) => Backend::Simulator("no GPU visible".into()),
+        Err(e) if e.to_string().contains("no NVIDIA driver") => {
+            Backend::Simulator("no NVIDIA driver".into())
+        }
+        Err(e) => Backend::Simulator(format!("no usable GPU: {e}")),
+    })
+}
+
+/// Runs a program's per-PE code `pe` on every PE, wherever this process stands:
+///
+/// - in a PE (started by [`launch`], `shmem-run`, `mpirun` or `srun`): runs `pe` once;
+/// - started directly, with GPUs: re-runs this program once per PE (`n`, default one per
+///   visible GPU) under [`launch`], and reports how that went;
+/// - started directly without a GPU (or with `SHMEM_SIM=1`): runs `pe` on `n` PEs (default
+///   [`SIM_DEFAULT_PES`]) as threads of this process on the CPU simulator
+///   ([`crate::sim::run`]), after saying so on standard error.
+///
+/// In every case `pe` starts the runtime with [`crate::Shmem::init`]. `Ok` when every PE's
+/// `pe` returned `Ok`; otherwise the error names the PE that failed first.
+pub fn run(n: Option<usize>, pe: impl Fn() -> Result<()> + Sync) -> Result<()> {
+    if crate::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
+        return pe();
+    }
+    let sim_var = std::env::var("SHMEM_SIM").ok();
+    let gpus = match sim_var.as_deref().map(str::trim) {
+        Some("1") => Ok(0),
+        _ => visible_gpus(),
+    };
+    match choose_backend(sim_var.as_deref(), &gpus)? {
+        Backend::Gpu => match run_as_pes(n)? {
+            Role::Pe => pe(),
+            Role::LaunchedAll => Ok(()),
+        },
+        Backend::Simulator(why) => simulate(n.unwrap_or(SIM_DEFAULT_PES), &why, pe),
+    }
+}
+
+#[cfg(feature = "sim")]
+fn simulate(n: usize, why: &str, pe: impl Fn() -> Result<()> + Sync) -> Result<()> {
+    eprintln!(
+        "shmem: running {n} PEs on the CPU simulator ({why}); kernels run on simulated GPU \
+         threads, slowly: use small problem sizes (SHMEM_SIM=0 refuses the simulator)"
+    );
+    crate::sim::run(n as u32, pe).map(drop)
+}
+
+#[cfg(not(feature = "sim"))]
+fn simulate(_: usize, why: &str, _: impl Fn() -> Result<()> + Sync) -> Result<()> {
+    Err(Error::Launch(format!(
+        "{why}, and this program was built without shmem-host's `sim` feature (the CPU simulator)"
+    )))
+}
+
 /// Runs `spec.n` copies of the program and waits for all of them. `Ok` if every PE exited
 /// with status 0.
 pub fn launch(spec: &LaunchSpec) -> Result<()> {

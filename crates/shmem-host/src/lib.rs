@@ -35,6 +35,8 @@ pub mod measure;
 pub mod module;
 pub mod nvshmem;
 pub mod runtime;
+#[cfg(feature = "sim")]
+pub mod sim;
 
 pub use buffer::{SymAt, SymBuffer};
 /// The CUDA driver bindings the runtime is built on (contexts, streams, events).
@@ -44,4 +46,4 @@ pub use module::{
     AnyKernel, AnyModule, ForeignKernel, ForeignModule, Implementation, KernelFn, LaunchConfig,
     Module,
 };
-pub use runtime::Shmem;
+pub use runtime::{Mark, Shmem};

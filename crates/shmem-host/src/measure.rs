@@ -27,6 +27,7 @@ pub fn median(v: &[f64]) -> f64 {
 /// Collective; a failure on PE 0 is returned after the closing barrier, so the other PEs
 /// never hang.
 pub fn copy_engine_peer_bandwidth(rt: &Shmem, reps: usize) -> Result<Option<f64>> {
+    let stream = rt.stream()?; // a GPU's copy engine: an error under the simulator
     let src = rt.alloc::<u8>(CEILING_BYTES)?;
     let dst = rt.alloc::<u8>(CEILING_BYTES)?;
     src.copy_from(&vec![0x5a; CEILING_BYTES])?;
@@ -38,7 +39,7 @@ pub fn copy_engine_peer_bandwidth(rt: &Shmem, reps: usize) -> Result<Option<f64>
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let mut times = Vec::new();
         for i in 0..=reps {
-            let start = rt.stream().record_event(flags)?;
+            let start = stream.record_event(flags)?;
             // SAFETY: both ranges are live symmetric allocations of `CEILING_BYTES` (the
             // destination mapped into this context by NVSHMEM); the stream orders the copy
             // between the events.
@@ -47,10 +48,10 @@ pub fn copy_engine_peer_bandwidth(rt: &Shmem, reps: usize) -> Result<Option<f64>
                     peer,
                     src.device_ptr(),
                     CEILING_BYTES,
-                    rt.stream().cu_stream(),
+                    stream.cu_stream(),
                 )?
             };
-            let end = rt.stream().record_event(flags)?;
+            let end = stream.record_event(flags)?;
             end.synchronize()?;
             if i > 0 {
                 times.push(f64::from(start.elapsed_ms(&end)?));

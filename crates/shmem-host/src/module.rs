@@ -59,10 +59,10 @@ pub fn ptx_dir_or(default: impl Into<PathBuf>) -> PathBuf {
 fn compute_capability(rt: &Shmem) -> Result<u32> {
     use sys::CUdevice_attribute::*;
     let major = rt
-        .context()
+        .context()?
         .attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = rt
-        .context()
+        .context()?
         .attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     Ok((major * 10 + minor) as u32)
 }
@@ -114,7 +114,20 @@ impl Shmem {
     /// `<ptx_dir>/<arch>/<krate>.{json,cubin,ptx}`), for this GPU's architecture, checks it
     /// against this runtime and registers it with NVSHMEM (`nvshmemx_cumodule_init`).
     /// Collective: every PE loads the same modules in the same order.
+    ///
+    /// Under the CPU simulator nothing is read: the kernels run from the program itself
+    /// (their host build), so `build-ptx` is not needed, and the module's manifest is a
+    /// stand-in with arch `sim`.
     pub fn load_module(&self, ptx_dir: &Path, krate: &str) -> Result<Module<'_>> {
+        #[cfg(feature = "sim")]
+        if self.is_simulated() {
+            return Ok(Module {
+                rt: self,
+                cu_module: std::ptr::null_mut(),
+                manifest: simulated_manifest(krate),
+                loaded_from: PathBuf::from(format!("<{krate}, simulated>")),
+            });
+        }
         let cc = compute_capability(self)?;
         let mut archs: Vec<(u32, PathBuf)> = std::fs::read_dir(ptx_dir)
             .map_err(|e| {
@@ -171,6 +184,10 @@ impl Shmem {
     ) -> Result<Module<'_>> {
         let manifest: Manifest = serde_json::from_str(manifest_json)
             .map_err(|e| Error::Module(format!("embedded manifest is unreadable: {e}")))?;
+        #[cfg(feature = "sim")]
+        if self.is_simulated() {
+            return self.load_module(Path::new(""), &manifest.crate_name);
+        }
         let cc = compute_capability(self)?;
         let cubin_ok = check_compatible(&manifest, self.version(), cc)?;
         if is_cubin && !cubin_ok {
@@ -196,8 +213,16 @@ impl Shmem {
 
     /// Loads `image` into this GPU's context, then `nvshmemx_cumodule_init` on it.
     fn load_and_init(&self, mut image: Vec<u8>, origin: &Path) -> Result<sys::CUmodule> {
+        if self.is_simulated() {
+            return Err(Error::Simulator(format!(
+                "{} cannot run on the CPU simulator: it runs Rust kernels only (CUDA C++ \
+                 kernels need a GPU)",
+                origin.display()
+            )));
+        }
         image.push(0);
-        self.context().bind_to_thread()?;
+        let lib = self.gpu()?.lib;
+        self.context()?.bind_to_thread()?;
         // SAFETY: `image` is a NUL-terminated PTX text or a cubin, alive for the call.
         let cu_module =
             unsafe { result::module::load_data(image.as_ptr().cast()) }.map_err(|e| {
@@ -207,7 +232,7 @@ impl Shmem {
                 ))
             })?;
         // SAFETY: a freshly loaded module of this context; NVSHMEM is running.
-        let rc = unsafe { (self.lib().nvshmemx_cumodule_init)(cu_module.cast()) };
+        let rc = unsafe { (lib.nvshmemx_cumodule_init)(cu_module.cast()) };
         if rc != 0 {
             // SAFETY: the module was loaded above and is not used elsewhere.
             let _ = unsafe { result::module::unload(cu_module) };
@@ -240,13 +265,38 @@ impl Shmem {
     }
 }
 
+/// The manifest of a module under the simulator, which builds nothing.
+#[cfg(feature = "sim")]
+fn simulated_manifest(krate: &str) -> Manifest {
+    Manifest {
+        format: 1,
+        crate_name: krate.into(),
+        arch: "sim".into(),
+        ptx_isa: String::new(),
+        ptx: String::new(),
+        nvshmem_version: format!(
+            "{}.{}.{}",
+            crate::sim::NVSHMEM_VERSION.0,
+            crate::sim::NVSHMEM_VERSION.1,
+            crate::sim::NVSHMEM_VERSION.2
+        ),
+        nvshmem_bitcode: String::new(),
+        toolchain: String::new(),
+        ptxas_verified: false,
+        cubin: None,
+        kernels: vec![],
+        fingerprint: String::new(),
+    }
+}
+
 /// Unloads a registered module once no launch of it is in flight.
 fn unload(rt: &Shmem, cu_module: sys::CUmodule) {
-    let _ = rt.stream().synchronize();
+    let Ok(g) = rt.gpu() else { return };
+    let _ = g.stream.synchronize();
     // SAFETY: registered by `load_and_init`; no launch of it is in flight (synchronised); the
     // caller drops its only handle.
     unsafe {
-        (rt.lib().nvshmemx_cumodule_finalize)(cu_module.cast());
+        (g.lib.nvshmemx_cumodule_finalize)(cu_module.cast());
         let _ = result::module::unload(cu_module);
     }
 }
@@ -265,6 +315,10 @@ fn function(cu_module: sys::CUmodule, name: &str, origin: &Path) -> Result<sys::
 
 /// How many blocks of `cfg`'s shape of `f` can be resident on the runtime's GPU at once.
 fn coresident_blocks(rt: &Shmem, f: sys::CUfunction, cfg: &LaunchConfig) -> Result<u32> {
+    #[cfg(feature = "sim")]
+    if rt.is_simulated() {
+        return Ok(crate::sim::coresident_blocks(cfg.threads()));
+    }
     // SAFETY: `f` is a function of a loaded module of the runtime's context.
     let per_sm = unsafe {
         result::occupancy::max_active_block_per_multiprocessor(
@@ -274,7 +328,7 @@ fn coresident_blocks(rt: &Shmem, f: sys::CUfunction, cfg: &LaunchConfig) -> Resu
         )
     }?;
     let sms = rt
-        .context()
+        .context()?
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     Ok((per_sm.max(0) * sms) as u32)
 }
@@ -319,8 +373,8 @@ unsafe fn launch_raw(
             "launch of `{name}` with an empty grid or block: {cfg:?}"
         )));
     }
-    let stream = rt.stream().cu_stream();
-    rt.context().bind_to_thread()?;
+    let stream = rt.stream()?.cu_stream();
+    rt.context()?.bind_to_thread()?;
     if collective {
         let max = fit.get(rt, f, &cfg)?;
         if cfg.blocks() > max {
@@ -360,6 +414,17 @@ impl<'rt> Module<'rt> {
     /// The kernel `K` (a type generated by `#[shmem_kernel]`), checked against the module:
     /// it must be an entry, with the parameters the Rust signature has now.
     pub fn kernel<K: Kernel>(&self) -> Result<KernelFn<'_, K>> {
+        if self.cu_module.is_null() {
+            // Simulated: the kernel runs from this program's own build of it.
+            return Ok(KernelFn {
+                module: self,
+                f: std::ptr::null_mut(),
+                collective: false,
+                max_threads: None,
+                fit: FitCache::default(),
+                _k: PhantomData,
+            });
+        }
         let entry = self.manifest.kernel(K::NAME).ok_or_else(|| {
             Error::Module(format!(
                 "kernel `{}` is not in module `{}`: rebuild it (`cargo xtask build-ptx`)",
@@ -394,7 +459,9 @@ impl<'rt> Module<'rt> {
 
 impl Drop for Module<'_> {
     fn drop(&mut self) {
-        unload(self.rt, self.cu_module);
+        if !self.cu_module.is_null() {
+            unload(self.rt, self.cu_module);
+        }
     }
 }
 
@@ -441,6 +508,20 @@ where
             )));
         }
         let mut params = args.to_params();
+        #[cfg(feature = "sim")]
+        if let Some(sim) = self.module.rt.sim() {
+            if cfg.blocks() == 0 || cfg.threads() == 0 {
+                return Err(Error::Invalid(format!(
+                    "launch of `{}` with an empty grid or block: {cfg:?}",
+                    K::NAME
+                )));
+            }
+            let shape = shmem_device::sim::Shape {
+                grid: cfg.grid,
+                block: cfg.block,
+            };
+            return sim.launch::<K>(shape, params);
+        }
         let mut ptrs: Vec<*mut c_void> = params.param_ptrs();
         // SAFETY: `ptrs` point at the fields of `params` (alive until the call returns), whose
         // types are the kernel's parameters (`K::Params`, checked against the manifest).

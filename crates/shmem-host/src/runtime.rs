@@ -190,12 +190,31 @@ pub fn cluster_bootstrap(
     }
 }
 
-/// NVSHMEM running on this process's GPU. Dropping it finalizes NVSHMEM; everything that
-/// borrows it (symmetric buffers, modules) is gone by then, because the borrow says so.
+/// NVSHMEM running on this process's GPU, or one PE of the CPU simulator. Dropping it
+/// finalizes NVSHMEM; everything that borrows it (symmetric buffers, modules) is gone by
+/// then, because the borrow says so.
+///
+/// The same program runs on either backend: [`crate::launcher::run`] starts one process per
+/// GPU, or, where there is no GPU, the PEs as threads of this process on the CPU simulator
+/// ([`crate::sim`]), where [`Shmem::init`] returns the simulated PE. What only a GPU has
+/// (its CUDA context and stream, device addresses, foreign cubins) is an
+/// [`Error::Simulator`] there; [`Shmem::synchronize`] and [`Shmem::mark`] work on both.
 pub struct Shmem {
-    lib: &'static Lib,
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    pub(crate) backend: Backend,
+}
+
+/// Where a [`Shmem`] runs.
+pub(crate) enum Backend {
+    Gpu(Gpu),
+    #[cfg(feature = "sim")]
+    Sim(crate::sim::SimPe),
+}
+
+/// NVSHMEM on a GPU.
+pub(crate) struct Gpu {
+    pub(crate) lib: &'static Lib,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
     my_pe: i32,
     n_pes: i32,
     version: (u32, u32, u32),
@@ -203,9 +222,47 @@ pub struct Shmem {
     ctl: *mut i64,
 }
 
+/// A point in a PE's work, for timing it: a CUDA event recorded on the runtime's stream, or
+/// the host clock under the simulator (where launches return when the grid has finished).
+pub struct Mark(MarkAt);
+
+enum MarkAt {
+    Event(cudarc::driver::CudaEvent),
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    Clock(Instant),
+}
+
+impl Mark {
+    /// Waits until the work before the mark has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.0 {
+            MarkAt::Event(e) => Ok(e.synchronize()?),
+            MarkAt::Clock(_) => Ok(()),
+        }
+    }
+
+    /// Seconds from `earlier` to this mark, once this mark's work has finished.
+    pub fn seconds_since(&self, earlier: &Mark) -> Result<f64> {
+        match (&earlier.0, &self.0) {
+            (MarkAt::Event(a), MarkAt::Event(b)) => Ok(f64::from(a.elapsed_ms(b)?) * 1e-3),
+            (MarkAt::Clock(a), MarkAt::Clock(b)) => Ok(b.duration_since(*a).as_secs_f64()),
+            _ => Err(Error::Invalid(
+                "marks of different runtimes cannot be compared".into(),
+            )),
+        }
+    }
+}
+
 impl Shmem {
-    /// Starts NVSHMEM as the environment says (see the module documentation).
+    /// Starts NVSHMEM as the environment says (see the module documentation). On a thread
+    /// that [`crate::sim::run`] started, returns that thread's simulated PE instead.
     pub fn init() -> Result<Shmem> {
+        #[cfg(feature = "sim")]
+        if let Some(pe) = crate::sim::take_thread_pe() {
+            return Ok(Shmem {
+                backend: Backend::Sim(pe),
+            });
+        }
         match Bootstrap::from_env(|k| std::env::var(k).ok())? {
             Bootstrap::Launcher {
                 rank,
@@ -306,58 +363,118 @@ impl Shmem {
             });
         }
         Ok(Shmem {
-            lib,
-            ctx,
-            stream,
-            my_pe,
-            n_pes,
-            version: (a as u32, b as u32, c as u32),
-            ctl,
+            backend: Backend::Gpu(Gpu {
+                lib,
+                ctx,
+                stream,
+                my_pe,
+                n_pes,
+                version: (a as u32, b as u32, c as u32),
+                ctl,
+            }),
         })
+    }
+
+    /// The GPU backend, or the error that says this PE runs on the simulator.
+    pub(crate) fn gpu(&self) -> Result<&Gpu> {
+        match &self.backend {
+            Backend::Gpu(g) => Ok(g),
+            #[cfg(feature = "sim")]
+            Backend::Sim(_) => Err(Error::Simulator(
+                "this needs a GPU, and this PE runs on the CPU simulator".into(),
+            )),
+        }
+    }
+
+    /// Whether this PE runs on the CPU simulator.
+    pub fn is_simulated(&self) -> bool {
+        !matches!(self.backend, Backend::Gpu(_))
     }
 
     /// This PE's number in the world team.
     pub fn my_pe(&self) -> i32 {
-        self.my_pe
+        match &self.backend {
+            Backend::Gpu(g) => g.my_pe,
+            #[cfg(feature = "sim")]
+            Backend::Sim(s) => s.my_pe(),
+        }
     }
     /// The number of PEs.
     pub fn n_pes(&self) -> i32 {
-        self.n_pes
+        match &self.backend {
+            Backend::Gpu(g) => g.n_pes,
+            #[cfg(feature = "sim")]
+            Backend::Sim(s) => s.n_pes(),
+        }
     }
-    /// This PE's number on its node (`NVSHMEMX_TEAM_NODE`).
+    /// This PE's number on its node (`NVSHMEMX_TEAM_NODE`; every simulated PE shares one node).
     pub fn node_pe(&self) -> i32 {
-        // SAFETY: NVSHMEM is running.
-        unsafe { (self.lib.nvshmem_team_my_pe)(nvshmem::TEAM_NODE) }
+        match &self.backend {
+            // SAFETY: NVSHMEM is running.
+            Backend::Gpu(g) => unsafe { (g.lib.nvshmem_team_my_pe)(nvshmem::TEAM_NODE) },
+            #[cfg(feature = "sim")]
+            Backend::Sim(s) => s.my_pe(),
+        }
     }
     /// PEs on this node.
     pub fn node_n_pes(&self) -> i32 {
-        // SAFETY: NVSHMEM is running.
-        unsafe { (self.lib.nvshmem_team_n_pes)(nvshmem::TEAM_NODE) }
+        match &self.backend {
+            // SAFETY: NVSHMEM is running.
+            Backend::Gpu(g) => unsafe { (g.lib.nvshmem_team_n_pes)(nvshmem::TEAM_NODE) },
+            #[cfg(feature = "sim")]
+            Backend::Sim(s) => s.n_pes(),
+        }
     }
-    /// The host library's version, `(major, minor, patch)`.
+    /// The host library's version, `(major, minor, patch)`; under the simulator, the
+    /// NVSHMEM version whose semantics it follows ([`crate::sim::NVSHMEM_VERSION`]).
     pub fn version(&self) -> (u32, u32, u32) {
-        self.version
+        match &self.backend {
+            Backend::Gpu(g) => g.version,
+            #[cfg(feature = "sim")]
+            Backend::Sim(_) => crate::sim::NVSHMEM_VERSION,
+        }
     }
-    /// The CUDA context of this PE's GPU.
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+    /// The CUDA context of this PE's GPU ([`Error::Simulator`] under the simulator).
+    pub fn context(&self) -> Result<&Arc<CudaContext>> {
+        Ok(&self.gpu()?.ctx)
     }
-    /// The stream launches and on-stream operations use.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+    /// The stream launches and on-stream operations use ([`Error::Simulator`] under the
+    /// simulator).
+    pub fn stream(&self) -> Result<&Arc<CudaStream>> {
+        Ok(&self.gpu()?.stream)
     }
-    pub(crate) fn lib(&self) -> &'static Lib {
-        self.lib
+
+    /// Waits until the work launched on this PE has finished (the stream, on a GPU; under
+    /// the simulator a launch returns when its grid has finished).
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Gpu(g) => Ok(g.stream.synchronize()?),
+            #[cfg(feature = "sim")]
+            Backend::Sim(_) => Ok(()),
+        }
+    }
+
+    /// Marks this point of the PE's work, for timing ([`Mark::seconds_since`]): an event
+    /// recorded on the stream, or the host clock under the simulator.
+    pub fn mark(&self) -> Result<Mark> {
+        match &self.backend {
+            Backend::Gpu(g) => Ok(Mark(MarkAt::Event(
+                g.stream
+                    .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+            ))),
+            #[cfg(feature = "sim")]
+            Backend::Sim(_) => Ok(Mark(MarkAt::Clock(Instant::now()))),
+        }
     }
 
     /// Checks that `pe` names a PE.
     pub fn check_pe(&self, pe: i32) -> Result<i32> {
-        if (0..self.n_pes).contains(&pe) {
+        let n = self.n_pes();
+        if (0..n).contains(&pe) {
             Ok(pe)
         } else {
             Err(Error::Invalid(format!(
-                "PE {pe} is out of range: there are {} PEs (0..{})",
-                self.n_pes, self.n_pes
+                "PE {pe} is out of range: there are {n} PEs (0..{n})"
             )))
         }
     }
@@ -365,53 +482,90 @@ impl Shmem {
     /// Completes this PE's operations and waits for every PE (host-side, after synchronising
     /// this PE's stream). Collective.
     pub fn barrier_all(&self) -> Result<()> {
-        self.stream.synchronize()?;
-        // SAFETY: NVSHMEM is running; collective by contract.
-        unsafe { (self.lib.nvshmem_barrier_all)() };
-        Ok(())
+        match &self.backend {
+            Backend::Gpu(g) => {
+                g.stream.synchronize()?;
+                // SAFETY: NVSHMEM is running; collective by contract.
+                unsafe { (g.lib.nvshmem_barrier_all)() };
+                Ok(())
+            }
+            #[cfg(feature = "sim")]
+            Backend::Sim(s) => s.barrier("barrier_all"),
+        }
     }
     /// Waits for every PE without completing operations. Collective.
     pub fn sync_all(&self) -> Result<()> {
-        self.stream.synchronize()?;
-        // SAFETY: NVSHMEM is running; collective by contract.
-        unsafe { (self.lib.nvshmem_sync_all)() };
-        Ok(())
+        match &self.backend {
+            Backend::Gpu(g) => {
+                g.stream.synchronize()?;
+                // SAFETY: NVSHMEM is running; collective by contract.
+                unsafe { (g.lib.nvshmem_sync_all)() };
+                Ok(())
+            }
+            #[cfg(feature = "sim")]
+            Backend::Sim(s) => s.barrier("sync_all"),
+        }
     }
-    /// Completes this PE's host-initiated operations.
+    /// Completes this PE's host-initiated operations (none are pending under the simulator,
+    /// whose launches complete their operations before they return).
     pub fn quiet(&self) {
-        // SAFETY: NVSHMEM is running.
-        unsafe { (self.lib.nvshmem_quiet)() }
+        if let Ok(g) = self.gpu() {
+            // SAFETY: NVSHMEM is running.
+            unsafe { (g.lib.nvshmem_quiet)() }
+        }
     }
-    /// [`Shmem::barrier_all`] enqueued on the stream. Collective.
-    pub fn barrier_all_on_stream(&self) {
-        // SAFETY: NVSHMEM is running; the stream belongs to this context.
-        unsafe { (self.lib.nvshmemx_barrier_all_on_stream)(self.stream.cu_stream().cast()) }
+    /// [`Shmem::barrier_all`] enqueued on the stream (at once under the simulator).
+    /// Collective.
+    pub fn barrier_all_on_stream(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Gpu(g) => {
+                // SAFETY: NVSHMEM is running; the stream belongs to this context.
+                unsafe { (g.lib.nvshmemx_barrier_all_on_stream)(g.stream.cu_stream().cast()) };
+                Ok(())
+            }
+            #[cfg(feature = "sim")]
+            Backend::Sim(s) => s.barrier("barrier_all_on_stream"),
+        }
     }
-    /// [`Shmem::sync_all`] enqueued on the stream. Collective.
-    pub fn sync_all_on_stream(&self) {
-        // SAFETY: as above.
-        unsafe { (self.lib.nvshmemx_sync_all_on_stream)(self.stream.cu_stream().cast()) }
+    /// [`Shmem::sync_all`] enqueued on the stream (at once under the simulator). Collective.
+    pub fn sync_all_on_stream(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Gpu(g) => {
+                // SAFETY: as above.
+                unsafe { (g.lib.nvshmemx_sync_all_on_stream)(g.stream.cu_stream().cast()) };
+                Ok(())
+            }
+            #[cfg(feature = "sim")]
+            Backend::Sim(s) => s.barrier("sync_all_on_stream"),
+        }
     }
     /// [`Shmem::quiet`] enqueued on the stream.
     pub fn quiet_on_stream(&self) {
-        // SAFETY: as above.
-        unsafe { (self.lib.nvshmemx_quiet_on_stream)(self.stream.cu_stream().cast()) }
+        if let Ok(g) = self.gpu() {
+            // SAFETY: as above.
+            unsafe { (g.lib.nvshmemx_quiet_on_stream)(g.stream.cu_stream().cast()) }
+        }
     }
 
     /// The smallest and largest of every PE's `value`. Collective: every PE calls it; it
     /// waits for the runtime's stream.
     pub fn min_max(&self, value: i64) -> Result<(i64, i64)> {
-        let ctl = self.ctl as sys::CUdeviceptr;
+        let g = match &self.backend {
+            Backend::Gpu(g) => g,
+            #[cfg(feature = "sim")]
+            Backend::Sim(s) => return s.min_max(value),
+        };
+        let ctl = g.ctl as sys::CUdeviceptr;
         // SAFETY: `ctl` holds 4 i64s of this PE's symmetric heap; the copies are synchronous
         // and no kernel uses the control block.
         unsafe {
             result::memcpy_htod_sync(ctl, &[value, -value])?;
-            let rc = (self.lib.nvshmemx_int64_max_reduce_on_stream)(
+            let rc = (g.lib.nvshmemx_int64_max_reduce_on_stream)(
                 nvshmem::TEAM_WORLD,
-                self.ctl.add(2),
-                self.ctl,
+                g.ctl.add(2),
+                g.ctl,
                 2,
-                self.stream.cu_stream().cast(),
+                g.stream.cu_stream().cast(),
             );
             if rc != 0 {
                 return Err(Error::Nvshmem {
@@ -419,7 +573,7 @@ impl Shmem {
                     status: rc,
                 });
             }
-            self.stream.synchronize()?;
+            g.stream.synchronize()?;
             let mut out = [0i64; 2];
             result::memcpy_dtoh_sync(&mut out, ctl + 16)?;
             Ok((-out[1], out[0]))
@@ -432,19 +586,21 @@ impl Shmem {
     pub fn alloc<T: Copy + 'static>(&self, len: usize) -> Result<crate::buffer::SymBuffer<'_, T>> {
         crate::buffer::SymBuffer::new(self, len)
     }
+}
 
+impl Gpu {
     pub(crate) fn raw_malloc(&self, bytes: usize) -> *mut c_void {
         // SAFETY: collective by contract of the caller (`SymBuffer::new` checked agreement).
         unsafe { (self.lib.nvshmem_malloc)(bytes.max(1)) }
     }
 }
 
-impl Drop for Shmem {
+impl Drop for Gpu {
     fn drop(&mut self) {
         let _ = self.stream.synchronize();
-        // SAFETY: every buffer and module borrowing `self` is gone (lifetimes); the control
-        // block was allocated at init by every PE and is freed by every PE here, before
-        // NVSHMEM is finalized.
+        // SAFETY: every buffer and module borrowing the `Shmem` is gone (lifetimes); the
+        // control block was allocated at init by every PE and is freed by every PE here,
+        // before NVSHMEM is finalized.
         unsafe {
             (self.lib.nvshmem_free)(self.ctl.cast());
             (self.lib.nvshmemx_hostlib_finalize)();

@@ -478,7 +478,6 @@ fn kernel_panic_traps_and_is_reported() {
                 .unwrap()
         };
         let e = rt
-            .stream()
             .synchronize()
             .expect_err("the trapped kernel must fail the stream");
         println!("PE {}: kernel trapped as expected: {e}", rt.my_pe());

@@ -6,10 +6,10 @@
 //! ```
 //!
 //! Started directly it launches one PE per visible GPU (or `--pes N`); under `shmem-run` or
-//! `mpirun` it is one PE. See `--help` for the options.
+//! `mpirun` it is one PE. Without a GPU it runs 2 PEs on the CPU simulator, at a size the
+//! simulator handles in seconds (see `--help`). See `--help` for the options.
 
 use halo_exchange::host::{Dtype, Implementation, Options, Outcome, Variant, run};
-use shmem_host::launcher::{Role, run_as_pes};
 use shmem_host::{Error, Shmem};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,11 +32,16 @@ usage: halo_exchange [options]
   --pes N            PEs to launch when started directly (default: one per GPU)
   --quiet            no progress lines
   --seed S           seed of the initial interior
+  --simulate         run on the CPU simulator even with GPUs (as does SHMEM_SIM=1)
   --compare CUBIN    benchmark: both variants of the Rust kernels and of the CUDA C++ kernels
                      in CUBIN, interleaved (R C R C ...), --reps times each after a warm-up
                      round; prints medians and Rust/C++ ratios, and RESULT lines (JSON)
   --reps N           repetitions for --compare (default 5)
-environment: SHMEM_PTX_DIR (default target/ptx)";
+environment: SHMEM_PTX_DIR (default target/ptx), SHMEM_SIM, SHMEM_SIM_SEED
+
+Without a GPU it runs on the CPU simulator (2 PEs unless --pes): every option not given
+defaults to a small solve there (--size 34 --iters 30 --warmup 0 --check-every 10
+--threads 32 --verify), since simulated GPU threads are slow.";
 
 fn ptx_dir() -> PathBuf {
     shmem_host::module::ptx_dir_or(
@@ -48,6 +53,29 @@ fn ptx_dir() -> PathBuf {
 struct Mode {
     pes: Option<usize>,
     compare: Option<(PathBuf, usize)>,
+    /// The options given (the simulator's defaults replace the others).
+    given: Vec<String>,
+}
+
+/// The solve's defaults on the CPU simulator, for every option not given.
+fn simulator_defaults(o: &mut Options, given: &[String]) {
+    let not = |f: &str| !given.iter().any(|g| g == f);
+    if not("--size") && not("--nx") && not("--ny") {
+        (o.nx, o.ny) = (34, 34);
+    }
+    if not("--iters") {
+        o.iters = 30;
+    }
+    if not("--warmup") {
+        o.warmup = 0;
+    }
+    if not("--check-every") {
+        o.check_every = 10;
+    }
+    if not("--threads") {
+        o.threads = 32;
+    }
+    o.verify = true;
 }
 
 /// Parsed command line: the solve's options and the mode.
@@ -56,8 +84,10 @@ fn parse(args: &[String]) -> Result<(Options, Mode), String> {
     o.progress = true;
     let (mut nx, mut ny, mut pes) = (None, None, None);
     let (mut compare, mut reps) = (None, 5);
+    let mut given = Vec::new();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
+        given.push(flag.clone());
         let mut value = || {
             it.next()
                 .cloned()
@@ -107,6 +137,7 @@ fn parse(args: &[String]) -> Result<(Options, Mode), String> {
             "--compare" => compare = Some(PathBuf::from(value()?)),
             "--reps" => reps = num(value()?)?.max(1) as usize,
             "--verify" => o.verify = true,
+            "--simulate" => {}
             "--quiet" => o.progress = false,
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown option `{other}` (see --help)")),
@@ -119,7 +150,14 @@ fn parse(args: &[String]) -> Result<(Options, Mode), String> {
         o.ny = v;
     }
     let compare = compare.map(|c| (c, reps));
-    Ok((o, Mode { pes, compare }))
+    Ok((
+        o,
+        Mode {
+            pes,
+            compare,
+            given,
+        },
+    ))
 }
 
 /// `--compare`: Rust and CUDA C++ kernels, both variants, interleaved; PE 0 reports.
@@ -220,6 +258,11 @@ fn summary(o: &Options, out: &Outcome, n: i32) -> String {
 
 fn pe(o: &Options, mode: &Mode) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
+    let mut o = o.clone();
+    if rt.is_simulated() {
+        simulator_defaults(&mut o, &mode.given);
+    }
+    let o = &o;
     if let Some((cubin, reps)) = &mode.compare {
         return compare(&rt, o, cubin, *reps);
     }
@@ -235,6 +278,12 @@ fn pe(o: &Options, mode: &Mode) -> shmem_host::Result<()> {
     }
     if rt.my_pe() == 0 {
         println!("{}", summary(o, &out, rt.n_pes()));
+        if rt.is_simulated() {
+            println!(
+                "  (on the CPU simulator: the times are the simulator's, not a GPU's; \
+                 every point matches the CPU reference)"
+            );
+        }
     }
     Ok(())
 }
@@ -252,11 +301,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = run_as_pes(mode.pes).and_then(|role| match role {
-        Role::Pe => pe(&opts, &mode),
-        Role::LaunchedAll => Ok(()),
-    });
-    match outcome {
+    if mode.given.iter().any(|g| g == "--simulate") {
+        // SAFETY: set before any thread starts; `launcher::run` reads it below.
+        unsafe { std::env::set_var("SHMEM_SIM", "1") };
+    }
+    match shmem_host::launcher::run(mode.pes, || pe(&opts, &mode)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("halo_exchange: {e}");

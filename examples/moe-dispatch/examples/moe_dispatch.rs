@@ -6,11 +6,11 @@
 //! ```
 //!
 //! Started directly it launches one PE per visible GPU (or `--pes N`); under `shmem-run` or
-//! `mpirun` it is one PE. See `--help` for the options.
+//! `mpirun` it is one PE. Without a GPU it runs 2 PEs on the CPU simulator, at a size the
+//! simulator handles in seconds. See `--help` for the options.
 
 use moe_dispatch::host::{Implementation, Mode, Options, Outcome, run};
 use moe_dispatch::routing::Distribution;
-use shmem_host::launcher::{Role, run_as_pes};
 use shmem_host::{Error, Shmem};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,7 +43,12 @@ usage: moe_dispatch [options]
                       copy-engine peer bandwidth, and RESULT lines (JSON)
   --reps N            repetitions for --compare (default 5)
   --pes N             PEs to launch when started directly (default: one per GPU)
-environment: SHMEM_PTX_DIR (default target/ptx)";
+  --simulate          run on the CPU simulator even with GPUs (as does SHMEM_SIM=1)
+environment: SHMEM_PTX_DIR (default target/ptx), SHMEM_SIM, SHMEM_SIM_SEED
+
+Without a GPU it runs on the CPU simulator (2 PEs unless --pes): every option not given
+defaults to a small problem there (--tokens 48 --hidden 64 --experts 8 --top-k 3
+--rounds 2 --warmup 0 --threads 64), since simulated GPU threads are slow.";
 
 fn ptx_dir() -> PathBuf {
     shmem_host::module::ptx_dir_or(
@@ -59,6 +64,38 @@ struct Cli {
     modes: Vec<Mode>,
     pes: Option<usize>,
     compare: Option<(PathBuf, usize)>,
+    /// The options given (the simulator's defaults replace the others).
+    given: Vec<String>,
+}
+
+impl Cli {
+    /// The problem's defaults on the CPU simulator, for every option not given.
+    fn simulator_defaults(&mut self) {
+        let given = &self.given;
+        let not = |f: &str| !given.iter().any(|g| g == f);
+        let o = &mut self.opts;
+        if not("--tokens") {
+            self.tokens = vec![48];
+        }
+        if not("--experts") {
+            self.experts = vec![8];
+        }
+        if not("--hidden") {
+            o.hidden = 64;
+        }
+        if not("--top-k") {
+            o.top_k = 3;
+        }
+        if not("--rounds") {
+            o.rounds = 2;
+        }
+        if not("--warmup") {
+            o.warmup = 0;
+        }
+        if not("--threads") {
+            o.threads = 64;
+        }
+    }
 }
 
 fn parse(args: &[String]) -> Result<Cli, String> {
@@ -67,8 +104,10 @@ fn parse(args: &[String]) -> Result<Cli, String> {
     let (mut tokens, mut experts) = (vec![512], vec![64]);
     let mut modes = vec![Mode::LowLatency, Mode::Throughput];
     let (mut pes, mut compare, mut reps) = (None, None, 5);
+    let mut given = Vec::new();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
+        given.push(flag.clone());
         let mut value = || {
             it.next()
                 .cloned()
@@ -118,6 +157,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             }
             "--compare" => compare = Some(PathBuf::from(value()?)),
             "--no-verify" => o.verify = false,
+            "--simulate" => {}
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown option `{other}` (see --help)")),
         }
@@ -132,6 +172,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         modes,
         pes,
         compare: compare.map(|c| (c, reps)),
+        given,
     })
 }
 
@@ -273,13 +314,34 @@ fn compare(rt: &Shmem, cli: &Cli, cubin: &std::path::Path, reps: usize) -> shmem
 
 fn pe_main(cli: &Cli) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
+    let mut sim_cli;
+    let cli = if rt.is_simulated() {
+        sim_cli = Cli {
+            opts: cli.opts.clone(),
+            tokens: cli.tokens.clone(),
+            experts: cli.experts.clone(),
+            modes: cli.modes.clone(),
+            pes: cli.pes,
+            compare: cli.compare.clone(),
+            given: cli.given.clone(),
+        };
+        sim_cli.simulator_defaults();
+        &sim_cli
+    } else {
+        cli
+    };
     if let Some((cubin, reps)) = &cli.compare {
         return compare(&rt, cli, cubin, *reps);
     }
     if rt.my_pe() == 0 {
         println!(
-            "moe_dispatch: {} PEs, NVSHMEM {:?}, {} kernels, {} timed rounds each",
+            "moe_dispatch: {} PEs{}, NVSHMEM {:?}, {} kernels, {} timed rounds each",
             rt.n_pes(),
+            if rt.is_simulated() {
+                " on the CPU simulator (times are the simulator's)"
+            } else {
+                ""
+            },
             rt.version(),
             match &cli.opts.implementation {
                 Implementation::Rust { .. } => "Rust",
@@ -334,11 +396,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = run_as_pes(cli.pes).and_then(|role| match role {
-        Role::Pe => pe_main(&cli),
-        Role::LaunchedAll => Ok(()),
-    });
-    match outcome {
+    if cli.given.iter().any(|g| g == "--simulate") {
+        // SAFETY: set before any thread starts; `launcher::run` reads it below.
+        unsafe { std::env::set_var("SHMEM_SIM", "1") };
+    }
+    match shmem_host::launcher::run(cli.pes, || pe_main(&cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("moe_dispatch: {e}");

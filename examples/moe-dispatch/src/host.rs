@@ -12,8 +12,7 @@ use crate::reference::{self, DispatchReport, Inputs, Received};
 use crate::routing::{self, Distribution, destinations};
 use shmem_device::Sym;
 use shmem_host::args::HostArg;
-use shmem_host::cudarc::driver::sys::CUevent_flags;
-use shmem_host::{AnyKernel, AnyModule, Error, LaunchConfig, Result, Shmem, SymBuffer};
+use shmem_host::{AnyKernel, AnyModule, Error, LaunchConfig, Mark, Result, Shmem, SymBuffer};
 use std::path::PathBuf;
 
 impl HostArg<Shape> for Shape {
@@ -420,10 +419,9 @@ impl<'rt> Moe<'rt> {
             ..self.shape
         };
         let rt = self.rt;
-        let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
         let b = self.bufs;
-        rt.barrier_all_on_stream();
-        let e0 = rt.stream().record_event(flags)?;
+        rt.barrier_all_on_stream()?;
+        let e0 = rt.mark()?;
         // SAFETY: every PE runs the same rounds with the same shape and grids (collective
         // `round`); the buffers are those `Moe::new` sized for this mode and zeroed, the
         // rounds count from 1, and each kernel follows the previous one on the stream.
@@ -433,19 +431,17 @@ impl<'rt> Moe<'rt> {
             }
             k.dispatch.launch(g[1], (b, s))?;
         }
-        let e1 = rt.stream().record_event(flags)?;
+        let e1 = rt.mark()?;
         // SAFETY: as above.
         unsafe { k.experts.launch(g[2], (b, s))? };
-        rt.barrier_all_on_stream();
-        let e2 = rt.stream().record_event(flags)?;
+        rt.barrier_all_on_stream()?;
+        let e2 = rt.mark()?;
         // SAFETY: as above.
         unsafe { k.combine.launch(g[3], (b, s))? };
-        let e3 = rt.stream().record_event(flags)?;
+        let e3 = rt.mark()?;
         e3.synchronize()?;
-        let slowest = |a: &shmem_host::cudarc::driver::CudaEvent,
-                       z: &shmem_host::cudarc::driver::CudaEvent|
-         -> Result<f64> {
-            let ns = (f64::from(a.elapsed_ms(z)?) * 1e6) as i64;
+        let slowest = |a: &Mark, z: &Mark| -> Result<f64> {
+            let ns = (z.seconds_since(a)? * 1e9) as i64;
             Ok(rt.min_max(ns)?.1 as f64 * 1e-6)
         };
         Ok(Timing {

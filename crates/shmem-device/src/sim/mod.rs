@@ -144,6 +144,35 @@ struct Ctx {
     thread: u32,
     grid_dim: u32,
     block_dim: u32,
+    /// The launch's shape in three dimensions (`grid_dim`, `block_dim` are their products).
+    shape: Shape,
+}
+
+/// A launch's grid and block extents, `(x, y, z)` each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Blocks per grid.
+    pub grid: (u32, u32, u32),
+    /// Threads per block.
+    pub block: (u32, u32, u32),
+}
+
+impl Shape {
+    /// `blocks` blocks of `threads` threads, in `x` only.
+    pub fn linear(blocks: u32, threads: u32) -> Shape {
+        Shape {
+            grid: (blocks, 1, 1),
+            block: (threads, 1, 1),
+        }
+    }
+    fn volume(d: (u32, u32, u32)) -> u32 {
+        d.0 * d.1 * d.2
+    }
+}
+
+/// `(x, y, z)` of linear index `i` in extents `d` (`x` fastest, as CUDA numbers threads).
+fn unflatten(i: u32, d: (u32, u32, u32)) -> (u32, u32, u32) {
+    (i % d.0, i / d.0 % d.1, i / (d.0 * d.1))
 }
 
 impl Ctx {
@@ -313,18 +342,24 @@ pub fn run<F: Fn() + Sync>(
     seed: u64,
     kernel: F,
 ) -> Result<(), SimError> {
-    run_pes(None, grid_dim, block_dim, seed, kernel)
+    run_pes(None, Shape::linear(grid_dim, block_dim), seed, kernel)
 }
 
 /// [`run`] on every PE of `world` (each PE runs the same grid), or on one PE without a
 /// symmetric heap when `world` is `None`.
 pub(crate) fn run_pes<F: Fn() + Sync>(
     world: Option<Arc<shmem::World>>,
-    grid_dim: u32,
-    block_dim: u32,
+    shape: Shape,
     seed: u64,
     kernel: F,
 ) -> Result<(), SimError> {
+    let (grid_dim, block_dim) = (Shape::volume(shape.grid), Shape::volume(shape.block));
+    if grid_dim == 0 || block_dim == 0 {
+        return Err(SimError {
+            seed,
+            message: format!("a launch with an empty grid or block: {shape:?}"),
+        });
+    }
     let n_pes = world.as_ref().map_or(1, |w| w.n_pes());
     let blocks = n_pes * grid_dim;
     let n = (blocks * block_dim) as usize;
@@ -371,6 +406,7 @@ pub(crate) fn run_pes<F: Fn() + Sync>(
                         thread: id as u32 % block_dim,
                         grid_dim,
                         block_dim,
+                        shape,
                     };
                     CTX.with(|x| *x.borrow_mut() = Some(c));
                     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -437,9 +473,32 @@ fn release_barrier_if_complete(st: &mut State, block: usize) {
     }
 }
 
-/// `(block, thread, grid_dim, block_dim)` of the calling simulated thread, if any.
-pub(crate) fn position() -> Option<(u32, u32, u32, u32)> {
-    ctx().map(|c| (c.block, c.thread, c.grid_dim, c.block_dim))
+/// Special register `name` (`thread_idx_x`, `block_dim_y`, `lane_id`, ...) of the calling
+/// simulated thread, if any.
+pub(crate) fn register(name: &str) -> Option<u32> {
+    let c = ctx()?;
+    let (t, b) = (
+        unflatten(c.thread, c.shape.block),
+        unflatten(c.block, c.shape.grid),
+    );
+    let pick = |v: (u32, u32, u32)| match name.as_bytes()[name.len() - 1] {
+        b'x' => v.0,
+        b'y' => v.1,
+        _ => v.2,
+    };
+    Some(match name {
+        "lane_id" => c.thread % 32,
+        n if n.starts_with("thread_idx") => pick(t),
+        n if n.starts_with("block_idx") => pick(b),
+        n if n.starts_with("block_dim") => pick(c.shape.block),
+        n if n.starts_with("grid_dim") => pick(c.shape.grid),
+        n => panic!("the simulator has no special register `{n}`"),
+    })
+}
+
+/// The PE of the calling simulated thread, if any (`my_pe()` without a `World`).
+pub fn current_pe() -> Option<u32> {
+    ctx().map(|c| c.pe)
 }
 
 pub mod shmem;

@@ -33,7 +33,8 @@ use std::vec::Vec;
 pub struct World {
     heaps: Vec<*mut u128>,
     words: usize,
-    next: Mutex<usize>,
+    /// Live allocations, `(offset, bytes)`, by offset (the same in every heap).
+    live: Mutex<Vec<(usize, usize)>>,
 }
 
 // SAFETY: the heaps are plain memory owned by the `World` until it drops; simulated threads
@@ -69,8 +70,48 @@ impl World {
         Arc::new(World {
             heaps,
             words,
-            next: Mutex::new(0),
+            live: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Bytes of symmetric heap per PE.
+    pub fn heap_bytes(&self) -> usize {
+        self.words * 16
+    }
+
+    /// Reserves `bytes` (256-byte aligned, first fit) at the same offset in every PE's heap
+    /// and returns the offset, or `None` when no gap is large enough. The memory keeps what
+    /// it held (zero if never used).
+    pub fn alloc_offset(&self, bytes: usize) -> Option<usize> {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let mut at = 0;
+        let mut slot = live.len();
+        for (i, &(o, b)) in live.iter().enumerate() {
+            if o >= at + bytes {
+                slot = i;
+                break;
+            }
+            at = (o + b).next_multiple_of(256);
+        }
+        if at + bytes > self.heap_bytes() {
+            return None;
+        }
+        live.insert(slot, (at, bytes.max(1)));
+        Some(at)
+    }
+
+    /// Releases the allocation at `offset` (from [`World::alloc_offset`]).
+    pub fn free_offset(&self, offset: usize) {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = live.iter().position(|&(o, _)| o == offset) {
+            live.remove(i);
+        }
+    }
+
+    /// The address of `offset` in PE `pe`'s heap.
+    pub fn address(&self, pe: u32, offset: usize) -> *mut u8 {
+        assert!(pe < self.n_pes() && offset <= self.heap_bytes());
+        (self.base(pe) + offset) as *mut u8
     }
 
     /// PEs.
@@ -78,19 +119,17 @@ impl World {
         self.heaps.len() as u32
     }
 
-    /// Reserves `len` `T`s (256-byte aligned) at the same offset in every PE's heap.
-    /// Panics when the heap is exhausted.
+    /// Reserves `len` `T`s (256-byte aligned) at the same offset in every PE's heap, until
+    /// the buffer drops. Panics when the heap is exhausted.
     pub fn alloc<T: Copy>(self: &Arc<Self>, len: usize) -> SimBuffer<T> {
         assert!(core::mem::align_of::<T>() <= 16, "alignment over 16 bytes");
-        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
-        let offset = *next;
-        let end = offset + len * core::mem::size_of::<T>();
-        assert!(
-            end <= self.words * 16,
-            "simulated symmetric heap exhausted: {end} of {} bytes",
-            self.words * 16
-        );
-        *next = end.next_multiple_of(256);
+        let bytes = len * core::mem::size_of::<T>();
+        let offset = self.alloc_offset(bytes).unwrap_or_else(|| {
+            panic!(
+                "simulated symmetric heap exhausted: {bytes} more bytes do not fit in {}",
+                self.heap_bytes()
+            )
+        });
         SimBuffer {
             world: self.clone(),
             offset,
@@ -108,7 +147,17 @@ impl World {
         seed: u64,
         kernel: F,
     ) -> Result<(), super::SimError> {
-        super::run_pes(Some(self.clone()), grid_dim, block_dim, seed, kernel)
+        self.run_shape(super::Shape::linear(grid_dim, block_dim), seed, kernel)
+    }
+
+    /// [`World::run`] with a grid and blocks in up to three dimensions.
+    pub fn run_shape<F: Fn() + Sync>(
+        self: &Arc<Self>,
+        shape: super::Shape,
+        seed: u64,
+        kernel: F,
+    ) -> Result<(), super::SimError> {
+        super::run_pes(Some(self.clone()), shape, seed, kernel)
     }
 
     fn base(&self, pe: u32) -> usize {
@@ -157,6 +206,12 @@ impl<T: Copy> SimBuffer<T> {
         assert_eq!(v.len(), self.len, "SimBuffer::write: length");
         // SAFETY: as in `read`.
         unsafe { core::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr(pe), self.len) }
+    }
+}
+
+impl<T> Drop for SimBuffer<T> {
+    fn drop(&mut self) {
+        self.world.free_offset(self.offset);
     }
 }
 

@@ -60,6 +60,26 @@ impl ::shmem_device::kernel::Kernel for halo {
             kind: <Team as ::shmem_device::kernel::KernelParam>::KIND,
         },
     ];
+    #[cfg(not(target_arch = "nvptx64"))]
+    #[allow(unused_unsafe)]
+    unsafe fn call_on_host(params: Self::Params) {
+        let (
+            __shmem_param_0,
+            __shmem_param_1,
+            __shmem_param_2,
+            __shmem_param_3,
+            __shmem_param_4,
+        ) = params;
+        unsafe {
+            halo(
+                __shmem_param_0,
+                __shmem_param_1,
+                __shmem_param_2,
+                __shmem_param_3,
+                __shmem_param_4,
+            )
+        }
+    }
 }
 const _: () = {
     fn __shmem_assert_kernel_param<T: ::shmem_device::kernel::KernelParam>() {}

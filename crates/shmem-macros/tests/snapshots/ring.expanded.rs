@@ -30,6 +30,12 @@ impl ::shmem_device::kernel::Kernel for ring {
             kind: <Sym<i32> as ::shmem_device::kernel::KernelParam>::KIND,
         },
     ];
+    #[cfg(not(target_arch = "nvptx64"))]
+    #[allow(unused_unsafe)]
+    unsafe fn call_on_host(params: Self::Params) {
+        let (__shmem_param_0,) = params;
+        unsafe { ring(__shmem_param_0) }
+    }
 }
 const _: () = {
     fn __shmem_assert_kernel_param<T: ::shmem_device::kernel::KernelParam>() {}

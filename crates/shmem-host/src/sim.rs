@@ -1,0 +1,435 @@
+//! The CPU simulator backend (feature `sim`, on by default): a program's PEs as threads of
+//! one process, its kernels run by [`shmem_device::sim`].
+//!
+//! [`run`] starts `n` threads; on each, [`Shmem::init`] returns that thread's PE, so the
+//! program's own per-PE code runs unchanged: collective allocations, buffers, modules,
+//! typed launches, barriers. [`crate::launcher::run`] chooses this backend where there is no
+//! GPU (or when `SHMEM_SIM=1`).
+//!
+//! - **Symmetric memory**: one heap per PE in a [`World`] (`NVSHMEM_SYMMETRIC_SIZE` bytes
+//!   each, 1 GiB by default); a collective allocation takes the same offset in every heap,
+//!   and unequal sizes are [`Error::UnequalAllocation`] on every PE, as on the GPU.
+//! - **Launches** are collective: each PE's launch waits for every PE's launch of the same
+//!   kernel, then the whole grid of every PE runs as one simulated launch (every thread of
+//!   every block of every PE concurrently, remote writes landing late in a seeded order; see
+//!   [`shmem_device::sim`]). So every PE must launch the same kernels in the same order with
+//!   the same shape, as kernels that communicate are launched under NVSHMEM; anything else
+//!   is an error that names both calls. A launch returns when its grid has finished.
+//! - **Schedules**: launch `i` runs with a seed derived from `SHMEM_SIM_SEED` (default
+//!   [`DEFAULT_SEED`]) and `i`; a failing launch (deadlock, panic) says which and how to
+//!   rerun the same schedules.
+//! - **Failures**: when a PE's code returns an error or panics while others wait in a
+//!   collective call, the others get an error naming it, and [`run`] reports the first.
+//! - **Co-residency**: a simulated GPU has [`SMS`] multiprocessors of [`THREADS_PER_SM`]
+//!   threads ([`crate::KernelFn::max_coresident_blocks`] says so), so that programs which
+//!   size their grids by occupancy pick grids the simulator runs quickly.
+//!
+//! Not available: what needs a GPU (a CUDA context or stream, device pointers, CUDA C++
+//! cubins); each is an [`Error::Simulator`].
+
+use crate::error::{Error, Result};
+use crate::runtime::Shmem;
+use shmem_device::kernel::Kernel;
+use shmem_device::sim::{Shape, World};
+use std::any::Any;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// The NVSHMEM version whose semantics the simulator follows ([`Shmem::version`]).
+pub const NVSHMEM_VERSION: (u32, u32, u32) = (3, 4, 5);
+
+/// The base seed when `SHMEM_SIM_SEED` is not set.
+pub const DEFAULT_SEED: u64 = 0x5eed;
+
+/// Multiprocessors of a simulated GPU.
+pub const SMS: u32 = 2;
+
+/// Threads one simulated multiprocessor holds at once.
+pub const THREADS_PER_SM: u32 = 128;
+
+/// Default symmetric heap per PE: 1 GiB (reserved lazily by the OS).
+const DEFAULT_HEAP: usize = 1 << 30;
+
+/// One simulated PE, as a [`Shmem`] holds it.
+pub(crate) struct SimPe {
+    pe: u32,
+    shared: Arc<Shared>,
+}
+
+/// What the PEs of one [`run`] share.
+struct Shared {
+    world: Arc<World>,
+    n: u32,
+    seed: u64,
+    launches: AtomicU64,
+    state: Mutex<Meeting>,
+    changed: Condvar,
+    /// Failures in the order they happened: `(pe, what)`.
+    failures: Mutex<Vec<(u32, String)>>,
+}
+
+/// The collective call being gathered.
+struct Meeting {
+    /// Per PE: the call it waits in and what it brought.
+    waiting: Vec<Option<(String, Box<dyn Any + Send>)>>,
+    /// Completed calls.
+    generation: u64,
+    /// The last completed call's result, `Result<R, String>`.
+    result: Option<Box<dyn Any + Send>>,
+    /// Per PE: how its code ended, once it has.
+    ended: Vec<Option<String>>,
+}
+
+/// Holds a value that crosses to the simulated threads: kernel parameters carry raw
+/// symmetric addresses, which are not `Send`.
+struct Crossing<T>(T);
+// SAFETY: the addresses point into the `World`'s heaps, which outlive the launch; the
+// simulator runs one thread at a time, and the host threads wait while it runs.
+unsafe impl<T> Send for Crossing<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Crossing<T> {}
+
+std::thread_local! {
+    static THREAD_PE: RefCell<Option<SimPe>> = const { RefCell::new(None) };
+}
+
+/// The simulated PE of this thread, if [`run`] started it and [`Shmem::init`] has not
+/// taken it yet.
+pub(crate) fn take_thread_pe() -> Option<SimPe> {
+    THREAD_PE.with(|p| p.borrow_mut().take())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Bytes from `NVSHMEM_SYMMETRIC_SIZE` (`1073741824`, `512M`, `2G`, `64K`).
+fn heap_bytes(v: Option<String>) -> Result<usize> {
+    let Some(v) = v else { return Ok(DEFAULT_HEAP) };
+    let t = v.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1 << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "NVSHMEM_SYMMETRIC_SIZE={v:?} is not a size (a number, optionally K, M or G)"
+            ))
+        })
+}
+
+/// The base seed from `SHMEM_SIM_SEED` (decimal or `0x` hex).
+fn base_seed(v: Option<String>) -> Result<u64> {
+    let Some(v) = v else { return Ok(DEFAULT_SEED) };
+    let t = v.trim();
+    match t.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => t.parse().ok(),
+    }
+    .ok_or_else(|| Error::Invalid(format!("SHMEM_SIM_SEED={v:?} is not a number")))
+}
+
+/// Runs `pe` on `n_pes` simulated PEs, each a thread of this process on which
+/// [`Shmem::init`] returns its PE. Returns every PE's value, in PE order, or the first
+/// failure: an error or panic of a PE (named), which stops the others at their next
+/// collective call.
+///
+/// ```
+/// use shmem_host::{Shmem, sim};
+/// let got = sim::run(3, || {
+///     let rt = Shmem::init()?;
+///     let x = rt.alloc::<i32>(4)?; // collective: same offset in every PE's heap
+///     x.copy_from(&[rt.my_pe(); 4])?;
+///     rt.barrier_all()?;
+///     Ok((rt.my_pe(), rt.n_pes(), x.to_vec()?))
+/// })
+/// .unwrap();
+/// assert_eq!(got[2], (2, 3, vec![2; 4]));
+/// ```
+pub fn run<R: Send>(n_pes: u32, pe: impl Fn() -> Result<R> + Sync) -> Result<Vec<R>> {
+    if n_pes == 0 {
+        return Err(Error::Launch("cannot run 0 PEs".into()));
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    let heap = heap_bytes(env("NVSHMEM_SYMMETRIC_SIZE"))?;
+    let shared = Arc::new(Shared {
+        world: World::new(n_pes, heap),
+        n: n_pes,
+        seed: base_seed(env("SHMEM_SIM_SEED"))?,
+        launches: AtomicU64::new(0),
+        state: Mutex::new(Meeting {
+            waiting: (0..n_pes).map(|_| None).collect(),
+            generation: 0,
+            result: None,
+            ended: vec![None; n_pes as usize],
+        }),
+        changed: Condvar::new(),
+        failures: Mutex::new(Vec::new()),
+    });
+    let pe = &pe;
+    let outcomes: Vec<Option<R>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n_pes)
+            .map(|i| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("pe {i}"))
+                    .spawn_scoped(scope, move || {
+                        THREAD_PE.with(|p| {
+                            *p.borrow_mut() = Some(SimPe {
+                                pe: i,
+                                shared: shared.clone(),
+                            })
+                        });
+                        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(pe));
+                        THREAD_PE.with(|p| p.borrow_mut().take());
+                        let (value, how) = match out {
+                            Ok(Ok(v)) => (Some(v), None),
+                            Ok(Err(e)) => (None, Some(format!("failed: {e}"))),
+                            Err(p) => (None, Some(format!("panicked: {}", panic_text(&*p)))),
+                        };
+                        if let Some(how) = &how {
+                            lock(&shared.failures).push((i, how.clone()));
+                        }
+                        let mut st = lock(&shared.state);
+                        st.ended[i as usize] = Some(how.unwrap_or_else(|| "returned".into()));
+                        shared.changed.notify_all();
+                        value
+                    })
+                    .expect("spawning a PE thread")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(None))
+            .collect()
+    });
+    let failures = lock(&shared.failures);
+    if let Some((first, how)) = failures.first() {
+        let others = failures.len() - 1;
+        return Err(Error::Launch(format!(
+            "PE {first} {how}{}",
+            if others > 0 {
+                format!(" (and {others} other PE(s) stopped after it)")
+            } else {
+                String::new()
+            }
+        )));
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.expect("no failure"))
+        .collect())
+}
+
+fn panic_text(p: &(dyn Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
+impl SimPe {
+    pub(crate) fn my_pe(&self) -> i32 {
+        self.pe as i32
+    }
+    pub(crate) fn n_pes(&self) -> i32 {
+        self.shared.n as i32
+    }
+    pub(crate) fn world(&self) -> &Arc<World> {
+        &self.shared.world
+    }
+
+    /// Another PE's code has ended while this one waits in `what`.
+    fn ended_error(&self, st: &Meeting, what: &str) -> Option<Error> {
+        let (k, how) = st
+            .ended
+            .iter()
+            .enumerate()
+            .find_map(|(k, e)| e.as_ref().map(|h| (k, h)))?;
+        Some(Error::Simulator(format!(
+            "PE {k} {how} while PE {} waits for every PE in {what}",
+            self.pe
+        )))
+    }
+
+    /// A collective call: every PE brings `value` to the call named `what`; when all have,
+    /// the last to arrive computes `f(values in PE order)` and every PE gets the result.
+    /// Different calls on different PEs, or a PE that has ended, are errors.
+    fn collective<T: Send + 'static, R: Clone + Send + 'static>(
+        &self,
+        what: &str,
+        value: T,
+        f: impl FnOnce(Vec<T>) -> std::result::Result<R, String>,
+    ) -> Result<R> {
+        let sh = &self.shared;
+        let mut st = lock(&sh.state);
+        if let Some(e) = self.ended_error(&st, what) {
+            return Err(e);
+        }
+        let generation = st.generation;
+        st.waiting[self.pe as usize] = Some((what.to_string(), Box::new(value)));
+        if st.waiting.iter().all(Option::is_some) {
+            let brought: Vec<(String, Box<dyn Any + Send>)> = st
+                .waiting
+                .iter_mut()
+                .map(|w| w.take().expect("all"))
+                .collect();
+            let result = if brought.iter().any(|(w, _)| w != what) {
+                Err(format!(
+                    "the PEs are in different collective calls: {}; every PE makes the same \
+                     collective calls (allocations, launches, barriers) in the same order",
+                    brought
+                        .iter()
+                        .enumerate()
+                        .map(|(pe, (w, _))| format!("PE {pe} in {w}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            } else {
+                let values: Option<Vec<T>> = brought
+                    .into_iter()
+                    .map(|(_, v)| v.downcast::<T>().ok().map(|b| *b))
+                    .collect();
+                match values {
+                    Some(v) => f(v),
+                    None => Err(format!("the PEs brought different things to {what}")),
+                }
+            };
+            st.result = Some(Box::new(result));
+            st.generation += 1;
+            sh.changed.notify_all();
+        } else {
+            while st.generation == generation {
+                if let Some(e) = self.ended_error(&st, what) {
+                    st.waiting[self.pe as usize] = None;
+                    return Err(e);
+                }
+                st = sh.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        st.result
+            .as_ref()
+            .and_then(|r| r.downcast_ref::<std::result::Result<R, String>>())
+            .cloned()
+            .unwrap_or_else(|| Err(format!("the result of {what} was lost")))
+            .map_err(Error::Simulator)
+    }
+
+    /// A barrier of every PE's host code.
+    pub(crate) fn barrier(&self, what: &str) -> Result<()> {
+        self.collective(what, (), |_| Ok(()))
+    }
+
+    /// The smallest and largest of every PE's `value`.
+    pub(crate) fn min_max(&self, value: i64) -> Result<(i64, i64)> {
+        self.collective("min_max", value, |v| {
+            Ok((
+                v.iter().copied().min().unwrap_or(0),
+                v.iter().copied().max().unwrap_or(0),
+            ))
+        })
+    }
+
+    /// A collective allocation of `bytes`: the offset in every PE's heap, or the request
+    /// sizes `(min, max)` when they differ, or the error that the heap is full.
+    pub(crate) fn alloc(&self, bytes: usize) -> Result<std::result::Result<usize, (usize, usize)>> {
+        let world = self.shared.world.clone();
+        self.collective("alloc", bytes, move |sizes| {
+            let (min, max) = (
+                sizes.iter().copied().min().unwrap_or(0),
+                sizes.iter().copied().max().unwrap_or(0),
+            );
+            if min != max {
+                return Ok(Err((min, max)));
+            }
+            world.alloc_offset(bytes).map(Ok).ok_or_else(|| {
+                format!(
+                    "simulated symmetric heap exhausted: {bytes} more bytes do not fit in {} \
+                     per PE (set NVSHMEM_SYMMETRIC_SIZE)",
+                    world.heap_bytes()
+                )
+            })
+        })
+    }
+
+    /// Runs kernel `K` on every PE's grid once every PE has launched it with the same shape.
+    pub(crate) fn launch<K: Kernel>(&self, shape: Shape, params: K::Params) -> Result<()> {
+        let what = format!("a launch of `{}`", K::NAME);
+        let sh = self.shared.clone();
+        self.collective(&what, (shape, Crossing(params)), move |all| {
+            if let Some((pe, (other, _))) = all.iter().enumerate().find(|(_, (s, _))| *s != shape) {
+                return Err(format!(
+                    "PE {pe} launched `{}` with {other:?} and another PE with {shape:?}: the \
+                     simulator runs every PE's grid with one shape",
+                    K::NAME
+                ));
+            }
+            let params = Crossing(all.into_iter().map(|(_, p)| p.0).collect::<Vec<_>>());
+            let index = sh.launches.fetch_add(1, Ordering::Relaxed);
+            let seed = launch_seed(sh.seed, index);
+            let params = &params;
+            sh.world
+                .run_shape(shape, seed, move || {
+                    let pe = shmem_device::sim::current_pe().expect("on a simulated thread");
+                    // SAFETY: every PE's code launched `K` with these parameters, promising
+                    // the kernel's contract (`KernelFn::launch`'s safety section).
+                    unsafe { K::call_on_host(params.0[pe as usize]) }
+                })
+                .map_err(|e| {
+                    format!(
+                        "simulated launch {index} of `{}` failed: {e}; the same schedules run \
+                         again with SHMEM_SIM_SEED={:#x}",
+                        K::NAME,
+                        sh.seed
+                    )
+                })
+        })
+    }
+}
+
+/// The seed of launch `index` under base seed `base` (splitmix64 of their combination).
+fn launch_seed(base: u64, index: u64) -> u64 {
+    let mut z = base ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Blocks of `threads` threads that fit on a simulated GPU at once.
+pub(crate) fn coresident_blocks(threads: u32) -> u32 {
+    (THREADS_PER_SM / threads.max(1)).max(1) * SMS
+}
+
+impl Shmem {
+    /// The simulated PE, if this runtime is one.
+    pub(crate) fn sim(&self) -> Option<&SimPe> {
+        match &self.backend {
+            crate::runtime::Backend::Sim(s) => Some(s),
+            crate::runtime::Backend::Gpu(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_seeds_from_the_environment() {
+        assert_eq!(heap_bytes(None).unwrap(), DEFAULT_HEAP);
+        assert_eq!(heap_bytes(Some("64K".into())).unwrap(), 65536);
+        assert_eq!(heap_bytes(Some("2g".into())).unwrap(), 2 << 30);
+        assert_eq!(heap_bytes(Some("1000".into())).unwrap(), 1000);
+        assert!(heap_bytes(Some("lots".into())).is_err());
+        assert_eq!(base_seed(Some("0x10".into())).unwrap(), 16);
+        assert_eq!(base_seed(Some("17".into())).unwrap(), 17);
+        assert!(base_seed(Some("x".into())).is_err());
+        assert_ne!(launch_seed(1, 0), launch_seed(1, 1));
+    }
+}
