@@ -460,6 +460,32 @@ mod tests {
     }
 
     #[test]
+    fn backend_choice() {
+        let none = || Err(Error::Cuda("no NVIDIA driver: libcuda.so.1 missing".into()));
+        assert_eq!(choose_backend(None, &Ok(2)).unwrap(), Backend::Gpu);
+        assert_eq!(
+            choose_backend(None, &Ok(0)).unwrap(),
+            Backend::Simulator("no GPU visible".into())
+        );
+        assert_eq!(
+            choose_backend(None, &none()).unwrap(),
+            Backend::Simulator("no NVIDIA driver".into())
+        );
+        assert_eq!(
+            choose_backend(Some("1"), &Ok(8)).unwrap(),
+            Backend::Simulator("SHMEM_SIM=1".into())
+        );
+        assert_eq!(choose_backend(Some("0"), &Ok(1)).unwrap(), Backend::Gpu);
+        let e = choose_backend(Some("0"), &none()).unwrap_err().to_string();
+        assert!(
+            e.contains("no NVIDIA driver") && e.contains("SHMEM_SIM=0"),
+            "{e}"
+        );
+        let e = choose_backend(Some("yes"), &Ok(1)).unwrap_err().to_string();
+        assert!(e.contains("SHMEM_SIM=\"yes\""), "{e}");
+    }
+
+    #[test]
     fn timeout_stops_everyone() {
         let mut s = sh("sleep 30", 2);
         s.timeout = Some(Duration::from_millis(300));

@@ -213,13 +213,6 @@ impl Shmem {
 
     /// Loads `image` into this GPU's context, then `nvshmemx_cumodule_init` on it.
     fn load_and_init(&self, mut image: Vec<u8>, origin: &Path) -> Result<sys::CUmodule> {
-        if self.is_simulated() {
-            return Err(Error::Simulator(format!(
-                "{} cannot run on the CPU simulator: it runs Rust kernels only (CUDA C++ \
-                 kernels need a GPU)",
-                origin.display()
-            )));
-        }
         image.push(0);
         let lib = self.gpu()?.lib;
         self.context()?.bind_to_thread()?;
@@ -254,6 +247,13 @@ impl Shmem {
     /// kernels are looked up by name and launched through [`ForeignModule::kernel`], whose
     /// caller states their parameter types.
     pub fn load_foreign_module(&self, path: &Path) -> Result<ForeignModule<'_>> {
+        if self.is_simulated() {
+            return Err(Error::Simulator(format!(
+                "{} cannot run on the CPU simulator: it runs Rust kernels only (CUDA C++ \
+                 kernels need a GPU)",
+                path.display()
+            )));
+        }
         let image = std::fs::read(path)
             .map_err(|e| Error::Module(format!("cannot read {}: {e}", path.display())))?;
         let cu_module = self.load_and_init(image, path)?;

@@ -75,8 +75,9 @@ struct Meeting {
     waiting: Vec<Option<(String, Box<dyn Any + Send>)>>,
     /// Completed calls.
     generation: u64,
-    /// The last completed call's result, `Result<R, String>`.
-    result: Option<Box<dyn Any + Send>>,
+    /// The last completed call's result: `R`, or what went wrong (for every PE, whatever
+    /// type its call expected).
+    result: Option<std::result::Result<Box<dyn Any + Send>, String>>,
     /// Per PE: how its code ended, once it has.
     ended: Vec<Option<String>>,
 }
@@ -297,11 +298,11 @@ impl SimPe {
                     .map(|(_, v)| v.downcast::<T>().ok().map(|b| *b))
                     .collect();
                 match values {
-                    Some(v) => f(v),
+                    Some(v) => f(v).map(|r| Box::new(r) as Box<dyn Any + Send>),
                     None => Err(format!("the PEs brought different things to {what}")),
                 }
             };
-            st.result = Some(Box::new(result));
+            st.result = Some(result);
             st.generation += 1;
             sh.changed.notify_all();
         } else {
@@ -313,12 +314,14 @@ impl SimPe {
                 st = sh.changed.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         }
-        st.result
-            .as_ref()
-            .and_then(|r| r.downcast_ref::<std::result::Result<R, String>>())
-            .cloned()
-            .unwrap_or_else(|| Err(format!("the result of {what} was lost")))
-            .map_err(Error::Simulator)
+        match &st.result {
+            Some(Ok(r)) => r
+                .downcast_ref::<R>()
+                .cloned()
+                .ok_or_else(|| Error::Simulator(format!("the result of {what} has another type"))),
+            Some(Err(e)) => Err(Error::Simulator(e.clone())),
+            None => Err(Error::Simulator(format!("the result of {what} was lost"))),
+        }
     }
 
     /// A barrier of every PE's host code.

@@ -138,3 +138,33 @@ fn per_iteration_kernel_matches_the_cpu_on_2_pes() {
     }
     check(&s, iters % 2 == 1, nx, ny, iters, every, seed);
 }
+
+/// The example's own host driver (`host::run`: collective allocation, module loading,
+/// typed launches, barriers, timing marks, the check against the CPU) on simulated PEs, as
+/// `halo_exchange` runs without a GPU: both variants, f32 and f64, 1 to 3 PEs.
+#[test]
+fn the_host_driver_runs_on_simulated_pes() {
+    use halo_exchange::host::{Dtype, Options, Variant, run};
+    use shmem_host::{Shmem, sim};
+    for (n, variant, dtype) in [
+        (1, Variant::Persistent, Dtype::F32),
+        (2, Variant::Persistent, Dtype::F64),
+        (2, Variant::PerIteration, Dtype::F32),
+        (3, Variant::PerIteration, Dtype::F64),
+    ] {
+        let outcomes = sim::run(n, || {
+            let rt = Shmem::init()?;
+            let mut o = Options::new(20, 14, "/nonexistent".into());
+            (o.iters, o.warmup, o.check_every, o.threads) = (6, 2, 2, 32);
+            (o.variant, o.dtype, o.verify) = (variant, dtype, true);
+            run(&rt, &o)
+        })
+        .unwrap_or_else(|e| panic!("{n} PEs {variant:?} {dtype:?}: {e}"));
+        for (pe, out) in outcomes.iter().enumerate() {
+            assert_eq!(out.mismatches, Some(0), "{n} PEs {variant:?}: PE {pe}");
+            assert!(out.residual_error.unwrap() <= 1e-12, "PE {pe}");
+            assert_eq!(out.residuals.len(), 3);
+            assert!(out.seconds_per_iter > 0.0);
+        }
+    }
+}

@@ -202,3 +202,43 @@ fn eight_pes() {
     run_case(&c, MODE_LOW_LATENCY, 6, 1);
     run_case(&c, MODE_THROUGHPUT, 7, 1);
 }
+
+/// The example's own host driver (`host::run`: buffers, layout and launch shapes, rounds,
+/// timing marks, the exactly-once check and the CPU combine) on simulated PEs, as
+/// `moe_dispatch` runs without a GPU: both modes, 2 and 4 PEs, with capacity drops.
+#[test]
+fn the_host_driver_runs_on_simulated_pes() {
+    use ::moe_dispatch::host::{Mode, Options, run};
+    use shmem_host::{Shmem, sim};
+    for (n, mode, capacity) in [
+        (2, Mode::LowLatency, None),
+        (2, Mode::Throughput, None),
+        (4, Mode::LowLatency, Some(2)),
+        (4, Mode::Throughput, Some(5)),
+    ] {
+        let outcomes = sim::run(n, || {
+            let rt = Shmem::init()?;
+            let mut o = Options::new(16, "/nonexistent".into());
+            (o.hidden, o.experts, o.top_k, o.threads, o.blocks) = (32, 8, 3, 32, Some(2));
+            (o.rounds, o.warmup, o.verify) = (1, 1, true);
+            (o.mode, o.capacity) = (mode, capacity);
+            run(&rt, &o)
+        })
+        .unwrap_or_else(|e| panic!("{n} PEs {mode:?}: {e}"));
+        let dropped: u64 = outcomes.iter().map(|o| o.dropped_per_round).sum();
+        for (pe, out) in outcomes.iter().enumerate() {
+            let check = out.check.as_ref().expect("verified");
+            assert!(
+                check.ok() && check.combine_diffs == 0,
+                "{n} PEs {mode:?} PE {pe}: {:?}",
+                check.dispatch.problems
+            );
+            assert_eq!(out.timings.len(), 1);
+        }
+        assert_eq!(
+            dropped > 0,
+            capacity.is_some(),
+            "{n} PEs {mode:?}: drops {dropped}"
+        );
+    }
+}
