@@ -55,6 +55,18 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
     build.args(["build-ptx", "--arch", "sm_80,sm_90", "--require-ptxas"]);
     step("build-ptx", &mut build)?;
     step("doctests", &mut c(&["test", "--workspace", "--doc"]))?;
+    // The README's programs on the CPU simulator (what its main command does on a machine
+    // without a GPU): each exits non-zero if its check against the CPU fails.
+    for (pkg, example) in [
+        ("shmem-host", "ring"),
+        ("halo-exchange", "halo_exchange"),
+        ("moe-dispatch", "moe_dispatch"),
+    ] {
+        step(
+            &format!("{example} on the simulator"),
+            c(&["run", "-q", "-p", pkg, "--example", example]).env("SHMEM_SIM", "1"),
+        )?;
+    }
     // Last, so the run's closing lines are the test suite's counts.
     step(
         "test",

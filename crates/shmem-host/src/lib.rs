@@ -26,6 +26,10 @@
 //!
 //! NVSHMEM's host library is loaded at run time ([`nvshmem`]); building this crate needs
 //! neither CUDA nor NVSHMEM.
+//!
+//! Without a GPU the same program runs on the CPU simulator ([`sim`], feature `sim`, on by
+//! default): [`launcher::run`] starts the PEs as threads of this process where no GPU is
+//! visible, and [`Shmem::init`] on such a thread returns its simulated PE.
 
 pub mod args;
 pub mod buffer;

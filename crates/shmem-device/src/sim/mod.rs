@@ -1,16 +1,10 @@
 //! The CPU simulator's execution engine (feature `sim`, host builds only): a grid of
 //! simulated GPU threads with CUDA's execution model, one seeded schedule at a time.
 //!
-//! **Status (issue 7, in progress).** Built: the execution model (thread and block indices,
-//! `sync_threads`, warp shuffles, ballots and `sync_warp`, the `scoped` atomics, so grid
-//! barriers work), deadlock reports with each waiting thread's source line, seeded
-//! reproducible schedules, and NVSHMEM's device API over PEs that are groups of simulated
-//! threads with their own symmetric heaps ([`shmem`]: remote writes land late and in a
-//! seeded order). Kernel functions run on it directly ([`World::run`]); the device-API
-//! suite, the halo-exchange and the MoE kernels pass their checks on it. Not built yet:
-//! `shmem-host` running a program's PEs in one process on the simulator (so the examples'
-//! own drivers, and the README's command on a machine without a GPU), and `x`-only grids
-//! are assumed.
+//! Two ways in: `shmem-host`'s simulator backend (`shmem_host::sim`, feature `sim`) runs
+//! whole programs, every PE a thread of one process, their launches run here; and
+//! [`World::run`] runs a kernel function directly on simulated PEs, as below. Grids and
+//! blocks may have up to three dimensions ([`World::run_shape`]).
 //!
 //! ```
 //! use shmem_device::sim::World;
