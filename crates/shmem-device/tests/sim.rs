@@ -257,6 +257,57 @@ fn a_flag_without_a_fence_can_overtake_the_data() {
     );
 }
 
+/// PE 0 puts 64 words to PE 1, then both PEs meet in `sync_all` (which, unlike
+/// `barrier_all`, completes nothing) or `barrier_all`; PE 1 then counts the stale words.
+fn stale_after_meeting(seed: u64, barrier: bool) -> u32 {
+    let w = World::new(2, 1 << 16);
+    let data = w.alloc::<u32>(64);
+    let src: Vec<u32> = (1..=64).collect();
+    let stale = AtomicU32::new(0);
+    w.run(1, 32, seed, || {
+        if thread_idx_x() != 0 {
+            return;
+        }
+        // SAFETY: a symmetric buffer of this test; one thread of each PE meets the other.
+        unsafe {
+            if my_pe() == 0 {
+                put_nbi(Thread, data.sym(), local(&src), 1);
+            }
+            if barrier {
+                shmem_device::coll::barrier_all(Thread);
+            } else {
+                shmem_device::coll::sync_all(Thread);
+            }
+            if my_pe() == 1 {
+                let bad = (0..64)
+                    .filter(|&i| data.at(i).read_volatile() != i as u32 + 1)
+                    .count();
+                stale.store(bad as u32, Ordering::Relaxed);
+            }
+        }
+    })
+    .unwrap();
+    stale.load(Ordering::Relaxed)
+}
+
+#[test]
+fn a_put_read_without_quiet_is_stale() {
+    let stale: Vec<u32> = (0..10)
+        .map(|seed| stale_after_meeting(seed, false))
+        .collect();
+    assert!(
+        stale.iter().any(|&s| s > 0),
+        "no seed showed the unquieted put as stale: {stale:?}"
+    );
+    let quieted: Vec<u32> = (0..10)
+        .map(|seed| stale_after_meeting(seed, true))
+        .collect();
+    assert!(
+        quieted.iter().all(|&s| s == 0),
+        "stale data after barrier_all, which quiets: {quieted:?}"
+    );
+}
+
 #[test]
 fn put_signal_delivers_data_before_the_signal() {
     for seed in 0..10 {
