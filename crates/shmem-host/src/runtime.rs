@@ -258,7 +258,7 @@ impl Shmem {
     /// that [`crate::sim::run`] started, returns that thread's simulated PE instead.
     pub fn init() -> Result<Shmem> {
         #[cfg(feature = "sim")]
-        if let Some(pe) = crate::sim::take_thread_pe() {
+        if let Some(pe) = crate::sim::take_thread_pe()? {
             return Ok(Shmem {
                 backend: Backend::Sim(pe),
             });
@@ -585,6 +585,17 @@ impl Shmem {
     /// is allocated.
     pub fn alloc<T: Copy + 'static>(&self, len: usize) -> Result<crate::buffer::SymBuffer<'_, T>> {
         crate::buffer::SymBuffer::new(self, len)
+    }
+}
+
+impl std::fmt::Debug for Shmem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shmem")
+            .field("my_pe", &self.my_pe())
+            .field("n_pes", &self.n_pes())
+            .field("simulated", &self.is_simulated())
+            .field("version", &self.version())
+            .finish()
     }
 }
 

@@ -93,12 +93,22 @@ unsafe impl<T> Sync for Crossing<T> {}
 
 std::thread_local! {
     static THREAD_PE: RefCell<Option<SimPe>> = const { RefCell::new(None) };
+    /// Which PE [`run`] started this thread as, whether or not its runtime was taken.
+    static THREAD_PE_INDEX: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
 }
 
-/// The simulated PE of this thread, if [`run`] started it and [`Shmem::init`] has not
-/// taken it yet.
-pub(crate) fn take_thread_pe() -> Option<SimPe> {
-    THREAD_PE.with(|p| p.borrow_mut().take())
+/// The simulated PE of this thread if [`run`] started it: `Ok(None)` on any other thread,
+/// an error when [`Shmem::init`] has taken it already.
+pub(crate) fn take_thread_pe() -> Result<Option<SimPe>> {
+    let Some(i) = THREAD_PE_INDEX.with(|c| c.get()) else {
+        return Ok(None);
+    };
+    match THREAD_PE.with(|p| p.borrow_mut().take()) {
+        Some(pe) => Ok(Some(pe)),
+        None => Err(Error::Bootstrap(format!(
+            "simulated PE {i} has started its runtime already (one Shmem per PE)"
+        ))),
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,6 +191,7 @@ pub fn run<R: Send>(n_pes: u32, pe: impl Fn() -> Result<R> + Sync) -> Result<Vec
                 std::thread::Builder::new()
                     .name(format!("pe {i}"))
                     .spawn_scoped(scope, move || {
+                        THREAD_PE_INDEX.with(|c| c.set(Some(i)));
                         THREAD_PE.with(|p| {
                             *p.borrow_mut() = Some(SimPe {
                                 pe: i,

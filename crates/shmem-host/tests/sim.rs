@@ -304,7 +304,8 @@ fn what_needs_a_gpu_is_a_clear_error() {
         ] {
             assert!(e.starts_with("simulator: "), "{e}");
         }
-        assert!(Shmem::init().is_err(), "one runtime per PE");
+        let again = Shmem::init().expect_err("one runtime per PE").to_string();
+        assert!(again.contains("has started its runtime already"), "{again}");
         Ok(())
     })
     .unwrap();
