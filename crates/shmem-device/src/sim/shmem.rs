@@ -3,7 +3,7 @@
 //!
 //! - A [`World`] holds `n` heaps of the same size; [`World::alloc`] reserves the same offset
 //!   in each, so a symmetric address is "this PE's heap base + offset" and is translated to
-//!   another PE's by offset ([`ptr`] maps every PE: the simulated PEs share a node).
+//!   another PE's by offset (`nvshmem_ptr` maps every PE: the simulated PEs share a node).
 //! - **Remote writes are pending until allowed to land**: `put`, `p`, `put_signal` and
 //!   `signal_op` (blocking or not) copy their source at the call and queue the write. A
 //!   queued write lands when its thread calls `quiet` (or a barrier, or ends), or at a
