@@ -2,6 +2,8 @@
 //! the same host API as on GPUs (collective allocation, typed launches, barriers), and each
 //! misuse reported with a clear error instead of a hang.
 
+#![cfg(feature = "sim")]
+
 use shmem_device::prelude::*;
 use shmem_host::{Error, LaunchConfig, Result, Shmem, sim};
 use std::path::Path;
