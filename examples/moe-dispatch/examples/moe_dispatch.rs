@@ -57,6 +57,7 @@ fn ptx_dir() -> PathBuf {
 }
 
 /// The command line.
+#[derive(Clone)]
 struct Cli {
     opts: Options,
     tokens: Vec<u32>,
@@ -314,18 +315,11 @@ fn compare(rt: &Shmem, cli: &Cli, cubin: &std::path::Path, reps: usize) -> shmem
 
 fn pe_main(cli: &Cli) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
-    let mut sim_cli;
+    let sim_cli;
     let cli = if rt.is_simulated() {
-        sim_cli = Cli {
-            opts: cli.opts.clone(),
-            tokens: cli.tokens.clone(),
-            experts: cli.experts.clone(),
-            modes: cli.modes.clone(),
-            pes: cli.pes,
-            compare: cli.compare.clone(),
-            given: cli.given.clone(),
-        };
-        sim_cli.simulator_defaults();
+        let mut c = cli.clone();
+        c.simulator_defaults();
+        sim_cli = c;
         &sim_cli
     } else {
         cli
