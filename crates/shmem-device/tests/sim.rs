@@ -209,9 +209,20 @@ fn a_ring_of_puts_on_four_pes() {
     );
 }
 
-/// PE 0 puts 64 words to PE 1 and then sets a flag there, with or without a fence
-/// between; PE 1 waits for the flag and counts the words it finds stale.
-fn stale_words(seed: u64, with_fence: bool) -> u32 {
+/// How PE 0's put of 64 words reaches PE 1's reader in [`stale_words`].
+#[derive(Clone, Copy)]
+enum Handoff {
+    /// PE 0 sets a flag on PE 1 after the put (with a fence between, or not); PE 1 waits
+    /// for the flag.
+    Flag { fence: bool },
+    /// Both PEs meet in `barrier_all` (which completes the put) or `sync_all` (which does
+    /// not).
+    Meet { barrier: bool },
+}
+
+/// PE 0 puts 64 words to PE 1, then hands off as `how` says; PE 1 counts the words it
+/// finds stale.
+fn stale_words(seed: u64, how: Handoff) -> u32 {
     let w = World::new(2, 1 << 16);
     let (data, flag) = (w.alloc::<u32>(64), w.alloc::<u64>(1));
     let src: Vec<u32> = (1..=64).collect();
@@ -221,62 +232,22 @@ fn stale_words(seed: u64, with_fence: bool) -> u32 {
             return;
         }
         // SAFETY: symmetric buffers of this test; PE 0 writes PE 1's, PE 1 reads its own
-        // after the flag.
+        // after the handoff; one thread of each PE meets the other.
         unsafe {
             if my_pe() == 0 {
                 put_nbi(Thread, data.sym(), local(&src), 1);
-                if with_fence {
-                    fence();
+            }
+            match how {
+                Handoff::Flag { fence: f } if my_pe() == 0 => {
+                    if f {
+                        fence();
+                    }
+                    p(flag.at(0), 1u64, 1);
+                    quiet();
                 }
-                p(flag.at(0), 1u64, 1);
-                quiet();
-            } else {
-                shmem_device::p2p::wait_until(flag.at(0), Cmp::Eq, 1u64);
-                let bad = (0..64)
-                    .filter(|&i| data.at(i).read_volatile() != i as u32 + 1)
-                    .count();
-                stale.store(bad as u32, Ordering::Relaxed);
-            }
-        }
-    })
-    .unwrap();
-    stale.load(Ordering::Relaxed)
-}
-
-#[test]
-fn a_flag_without_a_fence_can_overtake_the_data() {
-    let stale: Vec<u32> = (0..20).map(|seed| stale_words(seed, false)).collect();
-    assert!(
-        stale.iter().any(|&s| s > 0),
-        "no seed showed stale data: {stale:?}"
-    );
-    let fenced: Vec<u32> = (0..20).map(|seed| stale_words(seed, true)).collect();
-    assert!(
-        fenced.iter().all(|&s| s == 0),
-        "stale data despite the fence: {fenced:?}"
-    );
-}
-
-/// PE 0 puts 64 words to PE 1, then both PEs meet in `sync_all` (which, unlike
-/// `barrier_all`, completes nothing) or `barrier_all`; PE 1 then counts the stale words.
-fn stale_after_meeting(seed: u64, barrier: bool) -> u32 {
-    let w = World::new(2, 1 << 16);
-    let data = w.alloc::<u32>(64);
-    let src: Vec<u32> = (1..=64).collect();
-    let stale = AtomicU32::new(0);
-    w.run(1, 32, seed, || {
-        if thread_idx_x() != 0 {
-            return;
-        }
-        // SAFETY: a symmetric buffer of this test; one thread of each PE meets the other.
-        unsafe {
-            if my_pe() == 0 {
-                put_nbi(Thread, data.sym(), local(&src), 1);
-            }
-            if barrier {
-                shmem_device::coll::barrier_all(Thread);
-            } else {
-                shmem_device::coll::sync_all(Thread);
+                Handoff::Flag { .. } => shmem_device::p2p::wait_until(flag.at(0), Cmp::Eq, 1u64),
+                Handoff::Meet { barrier: true } => shmem_device::coll::barrier_all(Thread),
+                Handoff::Meet { barrier: false } => shmem_device::coll::sync_all(Thread),
             }
             if my_pe() == 1 {
                 let bad = (0..64)
@@ -291,16 +262,34 @@ fn stale_after_meeting(seed: u64, barrier: bool) -> u32 {
 }
 
 #[test]
+fn a_flag_without_a_fence_can_overtake_the_data() {
+    let stale: Vec<u32> = (0..20)
+        .map(|seed| stale_words(seed, Handoff::Flag { fence: false }))
+        .collect();
+    assert!(
+        stale.iter().any(|&s| s > 0),
+        "no seed showed stale data: {stale:?}"
+    );
+    let fenced: Vec<u32> = (0..20)
+        .map(|seed| stale_words(seed, Handoff::Flag { fence: true }))
+        .collect();
+    assert!(
+        fenced.iter().all(|&s| s == 0),
+        "stale data despite the fence: {fenced:?}"
+    );
+}
+
+#[test]
 fn a_put_read_without_quiet_is_stale() {
     let stale: Vec<u32> = (0..10)
-        .map(|seed| stale_after_meeting(seed, false))
+        .map(|seed| stale_words(seed, Handoff::Meet { barrier: false }))
         .collect();
     assert!(
         stale.iter().any(|&s| s > 0),
         "no seed showed the unquieted put as stale: {stale:?}"
     );
     let quieted: Vec<u32> = (0..10)
-        .map(|seed| stale_after_meeting(seed, true))
+        .map(|seed| stale_words(seed, Handoff::Meet { barrier: true }))
         .collect();
     assert!(
         quieted.iter().all(|&s| s == 0),
