@@ -36,6 +36,15 @@ impl LaunchConfig {
     fn threads(&self) -> u32 {
         self.block.0 * self.block.1 * self.block.2
     }
+    /// An error for an empty grid or block (a launch of kernel `name`).
+    fn check_nonempty(&self, name: &str) -> Result<()> {
+        if self.blocks() == 0 || self.threads() == 0 {
+            return Err(Error::Invalid(format!(
+                "launch of `{name}` with an empty grid or block: {self:?}"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A loaded, NVSHMEM-registered module. Only a registered module hands out kernels.
@@ -368,11 +377,7 @@ unsafe fn launch_raw(
     cfg: LaunchConfig,
     ptrs: &mut [*mut c_void],
 ) -> Result<()> {
-    if cfg.blocks() == 0 || cfg.threads() == 0 {
-        return Err(Error::Invalid(format!(
-            "launch of `{name}` with an empty grid or block: {cfg:?}"
-        )));
-    }
+    cfg.check_nonempty(name)?;
     let stream = rt.stream()?.cu_stream();
     rt.context()?.bind_to_thread()?;
     if collective {
@@ -510,12 +515,7 @@ where
         let mut params = args.to_params();
         #[cfg(feature = "sim")]
         if let Some(sim) = self.module.rt.sim() {
-            if cfg.blocks() == 0 || cfg.threads() == 0 {
-                return Err(Error::Invalid(format!(
-                    "launch of `{}` with an empty grid or block: {cfg:?}",
-                    K::NAME
-                )));
-            }
+            cfg.check_nonempty(K::NAME)?;
             let shape = shmem_device::sim::Shape {
                 grid: cfg.grid,
                 block: cfg.block,

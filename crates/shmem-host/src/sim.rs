@@ -386,7 +386,7 @@ impl SimPe {
             }
             let params = Crossing(all.into_iter().map(|(_, p)| p.0).collect::<Vec<_>>());
             let index = sh.launches.fetch_add(1, Ordering::Relaxed);
-            let seed = launch_seed(sh.seed, index);
+            let seed = shmem_device::sim::derive_seed(sh.seed, index);
             let params = &params;
             sh.world
                 .run_shape(shape, seed, move || {
@@ -405,14 +405,6 @@ impl SimPe {
                 })
         })
     }
-}
-
-/// The seed of launch `index` under base seed `base` (splitmix64 of their combination).
-fn launch_seed(base: u64, index: u64) -> u64 {
-    let mut z = base ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Blocks of `threads` threads that fit on a simulated GPU at once.
@@ -444,6 +436,7 @@ mod tests {
         assert_eq!(base_seed(Some("0x10".into())).unwrap(), 16);
         assert_eq!(base_seed(Some("17".into())).unwrap(), 17);
         assert!(base_seed(Some("x".into())).is_err());
-        assert_ne!(launch_seed(1, 0), launch_seed(1, 1));
+        let seed = shmem_device::sim::derive_seed;
+        assert_ne!(seed(1, 0), seed(1, 1));
     }
 }

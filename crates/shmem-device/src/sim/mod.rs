@@ -187,6 +187,13 @@ fn ctx() -> Option<Ctx> {
 /// Raised (as a panic payload) in threads stopped because the launch was aborted.
 struct Aborted;
 
+/// The seed of run `index` of a sequence run under seed `base` (how `shmem-host` seeds a
+/// program's successive launches from one `SHMEM_SIM_SEED`).
+pub fn derive_seed(base: u64, index: u64) -> u64 {
+    let mut rng = base ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    next_random(&mut rng)
+}
+
 fn next_random(rng: &mut u64) -> u64 {
     *rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *rng;
