@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use shmem_device::kernel::Kernel;
 use shmem_host::args::{HostArgs, ParamPtrs};
 pub use shmem_host::measure::{CEILING_BYTES, median};
-use shmem_host::{AnyModule, LaunchConfig, Result, Shmem, SymBuffer};
+use shmem_host::{KernelFn, LaunchConfig, Module, Result, Shmem, SymBuffer};
 
 /// The largest message of the bandwidth tests.
 pub const MAX_BYTES: usize = 32 << 20;
@@ -256,35 +256,44 @@ struct Buffers<'rt> {
     out: SymBuffer<'rt, u32>,
 }
 
+/// One kernel in both implementations, and whether it is launched cooperatively (it waits
+/// on other PEs).
+struct Pair<'m, K> {
+    k: [KernelFn<'m, K>; 2],
+    cooperative: bool,
+}
+
 /// Both implementations' kernels.
 struct Kernels<'m> {
-    bw: [shmem_host::AnyKernel<'m, kernels::bw>; 2],
-    p_bw: [shmem_host::AnyKernel<'m, kernels::p_bw>; 2],
-    latency: [shmem_host::AnyKernel<'m, kernels::latency>; 2],
-    ping_pong: [shmem_host::AnyKernel<'m, kernels::ping_pong>; 2],
-    alltoall: [shmem_host::AnyKernel<'m, kernels::alltoall_lat>; 2],
+    bw: Pair<'m, kernels::bw>,
+    p_bw: Pair<'m, kernels::p_bw>,
+    latency: Pair<'m, kernels::latency>,
+    ping_pong: Pair<'m, kernels::ping_pong>,
+    alltoall: Pair<'m, kernels::alltoall_lat>,
 }
 
 fn pair<'m, K: Kernel>(
-    rust: &'m AnyModule<'m>,
-    cuda: &'m AnyModule<'m>,
-    collective: bool,
-) -> Result<[shmem_host::AnyKernel<'m, K>; 2]>
+    rust: &'m Module<'m>,
+    cuda: &'m Module<'m>,
+    cooperative: bool,
+) -> Result<Pair<'m, K>>
 where
     K::Params: ParamPtrs,
 {
-    // SAFETY: `cuda/perftest.cu` declares every kernel with the name and parameters of the
-    // Rust kernel (`Slice<T>` is `SymSlice<T>`'s layout; pointers for `Sym<T>`).
-    unsafe { Ok([rust.kernel::<K>(collective)?, cuda.kernel::<K>(collective)?]) }
+    Ok(Pair {
+        k: [rust.kernel::<K>()?, cuda.kernel::<K>()?],
+        cooperative,
+    })
 }
 
-/// Times one launch of `k` on the runtime's stream, in milliseconds.
+/// Times one launch of implementation `i` of `k` on the runtime's stream, in milliseconds.
 ///
 /// # Safety
 /// The kernel's contract for these arguments.
 unsafe fn time<K: Kernel>(
     rt: &Shmem,
-    k: &shmem_host::AnyKernel<'_, K>,
+    k: &Pair<'_, K>,
+    i: usize,
     cfg: LaunchConfig,
     args: impl HostArgs<K::Params>,
 ) -> Result<f64>
@@ -293,7 +302,7 @@ where
 {
     let start = rt.mark()?;
     // SAFETY: the caller's contract.
-    unsafe { k.launch(cfg, args)? };
+    unsafe { k.k[i].launch(cfg.with_cooperative(k.cooperative), args)? };
     let end = rt.mark()?;
     end.synchronize()?;
     Ok(end.seconds_since(&start)? * 1e3)
@@ -338,11 +347,11 @@ impl Bench<'_, '_> {
                             &b.counter,
                             peer,
                         );
-                        time(rt, &self.k.bw[i], cfg, args)?
+                        time(rt, &self.k.bw, i, cfg, args)?
                     }
                     Test::PBw => {
                         let args = (&b.words, p.bytes / 4, p.iters, peer);
-                        time(rt, &self.k.p_bw[i], cfg, args)?
+                        time(rt, &self.k.p_bw, i, cfg, args)?
                     }
                     Test::PutLat | Test::GetLat | Test::PLat | Test::GLat => {
                         let op = match p.test {
@@ -352,12 +361,12 @@ impl Bench<'_, '_> {
                             _ => LAT_G,
                         };
                         let args = (op, p.scope, &b.b, &b.a, p.bytes, p.iters, peer, &b.out);
-                        time(rt, &self.k.latency[i], cfg, args)?
+                        time(rt, &self.k.latency, i, cfg, args)?
                     }
                     Test::SignalPingPong | Test::PutSignalPingPong => {
                         let kind = u32::from(p.test == Test::PutSignalPingPong);
                         let args = (kind, &b.b, &b.a, p.bytes, &b.sig, p.iters, peer);
-                        time(rt, &self.k.ping_pong[i], cfg, args)?
+                        time(rt, &self.k.ping_pong, i, cfg, args)?
                     }
                     Test::Alltoall => unreachable!("alltoall runs in `alltoall_point`"),
                 }
@@ -379,7 +388,8 @@ impl Bench<'_, '_> {
         let ms = unsafe {
             time(
                 rt,
-                &self.k.alltoall[imp as usize],
+                &self.k.alltoall,
+                imp as usize,
                 LaunchConfig::linear(p.ctas, p.threads),
                 (&dest, &src, p.iters),
             )?
@@ -401,8 +411,8 @@ impl Bench<'_, '_> {
 /// (other PEs get empty time lists). Collective.
 pub fn run(
     rt: &Shmem,
-    rust: &AnyModule<'_>,
-    cuda: &AnyModule<'_>,
+    rust: &Module<'_>,
+    cuda: &Module<'_>,
     points: &[Point],
     reps: usize,
     mut progress: impl FnMut(usize, &Measured),

@@ -13,7 +13,7 @@
 use serde_json::json;
 use shmem_bench::host::{self, Measured};
 use shmem_host::launcher::{Role, run_as_pes};
-use shmem_host::{AnyModule, Error, Shmem};
+use shmem_host::{Error, Shmem};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -81,8 +81,10 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         return Err(Error::Invalid("shmem-bench needs at least 2 PEs".into()));
     }
     let me = rt.my_pe();
-    let rust = AnyModule::Rust(Box::new(rt.load_module(&ptx_dir(), "shmem-bench")?));
-    let cuda = AnyModule::Foreign(rt.load_foreign_module(&a.cuda)?);
+    let rust = rt.load_module(&ptx_dir(), "shmem-bench")?;
+    // SAFETY: `cuda/perftest.cu` declares every kernel with the name and parameters of the
+    // Rust kernel (`Slice<T>` is `SymSlice<T>`'s layout; pointers for `Sym<T>`).
+    let cuda = unsafe { rt.load_cuda_module(&a.cuda)? };
     let points: Vec<_> = host::plan(a.quick)
         .into_iter()
         .filter(|p| {
@@ -121,7 +123,7 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         "pes": rt.n_pes(),
         "nvshmem": format!("{major}.{minor}.{patch}"),
         "reps": a.reps,
-        "rust_ptx": rust_origin(&rust),
+        "rust_ptx": rust.origin().display().to_string(),
         "cuda_cubin": a.cuda.display().to_string(),
         "verdict": verdict,
     });
@@ -149,13 +151,6 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
     write("table.txt", table)?;
     println!("wrote {}/bench.json and table.txt", a.out.display());
     Ok(())
-}
-
-fn rust_origin(m: &AnyModule<'_>) -> String {
-    match m {
-        AnyModule::Rust(m) => m.loaded_from.display().to_string(),
-        AnyModule::Foreign(m) => m.loaded_from.display().to_string(),
-    }
 }
 
 fn main() -> ExitCode {

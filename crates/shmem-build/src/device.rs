@@ -6,7 +6,7 @@
 //! `Cargo.toml`. rustc's nvptx "linker" is replaced by `true`: we only want the bitcode
 //! (`--emit=llvm-bc`), and do the real link ourselves with NVSHMEM's library.
 
-use crate::arch::Arch;
+use crate::Arch;
 use crate::error::{Error, Result};
 use crate::toolchain::Toolchain;
 use std::path::{Path, PathBuf};

@@ -57,15 +57,7 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::UnknownArch(a) => write!(
-                f,
-                "unknown GPU architecture `{a}`: use one of {} (e.g. `--arch sm_90`)",
-                crate::Arch::ALL
-                    .iter()
-                    .map(|a| a.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            Error::UnknownArch(a) => write!(f, "{}", shmem_manifest::UnknownArch(a.clone())),
             Error::Toolchain { problem, fix } => write!(f, "{problem}\n  fix: {fix}"),
             Error::NvshmemNotFound { searched } => {
                 writeln!(
@@ -122,5 +114,17 @@ impl<T> IoContext<T> for std::io::Result<T> {
             context: context(),
             source,
         })
+    }
+}
+
+impl From<shmem_manifest::UnknownArch> for Error {
+    fn from(e: shmem_manifest::UnknownArch) -> Self {
+        Error::UnknownArch(e.0)
+    }
+}
+
+impl From<shmem_manifest::ManifestError> for Error {
+    fn from(e: shmem_manifest::ManifestError) -> Self {
+        Error::Crate(e.0)
     }
 }

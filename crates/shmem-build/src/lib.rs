@@ -27,21 +27,19 @@
 //! The LLVM tools are the toolchain's own (`llvm-tools` component), so the bitcode rustc
 //! writes is always readable by them.
 
-mod arch;
 mod device;
 mod error;
 pub mod ir;
 pub mod link;
 pub mod locate;
-pub mod manifest;
+mod meta;
 pub mod ptx;
 pub mod setup;
 mod toolchain;
 
-pub use arch::Arch;
 pub use error::{Error, Result};
 pub use locate::Nvshmem;
-pub use manifest::{KernelManifest, Manifest, ParamManifest};
+pub use shmem_manifest::{Arch, KernelManifest, MANIFEST_FORMAT, Manifest, ParamManifest, search};
 pub use toolchain::Toolchain;
 
 use error::IoContext;
@@ -207,7 +205,7 @@ impl Builder {
                         .ctx(|| format!("writing {}", ptx_path.display()))?;
                     let (maj, min) = arch.ptx_isa();
                     let m = Manifest {
-                        format: manifest::MANIFEST_FORMAT,
+                        format: MANIFEST_FORMAT,
                         crate_name: pkg.name.clone(),
                         arch: arch.name().into(),
                         ptx_isa: format!("{maj}.{min}"),
@@ -244,7 +242,7 @@ impl Builder {
                 }
             }
             if rebuilt {
-                let json = serde_json::to_string_pretty(&manifest).expect("manifest serializes");
+                let json = manifest.to_json();
                 std::fs::write(&manifest_file, json + "\n")
                     .ctx(|| format!("writing {}", manifest_file.display()))?;
             }

@@ -1,10 +1,11 @@
 //! Steps 2–4: link NVSHMEM's device bitcode into the kernel module, internalize and
 //! optimise, emit PTX; then read the facts the manifest records and verify the result.
 
-use crate::arch::Arch;
+use crate::Arch;
 use crate::error::{Error, IoContext, Result};
-use crate::manifest::{KernelManifest, MetaRecord, ParamManifest};
+use crate::meta::MetaRecord;
 use crate::toolchain::{Toolchain, run_stdout};
+use crate::{KernelManifest, ParamManifest};
 use crate::{ir, ptx};
 use std::path::Path;
 use std::process::Command;

@@ -7,15 +7,10 @@
 //! has `lib/libnvshmem_device.bc` or per-arch `lib/libnvshmem_device_sm_NN.bc`; a wheel's
 //! install root (`.../site-packages`) is accepted too and resolved to `nvidia/nvshmem`.
 
-use crate::arch::Arch;
+use crate::Arch;
 use crate::error::{Error, Result};
+pub use shmem_manifest::search::{local_deps_dir, local_nvshmem_installs, site_packages};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// Where the project-local dependencies live: `<root>/.shmem`.
-pub fn local_deps_dir(project_root: &Path) -> PathBuf {
-    project_root.join(".shmem")
-}
 
 /// One NVSHMEM installation's device library.
 #[derive(Clone, Debug)]
@@ -73,8 +68,10 @@ impl Nvshmem {
             .into_iter()
             .chain(site_packages())
             .collect();
-        let fallback =
-            local_deps_dir(project_root).join(format!("nvshmem-{}", crate::setup::DEFAULT_NVSHMEM));
+        let fallback = local_deps_dir(project_root).join(format!(
+            "nvshmem-{}",
+            shmem_manifest::search::DEFAULT_NVSHMEM
+        ));
         Self::locate_in(explicit, home.as_deref(), candidates, fallback)
     }
 
@@ -111,64 +108,6 @@ impl Nvshmem {
         }
         Err(Error::NvshmemNotFound { searched })
     }
-}
-
-/// `.shmem/nvshmem-*` installs, the default version (3.4.5, what the GPU machines run) first.
-pub fn local_nvshmem_installs(project_root: &Path) -> Vec<PathBuf> {
-    let deps = local_deps_dir(project_root);
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&deps)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("nvshmem-"))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort_by_key(|p| {
-        (
-            !p.ends_with(format!("nvshmem-{}", crate::setup::DEFAULT_NVSHMEM)),
-            p.clone(),
-        )
-    });
-    v
-}
-
-/// Python's site-packages directories (system, user, and an active virtualenv), asked of
-/// Python once per process.
-pub fn site_packages() -> Vec<PathBuf> {
-    static DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
-    DIRS.get_or_init(ask_python_for_site_packages).clone()
-}
-
-fn ask_python_for_site_packages() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(venv) = std::env::var_os("VIRTUAL_ENV")
-        && let Ok(rd) = std::fs::read_dir(Path::new(&venv).join("lib"))
-    {
-        dirs.extend(rd.flatten().map(|e| e.path().join("site-packages")));
-    }
-    for py in ["python3", "python"] {
-        let out = Command::new(py)
-            .args(["-c", "import site,sys; print('\\n'.join(site.getsitepackages()+[site.getusersitepackages()]))"])
-            .output();
-        if let Ok(out) = out
-            && out.status.success()
-        {
-            dirs.extend(
-                String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .filter(|l| !l.is_empty())
-                    .map(PathBuf::from),
-            );
-            break;
-        }
-    }
-    dirs.retain(|d| d.is_dir());
-    dirs.dedup();
-    dirs
 }
 
 /// Finds `ptxas`: `PTXAS`, `CUDA_HOME`/`CUDA_PATH`, `PATH`, the project-local

@@ -7,8 +7,7 @@ use crate::locate::{Nvshmem, local_deps_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The NVSHMEM release the GPU machines run; the default to link against.
-pub const DEFAULT_NVSHMEM: &str = "3.4.5";
+pub use shmem_manifest::search::DEFAULT_NVSHMEM;
 /// The NVSHMEM releases CI builds against: the oldest and newest supported.
 pub const TESTED_NVSHMEM: [&str; 2] = ["3.4.5", "3.8.0"];
 /// The pip package that provides `ptxas` 13.0.

@@ -36,7 +36,7 @@ fn run() -> shmem_host::Result<()> {
     let want = (me + n - 1) % n;
     println!(
         "PE {me} of {n}: received {got} (expected {want}) from {}",
-        module.loaded_from.display()
+        module.origin().display()
     );
     if got != want {
         return Err(shmem_host::Error::Invalid(format!(

@@ -2,8 +2,7 @@
 
 use crate::args::HostArg;
 use crate::error::{Error, Result};
-use crate::runtime::{Backend, Shmem};
-use cudarc::driver::{result, sys};
+use crate::runtime::Shmem;
 use shmem_device::{Sym, SymSlice};
 use std::marker::PhantomData;
 
@@ -27,47 +26,16 @@ impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
                 std::any::type_name::<T>()
             ))
         })?;
-        #[cfg(feature = "sim")]
-        if let Some(sim) = rt.sim() {
-            let offset = sim
-                .alloc(bytes)?
-                .map_err(|(min, max)| Error::UnequalAllocation {
-                    mine: bytes,
-                    min,
-                    max,
-                })?;
-            let b = SymBuffer {
-                rt,
-                ptr: sim.world().address(sim.my_pe() as u32, offset).cast::<T>(),
-                len,
-                _t: PhantomData,
-            };
-            b.zero()?;
-            return Ok(b);
-        }
-        let (min, max) = rt.min_max(bytes as i64)?;
-        if min != max {
-            return Err(Error::UnequalAllocation {
-                mine: bytes,
-                min: min as usize,
-                max: max as usize,
-            });
-        }
-        let ptr = rt.gpu()?.raw_malloc(bytes).cast::<T>();
-        if ptr.is_null() {
-            return Err(Error::Nvshmem {
-                call: "nvshmem_malloc (symmetric heap exhausted? see NVSHMEM_SYMMETRIC_SIZE)",
-                status: -1,
-            });
-        }
-        let b = SymBuffer {
+        Ok(SymBuffer {
             rt,
-            ptr,
+            ptr: rt.backend.alloc(bytes)?.cast::<T>(),
             len,
             _t: PhantomData,
-        };
-        b.zero()?;
-        Ok(b)
+        })
+    }
+
+    fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
     }
 
     /// Number of elements.
@@ -84,34 +52,10 @@ impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
         self.ptr as u64
     }
 
-    /// Under the simulator: this PE's copy as host memory (no kernel runs while a PE's host
-    /// code does: launches are collective).
-    #[cfg(feature = "sim")]
-    fn host_slice(&self) -> Option<*mut T> {
-        self.rt.sim().map(|_| self.ptr)
-    }
-    #[cfg(not(feature = "sim"))]
-    fn host_slice(&self) -> Option<*mut T> {
-        None
-    }
-
     /// Fills this PE's copy with zero bytes.
     pub fn zero(&self) -> Result<()> {
-        if let Some(p) = self.host_slice() {
-            // SAFETY: `len` `T`s of this PE's simulated heap, which only this thread touches
-            // while no launch runs.
-            unsafe { std::ptr::write_bytes(p, 0, self.len) };
-            return Ok(());
-        }
-        // SAFETY: `ptr` is `len * size_of::<T>()` bytes of this PE's symmetric heap.
-        unsafe {
-            result::memset_d8_sync(
-                self.ptr as sys::CUdeviceptr,
-                0,
-                self.len * std::mem::size_of::<T>(),
-            )?
-        };
-        Ok(())
+        // SAFETY: `ptr` is `bytes()` bytes of this PE's symmetric heap.
+        unsafe { self.rt.backend.fill_zero(self.ptr.cast(), self.bytes()) }
     }
 
     /// Copies `src` into this PE's copy.
@@ -123,15 +67,12 @@ impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
                 src.len()
             )));
         }
-        if let Some(p) = self.host_slice() {
-            // SAFETY: lengths match; `p` is this PE's simulated copy (see `zero`).
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, self.len) };
-            return Ok(());
+        // SAFETY: lengths match; the destination is this PE's symmetric copy.
+        unsafe {
+            self.rt
+                .backend
+                .write(self.ptr.cast(), src.as_ptr().cast(), self.bytes())
         }
-        self.rt.synchronize()?;
-        // SAFETY: lengths match; the destination is this PE's symmetric copy; the stream is idle.
-        unsafe { result::memcpy_htod_sync(self.ptr as sys::CUdeviceptr, src)? };
-        Ok(())
     }
 
     /// Copies this PE's copy into `dst`, after the stream's work has finished.
@@ -143,32 +84,19 @@ impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
                 dst.len()
             )));
         }
-        if let Some(p) = self.host_slice() {
-            // SAFETY: lengths match; `p` is this PE's simulated copy (see `zero`).
-            unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), self.len) };
-            return Ok(());
+        // SAFETY: lengths match; the source is this PE's symmetric copy.
+        unsafe {
+            self.rt
+                .backend
+                .read(dst.as_mut_ptr().cast(), self.ptr.cast(), self.bytes())
         }
-        self.rt.synchronize()?;
-        // SAFETY: lengths match; the source is this PE's symmetric copy; the stream is idle.
-        unsafe { result::memcpy_dtoh_sync(dst, self.ptr as sys::CUdeviceptr)? };
-        Ok(())
     }
 
     /// The address at which this process can reach `pe`'s copy by loads, stores and
     /// copy-engine copies (`nvshmem_ptr`), or `None` when `pe` is not mapped (another node).
     pub fn peer_device_ptr(&self, pe: i32) -> Result<Option<u64>> {
         self.rt.check_pe(pe)?;
-        #[cfg(feature = "sim")]
-        if let Some(sim) = self.rt.sim() {
-            let w = sim.world();
-            let offset = self.ptr as usize - w.address(sim.my_pe() as u32, 0) as usize;
-            return Ok(Some(w.address(pe as u32, offset) as u64));
-        }
-        let lib = self.rt.gpu()?.lib;
-        // SAFETY: `ptr` is a live symmetric address; `pe` is in range; the call only
-        // translates the address.
-        let p = unsafe { (lib.nvshmem_ptr)(self.ptr.cast_const().cast(), pe) };
-        Ok((!p.is_null()).then_some(p as u64))
+        Ok(self.rt.backend.peer_ptr(self.ptr.cast_const().cast(), pe))
     }
 
     /// This PE's copy as a `Vec`.
@@ -198,22 +126,9 @@ impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
 
 impl<T> Drop for SymBuffer<'_, T> {
     fn drop(&mut self) {
-        match &self.rt.backend {
-            Backend::Gpu(g) => {
-                let _ = g.stream.synchronize();
-                // SAFETY: allocated by `nvshmem_malloc` in `new`, freed once; collective by
-                // the documented drop-order contract.
-                unsafe { (g.lib.nvshmem_free)(self.ptr.cast()) }
-            }
-            // The first PE to drop it frees the offset in every heap; no PE can allocate
-            // again before every PE has dropped it (allocation is collective, drops come in
-            // the same order on every PE).
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => {
-                let w = s.world();
-                w.free_offset(self.ptr as usize - w.address(s.my_pe() as u32, 0) as usize);
-            }
-        }
+        // SAFETY: allocated by the backend in `new`, freed once; collective by the
+        // documented drop-order contract.
+        unsafe { self.rt.backend.free(self.ptr.cast()) }
     }
 }
 

@@ -33,6 +33,18 @@ pub enum Error {
         /// The largest request of any PE.
         max: usize,
     },
+    /// The symmetric heap has no room for an allocation (`nvshmem_malloc` returned NULL).
+    HeapExhausted {
+        /// Bytes asked for.
+        bytes: usize,
+    },
+    /// Several PEs would share a GPU without CUDA MPS, which NVSHMEM needs for that.
+    NeedsMps {
+        /// PEs asked for.
+        pes: usize,
+        /// GPUs visible.
+        gpus: usize,
+    },
     /// A module cannot run here (arch, NVSHMEM version, missing files, stale build).
     Module(String),
     /// A collective kernel's grid cannot be co-resident on the GPU, so it would deadlock.
@@ -70,7 +82,21 @@ impl fmt::Display for Error {
                 )
             }
             Error::Cuda(m) => write!(f, "CUDA: {m}"),
-            Error::Nvshmem { call, status } => write!(f, "{call} returned {status}"),
+            Error::Nvshmem { call, status } => {
+                write!(f, "NVSHMEM: {call} failed (status {status})")
+            }
+            Error::HeapExhausted { bytes } => write!(
+                f,
+                "NVSHMEM: nvshmem_malloc of {bytes} bytes returned NULL: the symmetric heap is full \
+                 (raise NVSHMEM_SYMMETRIC_SIZE, e.g. NVSHMEM_SYMMETRIC_SIZE=4G)"
+            ),
+            Error::NeedsMps { pes, gpus } => write!(
+                f,
+                "{pes} PEs would share {gpus} GPU(s), and NVSHMEM runs several PEs on one GPU only under CUDA MPS, \
+                 which is not running (no control pipe in {}). Start it with `nvidia-cuda-mps-control -d` \
+                 (stop it with `echo quit | nvidia-cuda-mps-control`), or run at most {gpus} PE(s)",
+                crate::launcher::mps_pipe_dir().display()
+            ),
             Error::Bootstrap(m) => write!(f, "cannot start NVSHMEM: {m}"),
             Error::UnequalAllocation { mine, min, max } => write!(
                 f,

@@ -6,6 +6,7 @@
 //! the others are stopped at once and the launch fails naming that PE and its status.
 
 use crate::error::{Error, Result};
+use crate::runtime::BackendKind;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -18,12 +19,64 @@ use std::time::{Duration, Instant};
 pub struct LaunchSpec {
     /// Number of PEs (processes).
     pub n: usize,
+    /// The GPUs the PEs spread over, round-robin (PE `i` on GPU `i % gpus`); more PEs than
+    /// GPUs need CUDA MPS ([`mps_running`]), and each PE then gets its share of the GPU's
+    /// threads (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, unless set). `None`: PE `i` on GPU `i`,
+    /// unchecked.
+    pub gpus: Option<usize>,
     /// The program every PE runs.
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<OsString>,
     /// Give up (and stop every PE) after this long.
     pub timeout: Option<Duration>,
+}
+
+/// Where CUDA MPS keeps its pipes: `CUDA_MPS_PIPE_DIRECTORY`, else `/tmp/nvidia-mps`.
+pub fn mps_pipe_dir() -> PathBuf {
+    std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/nvidia-mps"))
+}
+
+/// Whether a CUDA MPS control daemon is running for this user (its control pipe exists).
+pub fn mps_running() -> bool {
+    mps_pipe_dir().join("control").exists()
+}
+
+/// Where each PE runs: its GPU, and the share of that GPU's threads it may use when PEs
+/// share GPUs under MPS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// GPU ordinal per PE.
+    pub device: Vec<usize>,
+    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for every PE, when PEs share GPUs.
+    pub mps_percentage: Option<u32>,
+}
+
+impl Placement {
+    /// `n` PEs over `gpus` GPUs, round-robin. Sharing a GPU needs MPS (`mps`); without it
+    /// the error names the command that starts it.
+    pub fn new(n: usize, gpus: Option<usize>, mps: bool) -> Result<Placement> {
+        let Some(gpus) = gpus else {
+            return Ok(Placement {
+                device: (0..n).collect(),
+                mps_percentage: None,
+            });
+        };
+        if gpus == 0 {
+            return Err(Error::Launch("no GPU visible".into()));
+        }
+        let per_gpu = n.div_ceil(gpus);
+        if per_gpu > 1 && !mps {
+            return Err(Error::NeedsMps { pes: n, gpus });
+        }
+        Ok(Placement {
+            device: (0..n).map(|i| i % gpus).collect(),
+            mps_percentage: (per_gpu > 1).then(|| (100 / per_gpu as u32).max(1)),
+        })
+    }
 }
 
 /// How a PE ended.
@@ -101,6 +154,7 @@ pub fn run_as_pes(n: Option<usize>) -> Result<Role> {
         .map_err(|e| Error::Launch(format!("cannot find this program: {e}")))?;
     launch(&LaunchSpec {
         n,
+        gpus: Some(visible_gpus()?),
         program,
         args: std::env::args_os().skip(1).collect(),
         timeout: None,
@@ -112,24 +166,40 @@ pub fn run_as_pes(n: Option<usize>) -> Result<Role> {
 /// the `n` of [`run`] overrides it).
 pub const SIM_DEFAULT_PES: usize = 2;
 
-/// Where [`run`] runs a program's PEs.
+/// Where [`run`] runs a program's PEs, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// One process per GPU (this program, re-run under [`launch`]).
-    Gpu,
-    /// Threads of this process on the CPU simulator; why it was chosen.
-    Simulator(String),
+pub struct Choice {
+    /// GPUs (one process per PE, this program re-run under [`launch`]) or the simulator
+    /// (threads of this process).
+    pub backend: BackendKind,
+    /// Why, in words (shown when the simulator is chosen).
+    pub why: String,
+}
+
+impl Choice {
+    fn gpu() -> Choice {
+        Choice {
+            backend: BackendKind::Gpu,
+            why: "GPUs visible".into(),
+        }
+    }
+    fn sim(why: impl Into<String>) -> Choice {
+        Choice {
+            backend: BackendKind::Simulator,
+            why: why.into(),
+        }
+    }
 }
 
 /// The backend for a program started directly: `SHMEM_SIM=1` asks for the simulator,
 /// `SHMEM_SIM=0` for GPUs (an error where there are none); otherwise GPUs if the driver
 /// sees any, else the simulator (`gpus` is what [`visible_gpus`] said).
-pub fn choose_backend(sim_var: Option<&str>, gpus: &Result<usize>) -> Result<Backend> {
+pub fn choose_backend(sim_var: Option<&str>, gpus: &Result<usize>) -> Result<Choice> {
     match sim_var.map(str::trim) {
-        Some("1") => return Ok(Backend::Simulator("SHMEM_SIM=1".into())),
+        Some("1") => return Ok(Choice::sim("SHMEM_SIM=1")),
         Some("0") => {
             return match gpus {
-                Ok(n) if *n > 0 => Ok(Backend::Gpu),
+                Ok(n) if *n > 0 => Ok(Choice::gpu()),
                 Ok(_) => Err(Error::Launch(
                     "no GPU visible (and SHMEM_SIM=0 refuses the CPU simulator)".into(),
                 )),
@@ -146,12 +216,10 @@ pub fn choose_backend(sim_var: Option<&str>, gpus: &Result<usize>) -> Result<Bac
         _ => {}
     }
     Ok(match gpus {
-        Ok(n) if *n > 0 => Backend::Gpu,
-        Ok(_) => Backend::Simulator("no GPU visible".into()),
-        Err(e) if e.to_string().contains("no NVIDIA driver") => {
-            Backend::Simulator("no NVIDIA driver".into())
-        }
-        Err(e) => Backend::Simulator(format!("no usable GPU: {e}")),
+        Ok(n) if *n > 0 => Choice::gpu(),
+        Ok(_) => Choice::sim("no GPU visible"),
+        Err(e) if e.to_string().contains("no NVIDIA driver") => Choice::sim("no NVIDIA driver"),
+        Err(e) => Choice::sim(format!("no usable GPU: {e}")),
     })
 }
 
@@ -175,12 +243,13 @@ pub fn run(n: Option<usize>, pe: impl Fn() -> Result<()> + Sync) -> Result<()> {
         Some("1") => Ok(0),
         _ => visible_gpus(),
     };
-    match choose_backend(sim_var.as_deref(), &gpus)? {
-        Backend::Gpu => match run_as_pes(n)? {
+    let choice = choose_backend(sim_var.as_deref(), &gpus)?;
+    match choice.backend {
+        BackendKind::Gpu => match run_as_pes(n)? {
             Role::Pe => pe(),
             Role::LaunchedAll => Ok(()),
         },
-        Backend::Simulator(why) => simulate(n.unwrap_or(SIM_DEFAULT_PES), &why, pe),
+        BackendKind::Simulator => simulate(n.unwrap_or(SIM_DEFAULT_PES), &choice.why, pe),
     }
 }
 
@@ -206,6 +275,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<()> {
     if spec.n == 0 {
         return Err(Error::Launch("cannot launch 0 PEs".into()));
     }
+    let placement = Placement::new(spec.n, spec.gpus, mps_running())?;
     let dir = std::env::temp_dir().join(format!(
         "shmem-run-{}-{}",
         std::process::id(),
@@ -217,11 +287,17 @@ pub fn launch(spec: &LaunchSpec) -> Result<()> {
     let mut children: Vec<Child> = Vec::new();
     let mut pumps = Vec::new();
     for pe in 0..spec.n {
-        let spawned = Command::new(&spec.program)
+        let mut cmd = Command::new(&spec.program);
+        if let Some(p) = placement.mps_percentage
+            && std::env::var_os("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").is_none()
+        {
+            cmd.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", p.to_string());
+        }
+        let spawned = cmd
             .args(&spec.args)
             .env("SHMEM_RANK", pe.to_string())
             .env("SHMEM_NRANKS", spec.n.to_string())
-            .env("SHMEM_LOCAL_RANK", pe.to_string())
+            .env("SHMEM_LOCAL_RANK", placement.device[pe].to_string())
             .env("SHMEM_UID_FILE", &uid_file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -352,16 +428,18 @@ pub fn gpu_test(name: &str, pes: Option<usize>, body: impl FnOnce(&crate::Shmem)
         println!("PE {}/{}: {name} ok", rt.my_pe(), rt.n_pes());
         return;
     }
+    let gpus = visible_gpus().expect("a CUDA driver");
     let n = match (pes, std::env::var("SHMEM_GPU_PES")) {
         (Some(n), _) => n,
         (None, Ok(v)) => v.parse().expect("SHMEM_GPU_PES is a number"),
-        (None, Err(_)) => visible_gpus().expect("a CUDA driver"),
+        (None, Err(_)) => gpus,
     };
     let args = [name, "--exact", "--nocapture", "--test-threads=1"]
         .map(Into::into)
         .to_vec();
     launch(&LaunchSpec {
         n,
+        gpus: Some(gpus),
         program: std::env::current_exe().expect("the test binary"),
         args,
         timeout: Some(Duration::from_secs(100)),
@@ -376,6 +454,7 @@ mod tests {
     fn sh(script: &str, n: usize) -> LaunchSpec {
         LaunchSpec {
             n,
+            gpus: None,
             program: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()],
             timeout: Some(Duration::from_secs(60)),
@@ -437,6 +516,7 @@ mod tests {
     fn bad_program_and_zero_pes() {
         let e = launch(&LaunchSpec {
             n: 2,
+            gpus: None,
             program: "/nonexistent/prog".into(),
             args: vec![],
             timeout: None,
@@ -462,20 +542,20 @@ mod tests {
     #[test]
     fn backend_choice() {
         let none = || Err(Error::Cuda("no NVIDIA driver: libcuda.so.1 missing".into()));
-        assert_eq!(choose_backend(None, &Ok(2)).unwrap(), Backend::Gpu);
+        assert_eq!(choose_backend(None, &Ok(2)).unwrap(), Choice::gpu());
         assert_eq!(
             choose_backend(None, &Ok(0)).unwrap(),
-            Backend::Simulator("no GPU visible".into())
+            Choice::sim("no GPU visible")
         );
         assert_eq!(
             choose_backend(None, &none()).unwrap(),
-            Backend::Simulator("no NVIDIA driver".into())
+            Choice::sim("no NVIDIA driver")
         );
         assert_eq!(
             choose_backend(Some("1"), &Ok(8)).unwrap(),
-            Backend::Simulator("SHMEM_SIM=1".into())
+            Choice::sim("SHMEM_SIM=1")
         );
-        assert_eq!(choose_backend(Some("0"), &Ok(1)).unwrap(), Backend::Gpu);
+        assert_eq!(choose_backend(Some("0"), &Ok(1)).unwrap(), Choice::gpu());
         let e = choose_backend(Some("0"), &none()).unwrap_err().to_string();
         assert!(
             e.contains("no NVIDIA driver") && e.contains("SHMEM_SIM=0"),
@@ -483,6 +563,45 @@ mod tests {
         );
         let e = choose_backend(Some("yes"), &Ok(1)).unwrap_err().to_string();
         assert!(e.contains("SHMEM_SIM=\"yes\""), "{e}");
+    }
+
+    #[test]
+    fn placement_round_robin_and_mps() {
+        let p = Placement::new(4, Some(2), true).unwrap();
+        assert_eq!(p.device, vec![0, 1, 0, 1]);
+        assert_eq!(p.mps_percentage, Some(50));
+        let p = Placement::new(2, Some(2), false).unwrap();
+        assert_eq!((p.device, p.mps_percentage), (vec![0, 1], None));
+        let p = Placement::new(3, Some(1), true).unwrap();
+        assert_eq!((p.device, p.mps_percentage), (vec![0, 0, 0], Some(33)));
+        let e = Placement::new(2, Some(1), false).unwrap_err().to_string();
+        assert!(
+            e.contains("2 PEs would share 1 GPU") && e.contains("nvidia-cuda-mps-control -d"),
+            "{e}"
+        );
+        assert!(Placement::new(2, Some(0), true).is_err());
+        assert_eq!(
+            Placement::new(3, None, false).unwrap().device,
+            vec![0, 1, 2]
+        );
+    }
+
+    #[test]
+    fn more_pes_than_gpus_without_mps_is_refused_before_starting_any() {
+        let dir = std::env::temp_dir().join(format!("shmem-mps-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let marker = dir.join("started");
+        let mut s = sh(
+            &format!("mkdir -p {0} && touch {1}", dir.display(), marker.display()),
+            2,
+        );
+        s.gpus = Some(1);
+        if mps_running() {
+            return eprintln!("MPS is running here; nothing to refuse");
+        }
+        let e = launch(&s).unwrap_err().to_string();
+        assert!(e.contains("CUDA MPS"), "{e}");
+        assert!(!marker.exists(), "a PE was started");
     }
 
     #[test]

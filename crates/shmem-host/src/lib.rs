@@ -20,8 +20,8 @@
 //! | `nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, ...)` | [`Shmem::init`] (under [`launcher`] / `shmem-run`) |
 //! | `nvshmem_finalize()` | dropping [`Shmem`] |
 //! | `nvshmem_malloc(n * sizeof(T))`, `nvshmem_free` | [`Shmem::alloc`] → [`SymBuffer`], dropped |
-//! | `cuModuleLoadData` + `nvshmemx_cumodule_init` | [`Shmem::load_module`] |
-//! | `cuLaunchKernel` / `nvshmemx_collective_launch` | [`KernelFn::launch`] (cooperative when the manifest says collective) |
+//! | `cuModuleLoadData` + `nvshmemx_cumodule_init` | [`Shmem::load_module`], [`Shmem::load_cuda_module`] |
+//! | `cuLaunchKernel` / `nvshmemx_collective_launch` | [`KernelFn::launch`] with a [`LaunchConfig`] (cooperative when the manifest says collective) |
 //! | `nvshmem_barrier_all()`, `nvshmemx_barrier_all_on_stream(s)` | [`Shmem::barrier_all`], [`Shmem::barrier_all_on_stream`] |
 //!
 //! NVSHMEM's host library is loaded at run time ([`nvshmem`]); building this crate needs
@@ -32,6 +32,7 @@
 //! visible, and [`Shmem::init`] on such a thread returns its simulated PE.
 
 pub mod args;
+mod backend;
 pub mod buffer;
 pub mod error;
 pub mod launcher;
@@ -40,14 +41,12 @@ pub mod module;
 pub mod nvshmem;
 pub mod runtime;
 #[cfg(feature = "sim")]
+#[path = "backend/sim.rs"]
 pub mod sim;
 
 pub use buffer::{SymAt, SymBuffer};
 /// The CUDA driver bindings the runtime is built on (contexts, streams, events).
 pub use cudarc;
 pub use error::{Error, Result};
-pub use module::{
-    AnyKernel, AnyModule, ForeignKernel, ForeignModule, Implementation, KernelFn, LaunchConfig,
-    Module,
-};
-pub use runtime::{Mark, Shmem};
+pub use module::{Implementation, KernelFn, LaunchConfig, Module, ModuleKind};
+pub use runtime::{BackendKind, Mark, Shmem};

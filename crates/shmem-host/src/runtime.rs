@@ -12,16 +12,14 @@
 //!   [`cluster_bootstrap`] decides unless `NVSHMEM_BOOTSTRAP` is set — on the GPU of the
 //!   launcher's local rank.
 
+use crate::backend::gpu::{Gpu, Start};
+use crate::backend::{Backend, PeInfo};
 use crate::error::{Error, Result};
-use crate::nvshmem::{self, InitAttr, Lib, RawUniqueId};
-use cudarc::driver::{CudaContext, CudaStream, result, sys};
-use std::ffi::c_void;
+use crate::nvshmem::{HostSync, Nvshmem, sys::RawUniqueId};
+use cudarc::driver::{CudaContext, CudaStream};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-static RUNNING: AtomicBool = AtomicBool::new(false);
 
 /// NVSHMEM's unique id: 128 opaque bytes that rank 0 makes and every rank starts with.
 #[derive(Clone, Copy)]
@@ -30,20 +28,7 @@ pub struct UniqueId(pub(crate) RawUniqueId);
 impl UniqueId {
     /// Asks NVSHMEM for a fresh id (rank 0 only).
     pub fn new() -> Result<UniqueId> {
-        let lib = nvshmem::lib()?;
-        let mut raw = RawUniqueId {
-            version: (1 << 16) + 128,
-            internal: [0; 124],
-        };
-        // SAFETY: `raw` is a valid, writable nvshmemx_uniqueid_t with its version set.
-        let rc = unsafe { (lib.nvshmemx_get_uniqueid)(&mut raw) };
-        if rc != 0 {
-            return Err(Error::Nvshmem {
-                call: "nvshmemx_get_uniqueid",
-                status: rc,
-            });
-        }
-        Ok(UniqueId(raw))
+        Ok(UniqueId(Nvshmem::load()?.get_uniqueid()?))
     }
 
     /// The 128 bytes, to hand to the other ranks.
@@ -197,29 +182,25 @@ pub fn cluster_bootstrap(
 /// The same program runs on either backend: [`crate::launcher::run`] starts one process per
 /// GPU, or, where there is no GPU, the PEs as threads of this process on the CPU simulator
 /// ([`crate::sim`]), where [`Shmem::init`] returns the simulated PE. What only a GPU has
-/// (its CUDA context and stream, device addresses, foreign cubins) is an
+/// (its CUDA context and stream, device addresses, CUDA C++ modules) is an
 /// [`Error::Simulator`] there; [`Shmem::synchronize`] and [`Shmem::mark`] work on both.
+///
+/// Collective calls ([`Shmem::alloc`], [`Shmem::barrier_all`], [`Shmem::sync_all`], their
+/// on-stream forms, [`Shmem::min_max`], loading modules and launching collective kernels)
+/// are made by every PE, in the same order.
 pub struct Shmem {
-    pub(crate) backend: Backend,
+    pub(crate) backend: Box<dyn Backend>,
+    pe: PeInfo,
 }
 
-/// Where a [`Shmem`] runs.
-pub(crate) enum Backend {
-    Gpu(Gpu),
-    #[cfg(feature = "sim")]
-    Sim(crate::sim::SimPe),
-}
-
-/// NVSHMEM on a GPU.
-pub(crate) struct Gpu {
-    pub(crate) lib: &'static Lib,
-    pub(crate) ctx: Arc<CudaContext>,
-    pub(crate) stream: Arc<CudaStream>,
-    my_pe: i32,
-    n_pes: i32,
-    version: (u32, u32, u32),
-    /// 4 symmetric `i64`s for the runtime's own agreement checks.
-    ctl: *mut i64,
+/// Where a program's PEs run: the one notion of backend, shared by the runtime
+/// ([`Shmem::backend_kind`]) and the launcher ([`crate::launcher::choose_backend`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// NVSHMEM on a GPU, one process per PE.
+    Gpu,
+    /// The CPU simulator, one thread per PE ([`crate::sim`]).
+    Simulator,
 }
 
 /// A point in a PE's work, for timing it: a CUDA event recorded on the runtime's stream, or
@@ -228,11 +209,19 @@ pub struct Mark(MarkAt);
 
 enum MarkAt {
     Event(cudarc::driver::CudaEvent),
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     Clock(Instant),
 }
 
 impl Mark {
+    pub(crate) fn event(e: cudarc::driver::CudaEvent) -> Mark {
+        Mark(MarkAt::Event(e))
+    }
+
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub(crate) fn clock() -> Mark {
+        Mark(MarkAt::Clock(Instant::now()))
+    }
+
     /// Waits until the work before the mark has finished.
     pub fn synchronize(&self) -> Result<()> {
         match &self.0 {
@@ -254,14 +243,17 @@ impl Mark {
 }
 
 impl Shmem {
+    fn with(backend: Box<dyn Backend>) -> Shmem {
+        let pe = backend.pe();
+        Shmem { backend, pe }
+    }
+
     /// Starts NVSHMEM as the environment says (see the module documentation). On a thread
     /// that [`crate::sim::run`] started, returns that thread's simulated PE instead.
     pub fn init() -> Result<Shmem> {
         #[cfg(feature = "sim")]
         if let Some(pe) = crate::sim::take_thread_pe()? {
-            return Ok(Shmem {
-                backend: Backend::Sim(pe),
-            });
+            return Ok(Shmem::with(Box::new(pe)));
         }
         match Bootstrap::from_env(|k| std::env::var(k).ok())? {
             Bootstrap::Launcher {
@@ -285,154 +277,62 @@ impl Shmem {
 
     /// Starts NVSHMEM with a unique id handed over by the caller, on GPU `device`.
     pub fn init_with_uid(rank: i32, nranks: i32, uid: &UniqueId, device: usize) -> Result<Shmem> {
-        let lib = nvshmem::lib()?;
-        let ctx = Self::begin(lib, device)?;
-        let mut attr = InitAttr::new();
-        // SAFETY: `uid` and `attr` are valid for the call; NVSHMEM copies what it keeps.
-        let rc = unsafe { (lib.nvshmemx_set_attr_uniqueid_args)(rank, nranks, &uid.0, &mut attr) };
-        if rc != 0 {
-            RUNNING.store(false, Ordering::SeqCst);
-            return Err(Error::Nvshmem {
-                call: "nvshmemx_set_attr_uniqueid_args",
-                status: rc,
-            });
-        }
-        // SAFETY: `attr` was filled by `nvshmemx_set_attr_uniqueid_args`; this GPU's context is current.
-        let rc =
-            unsafe { (lib.nvshmemx_hostlib_init_attr)(nvshmem::INIT_WITH_UNIQUEID, &mut attr) };
-        Self::finish(lib, ctx, rc)
+        let how = Start::UniqueId {
+            rank,
+            nranks,
+            uid: &uid.0,
+        };
+        Ok(Shmem::with(Box::new(Gpu::start(device, how)?)))
     }
 
     /// Starts NVSHMEM through its own PMI/PMIx/MPI bootstrap, on GPU `device`.
     pub fn init_pmi(device: usize) -> Result<Shmem> {
-        let lib = nvshmem::lib()?;
         if let Some((var, value)) = cluster_bootstrap(|k| std::env::var(k).ok()) {
             // SAFETY: set before NVSHMEM starts and before this crate starts any thread; NVSHMEM
-            // reads it during init below.
+            // reads it during init.
             unsafe { std::env::set_var(var, value) };
         }
-        let ctx = Self::begin(lib, device)?;
-        let mut attr = InitAttr::new();
-        // SAFETY: a default attribute block with its versions set; this GPU's context is current.
-        let rc = unsafe { (lib.nvshmemx_hostlib_init_attr)(0, &mut attr) };
-        Self::finish(lib, ctx, rc)
-    }
-
-    fn begin(lib: &'static Lib, device: usize) -> Result<Arc<CudaContext>> {
-        crate::error::ensure_driver()?;
-        if RUNNING.swap(true, Ordering::SeqCst) {
-            return Err(Error::Bootstrap(
-                "NVSHMEM is already running in this process (one Shmem per process)".into(),
-            ));
-        }
-        for (var, path) in nvshmem::bootstrap_plugins(&lib.path) {
-            if std::env::var_os(var).is_none() {
-                // SAFETY: set before NVSHMEM starts and before this crate starts any thread;
-                // NVSHMEM reads these variables during init.
-                unsafe { std::env::set_var(var, path) };
-            }
-        }
-        let ctx = CudaContext::new(device).map_err(|e| {
-            RUNNING.store(false, Ordering::SeqCst);
-            Error::Cuda(format!("cannot open GPU {device}: {e} (is the NVIDIA driver installed and the GPU visible?)"))
-        })?;
-        ctx.bind_to_thread()?;
-        Ok(ctx)
-    }
-
-    fn finish(lib: &'static Lib, ctx: Arc<CudaContext>, rc: i32) -> Result<Shmem> {
-        if rc != 0 {
-            RUNNING.store(false, Ordering::SeqCst);
-            return Err(Error::Nvshmem {
-                call: "nvshmemx_hostlib_init_attr",
-                status: rc,
-            });
-        }
-        let (mut a, mut b, mut c) = (0, 0, 0);
-        // SAFETY: NVSHMEM is initialised; the three out-pointers are valid.
-        unsafe { (lib.nvshmemx_vendor_get_version_info)(&mut a, &mut b, &mut c) };
-        // SAFETY: NVSHMEM is initialised.
-        let (my_pe, n_pes) = unsafe { ((lib.nvshmem_my_pe)(), (lib.nvshmem_n_pes)()) };
-        let stream = ctx.new_stream()?;
-        // SAFETY: collective allocation, made by every PE at the same point of init.
-        let ctl = unsafe { (lib.nvshmem_malloc)(4 * std::mem::size_of::<i64>()) }.cast::<i64>();
-        if ctl.is_null() {
-            return Err(Error::Nvshmem {
-                call: "nvshmem_malloc (runtime control block)",
-                status: -1,
-            });
-        }
-        Ok(Shmem {
-            backend: Backend::Gpu(Gpu {
-                lib,
-                ctx,
-                stream,
-                my_pe,
-                n_pes,
-                version: (a as u32, b as u32, c as u32),
-                ctl,
-            }),
-        })
+        Ok(Shmem::with(Box::new(Gpu::start(
+            device,
+            Start::Bootstrapped,
+        )?)))
     }
 
     /// The GPU backend, or the error that says this PE runs on the simulator.
     pub(crate) fn gpu(&self) -> Result<&Gpu> {
-        match &self.backend {
-            Backend::Gpu(g) => Ok(g),
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => Err(Error::Simulator(
-                "this needs a GPU, and this PE runs on the CPU simulator".into(),
-            )),
-        }
+        self.backend.gpu()
+    }
+
+    /// Where this PE runs.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.pe.kind
     }
 
     /// Whether this PE runs on the CPU simulator.
     pub fn is_simulated(&self) -> bool {
-        !matches!(self.backend, Backend::Gpu(_))
+        self.pe.kind == BackendKind::Simulator
     }
 
     /// This PE's number in the world team.
     pub fn my_pe(&self) -> i32 {
-        match &self.backend {
-            Backend::Gpu(g) => g.my_pe,
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => s.my_pe(),
-        }
+        self.pe.my_pe
     }
     /// The number of PEs.
     pub fn n_pes(&self) -> i32 {
-        match &self.backend {
-            Backend::Gpu(g) => g.n_pes,
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => s.n_pes(),
-        }
+        self.pe.n_pes
     }
     /// This PE's number on its node (`NVSHMEMX_TEAM_NODE`; every simulated PE shares one node).
     pub fn node_pe(&self) -> i32 {
-        match &self.backend {
-            // SAFETY: NVSHMEM is running.
-            Backend::Gpu(g) => unsafe { (g.lib.nvshmem_team_my_pe)(nvshmem::TEAM_NODE) },
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => s.my_pe(),
-        }
+        self.pe.node_pe
     }
     /// PEs on this node.
     pub fn node_n_pes(&self) -> i32 {
-        match &self.backend {
-            // SAFETY: NVSHMEM is running.
-            Backend::Gpu(g) => unsafe { (g.lib.nvshmem_team_n_pes)(nvshmem::TEAM_NODE) },
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => s.n_pes(),
-        }
+        self.pe.node_n_pes
     }
     /// The host library's version, `(major, minor, patch)`; under the simulator, the
-    /// NVSHMEM version whose semantics it follows ([`crate::sim::NVSHMEM_VERSION`]).
+    /// NVSHMEM version whose semantics it follows (`sim::NVSHMEM_VERSION`).
     pub fn version(&self) -> (u32, u32, u32) {
-        match &self.backend {
-            Backend::Gpu(g) => g.version,
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => crate::sim::NVSHMEM_VERSION,
-        }
+        self.pe.version
     }
     /// The CUDA context of this PE's GPU ([`Error::Simulator`] under the simulator).
     pub fn context(&self) -> Result<&Arc<CudaContext>> {
@@ -447,24 +347,13 @@ impl Shmem {
     /// Waits until the work launched on this PE has finished (the stream, on a GPU; under
     /// the simulator a launch returns when its grid has finished).
     pub fn synchronize(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Gpu(g) => Ok(g.stream.synchronize()?),
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => Ok(()),
-        }
+        self.backend.synchronize()
     }
 
     /// Marks this point of the PE's work, for timing ([`Mark::seconds_since`]): an event
     /// recorded on the stream, or the host clock under the simulator.
     pub fn mark(&self) -> Result<Mark> {
-        match &self.backend {
-            Backend::Gpu(g) => Ok(Mark(MarkAt::Event(
-                g.stream
-                    .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
-            ))),
-            #[cfg(feature = "sim")]
-            Backend::Sim(_) => Ok(Mark(MarkAt::Clock(Instant::now()))),
-        }
+        self.backend.mark()
     }
 
     /// Checks that `pe` names a PE.
@@ -482,107 +371,40 @@ impl Shmem {
     /// Completes this PE's operations and waits for every PE (host-side, after synchronising
     /// this PE's stream). Collective.
     pub fn barrier_all(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Gpu(g) => {
-                g.stream.synchronize()?;
-                // SAFETY: NVSHMEM is running; collective by contract.
-                unsafe { (g.lib.nvshmem_barrier_all)() };
-                Ok(())
-            }
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => s.barrier("barrier_all"),
-        }
+        self.backend.sync(HostSync::BarrierAll)
     }
     /// Waits for every PE without completing operations. Collective.
     pub fn sync_all(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Gpu(g) => {
-                g.stream.synchronize()?;
-                // SAFETY: NVSHMEM is running; collective by contract.
-                unsafe { (g.lib.nvshmem_sync_all)() };
-                Ok(())
-            }
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => s.barrier("sync_all"),
-        }
+        self.backend.sync(HostSync::SyncAll)
     }
     /// Completes this PE's host-initiated operations (none are pending under the simulator,
     /// whose launches complete their operations before they return).
-    pub fn quiet(&self) {
-        if let Ok(g) = self.gpu() {
-            // SAFETY: NVSHMEM is running.
-            unsafe { (g.lib.nvshmem_quiet)() }
-        }
+    pub fn quiet(&self) -> Result<()> {
+        self.backend.sync(HostSync::Quiet)
     }
     /// [`Shmem::barrier_all`] enqueued on the stream (at once under the simulator).
     /// Collective.
     pub fn barrier_all_on_stream(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Gpu(g) => {
-                // SAFETY: NVSHMEM is running; the stream belongs to this context.
-                unsafe { (g.lib.nvshmemx_barrier_all_on_stream)(g.stream.cu_stream().cast()) };
-                Ok(())
-            }
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => s.barrier("barrier_all_on_stream"),
-        }
+        self.backend.sync(HostSync::BarrierAllOnStream)
     }
     /// [`Shmem::sync_all`] enqueued on the stream (at once under the simulator). Collective.
     pub fn sync_all_on_stream(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Gpu(g) => {
-                // SAFETY: as above.
-                unsafe { (g.lib.nvshmemx_sync_all_on_stream)(g.stream.cu_stream().cast()) };
-                Ok(())
-            }
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => s.barrier("sync_all_on_stream"),
-        }
+        self.backend.sync(HostSync::SyncAllOnStream)
     }
     /// [`Shmem::quiet`] enqueued on the stream.
-    pub fn quiet_on_stream(&self) {
-        if let Ok(g) = self.gpu() {
-            // SAFETY: as above.
-            unsafe { (g.lib.nvshmemx_quiet_on_stream)(g.stream.cu_stream().cast()) }
-        }
+    pub fn quiet_on_stream(&self) -> Result<()> {
+        self.backend.sync(HostSync::QuietOnStream)
     }
 
     /// The smallest and largest of every PE's `value`. Collective: every PE calls it; it
     /// waits for the runtime's stream.
     pub fn min_max(&self, value: i64) -> Result<(i64, i64)> {
-        let g = match &self.backend {
-            Backend::Gpu(g) => g,
-            #[cfg(feature = "sim")]
-            Backend::Sim(s) => return s.min_max(value),
-        };
-        let ctl = g.ctl as sys::CUdeviceptr;
-        // SAFETY: `ctl` holds 4 i64s of this PE's symmetric heap; the copies are synchronous
-        // and no kernel uses the control block.
-        unsafe {
-            result::memcpy_htod_sync(ctl, &[value, -value])?;
-            let rc = (g.lib.nvshmemx_int64_max_reduce_on_stream)(
-                nvshmem::TEAM_WORLD,
-                g.ctl.add(2),
-                g.ctl,
-                2,
-                g.stream.cu_stream().cast(),
-            );
-            if rc != 0 {
-                return Err(Error::Nvshmem {
-                    call: "nvshmemx_int64_max_reduce_on_stream",
-                    status: rc,
-                });
-            }
-            g.stream.synchronize()?;
-            let mut out = [0i64; 2];
-            result::memcpy_dtoh_sync(&mut out, ctl + 16)?;
-            Ok((-out[1], out[0]))
-        }
+        self.backend.min_max(value)
     }
 
-    /// Allocates `len` elements on the symmetric heap. Collective: every PE must call it with
-    /// the same `len`; if they differ, every PE gets [`Error::UnequalAllocation`] and nothing
-    /// is allocated.
+    /// Allocates `len` elements on the symmetric heap, zero-filled. Collective: every PE must
+    /// call it with the same `len`; if they differ, every PE gets
+    /// [`Error::UnequalAllocation`] and nothing is allocated.
     pub fn alloc<T: Copy + 'static>(&self, len: usize) -> Result<crate::buffer::SymBuffer<'_, T>> {
         crate::buffer::SymBuffer::new(self, len)
     }
@@ -596,27 +418,6 @@ impl std::fmt::Debug for Shmem {
             .field("simulated", &self.is_simulated())
             .field("version", &self.version())
             .finish()
-    }
-}
-
-impl Gpu {
-    pub(crate) fn raw_malloc(&self, bytes: usize) -> *mut c_void {
-        // SAFETY: collective by contract of the caller (`SymBuffer::new` checked agreement).
-        unsafe { (self.lib.nvshmem_malloc)(bytes.max(1)) }
-    }
-}
-
-impl Drop for Gpu {
-    fn drop(&mut self) {
-        let _ = self.stream.synchronize();
-        // SAFETY: every buffer and module borrowing the `Shmem` is gone (lifetimes); the
-        // control block was allocated at init by every PE and is freed by every PE here,
-        // before NVSHMEM is finalized.
-        unsafe {
-            (self.lib.nvshmem_free)(self.ctl.cast());
-            (self.lib.nvshmemx_hostlib_finalize)();
-        }
-        RUNNING.store(false, Ordering::SeqCst);
     }
 }
 

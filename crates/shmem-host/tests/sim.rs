@@ -93,7 +93,7 @@ fn three_dimensional_grids_number_threads_as_cuda_does() {
         let cfg = LaunchConfig {
             grid,
             block,
-            shared_mem_bytes: 0,
+            ..LaunchConfig::linear(1, 1)
         };
         // SAFETY: 12 words per thread.
         unsafe { k.launch(cfg, (&out,))? };
@@ -296,7 +296,8 @@ fn what_needs_a_gpu_is_a_clear_error() {
         for e in [
             rt.stream().expect_err("no stream").to_string(),
             rt.context().expect_err("no context").to_string(),
-            rt.load_foreign_module(Path::new("k.cubin"))
+            // SAFETY: never loaded: the simulator refuses CUDA C++ modules.
+            unsafe { rt.load_cuda_module(Path::new("k.cubin")) }
                 .err()
                 .expect("no cubins")
                 .to_string(),

@@ -2,7 +2,7 @@
 //!
 //! [`run`] is what the `halo_exchange` example and the GPU tests call on every PE. It runs
 //! either the Rust kernels of this crate or the CUDA C++ kernels of `cuda/halo.cu` (loaded
-//! as a [`shmem_host::ForeignModule`]) with the same buffers, launch shape and timing, so the two
+//! as a CUDA C++ [`shmem_host::Module`]) with the same buffers, launch shape and timing, so the two
 //! implementations differ only in their device code.
 
 use crate::kernels::{self, Slab};
@@ -226,16 +226,14 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
     let work = rt.alloc::<u32>(2)?;
     let stats = rt.alloc::<f64>(1 + checks)?;
     let norms = rt.alloc::<f64>((n as usize * checks).max(1))?;
-    let module = opts.implementation.load(rt, "halo-exchange")?;
     // SAFETY: `cuda/halo.cu` declares each kernel with the parameters of the Rust kernel of
     // the same name, in the same order: its `Slice<T>` is `SymSlice<T>`'s `#[repr(C)]` layout
-    // (pointer, length), its `Slab` is `Slab`'s. Both wait on other PEs: cooperative.
-    let (step, persistent) = unsafe {
-        (
-            module.kernel::<T::Step>(true)?,
-            module.kernel::<T::Persistent>(true)?,
-        )
-    };
+    // (pointer, length), its `Slab` is `Slab`'s.
+    let module = unsafe { opts.implementation.load(rt, "halo-exchange")? };
+    let (step, persistent) = (
+        module.kernel::<T::Step>()?,
+        module.kernel::<T::Persistent>()?,
+    );
 
     let threads = opts.threads;
     let probe = LaunchConfig::linear(1, threads);
@@ -244,7 +242,8 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
         Variant::Persistent => persistent.max_coresident_blocks(&probe)?,
     };
     let blocks = opts.blocks.unwrap_or_else(|| fit.min(s.rows + 2).max(3));
-    let cfg = LaunchConfig::linear(blocks, threads);
+    // Both kernels wait on other PEs: cooperative (for the CUDA C++ twin too).
+    let cfg = LaunchConfig::linear(blocks, threads).with_cooperative(true);
     let init = initial_slab::<T>(opts, me, n);
 
     // Resets the grid and the synchronisation words; collective.

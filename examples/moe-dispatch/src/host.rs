@@ -12,7 +12,7 @@ use crate::reference::{self, DispatchReport, Inputs, Received};
 use crate::routing::{self, Distribution, destinations};
 use shmem_device::Sym;
 use shmem_host::args::HostArg;
-use shmem_host::{AnyKernel, AnyModule, Error, LaunchConfig, Mark, Result, Shmem, SymBuffer};
+use shmem_host::{Error, KernelFn, LaunchConfig, Mark, Module, Result, Shmem, SymBuffer};
 use std::path::PathBuf;
 
 impl HostArg<Shape> for Shape {
@@ -194,32 +194,28 @@ impl Options {
 
 /// A set of the four kernels, Rust or CUDA C++.
 pub struct Kernels<'m> {
-    layout: AnyKernel<'m, kernels::moe_layout>,
-    dispatch: AnyKernel<'m, kernels::moe_dispatch>,
-    experts: AnyKernel<'m, kernels::moe_experts>,
-    combine: AnyKernel<'m, kernels::moe_combine>,
+    layout: KernelFn<'m, kernels::moe_layout>,
+    dispatch: KernelFn<'m, kernels::moe_dispatch>,
+    experts: KernelFn<'m, kernels::moe_experts>,
+    combine: KernelFn<'m, kernels::moe_combine>,
 }
 
 /// Loads the kernels of `imp`. Collective.
-pub fn load<'rt>(rt: &'rt Shmem, imp: &Implementation) -> Result<AnyModule<'rt>> {
-    imp.load(rt, "moe-dispatch")
+pub fn load<'rt>(rt: &'rt Shmem, imp: &Implementation) -> Result<Module<'rt>> {
+    // SAFETY: `cuda/moe.cu` declares each kernel with the Rust kernel's name and parameters
+    // (`Bufs`, `Shape`: the same `#[repr(C)]` structs) and the same contract.
+    unsafe { imp.load(rt, "moe-dispatch") }
 }
 
 impl<'m> Kernels<'m> {
     /// The four kernels of `module`.
-    pub fn new(module: &'m AnyModule<'_>) -> Result<Kernels<'m>> {
-        // SAFETY: `cuda/moe.cu` declares each kernel with the Rust kernel's name and
-        // parameters (`Bufs`, `Shape`: the same `#[repr(C)]` structs). Layout and combine
-        // wait inside the grid and on other PEs, dispatch on other PEs: cooperative (as the
-        // Rust manifest says too); experts is local.
-        unsafe {
-            Ok(Kernels {
-                layout: module.kernel(true)?,
-                dispatch: module.kernel(true)?,
-                experts: module.kernel(false)?,
-                combine: module.kernel(true)?,
-            })
-        }
+    pub fn new(module: &'m Module<'_>) -> Result<Kernels<'m>> {
+        Ok(Kernels {
+            layout: module.kernel()?,
+            dispatch: module.kernel()?,
+            experts: module.kernel()?,
+            combine: module.kernel()?,
+        })
     }
 }
 
@@ -372,7 +368,7 @@ impl<'rt> Moe<'rt> {
     }
 
     /// The shapes of the four launches for `k`.
-    fn grids(&self, k: &Kernels<'_>) -> Result<[LaunchConfig; 4]> {
+    fn grids(&self, k: &Kernels<'_>) -> Result<[LaunchConfig<'static>; 4]> {
         let th = self.opts.threads;
         let wpb = th / 32;
         let probe = LaunchConfig::linear(1, th);
@@ -399,10 +395,13 @@ impl<'rt> Moe<'rt> {
         let segs = (self.shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
         let combine = t * n * segs;
         Ok([
-            LaunchConfig::linear(layout.div_ceil(wpb).clamp(1, lf), th),
-            LaunchConfig::linear(fit(df, t * n), th),
-            LaunchConfig::linear(ef, th),
-            LaunchConfig::linear(fit(cf, combine), th),
+            // Layout and combine wait inside the grid and on other PEs, dispatch on other
+            // PEs: cooperative, for the CUDA C++ twin too (the Rust manifest says so itself);
+            // experts is local.
+            LaunchConfig::linear(layout.div_ceil(wpb).clamp(1, lf), th).with_cooperative(true),
+            LaunchConfig::linear(fit(df, t * n), th).with_cooperative(true),
+            LaunchConfig::linear(ef, th).with_cooperative(false),
+            LaunchConfig::linear(fit(cf, combine), th).with_cooperative(true),
         ])
     }
 

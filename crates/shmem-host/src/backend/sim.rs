@@ -27,12 +27,16 @@
 //! Not available: what needs a GPU (a CUDA context or stream, device pointers, CUDA C++
 //! cubins); each is an [`Error::Simulator`].
 
+use crate::backend::{self as backend, Backend, Function, HostCall, LaunchArgs, PeInfo, gpu::Gpu};
 use crate::error::{Error, Result};
-use crate::runtime::Shmem;
-use shmem_device::kernel::Kernel;
+use crate::module::LaunchConfig;
+use crate::nvshmem::HostSync;
+use crate::runtime::Mark;
+use cudarc::driver::sys::CUmodule;
 use shmem_device::sim::{Shape, World};
 use std::any::Any;
 use std::cell::RefCell;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -81,15 +85,6 @@ struct Meeting {
     /// Per PE: how its code ended, once it has.
     ended: Vec<Option<String>>,
 }
-
-/// Holds a value that crosses to the simulated threads: kernel parameters carry raw
-/// symmetric addresses, which are not `Send`.
-struct Crossing<T>(T);
-// SAFETY: the addresses point into the `World`'s heaps, which outlive the launch; the
-// simulator runs one thread at a time, and the host threads wait while it runs.
-unsafe impl<T> Send for Crossing<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for Crossing<T> {}
 
 std::thread_local! {
     static THREAD_PE: RefCell<Option<SimPe>> = const { RefCell::new(None) };
@@ -247,14 +242,13 @@ fn panic_text(p: &(dyn Any + Send)) -> String {
 }
 
 impl SimPe {
-    pub(crate) fn my_pe(&self) -> i32 {
-        self.pe as i32
-    }
-    pub(crate) fn n_pes(&self) -> i32 {
-        self.shared.n as i32
-    }
-    pub(crate) fn world(&self) -> &Arc<World> {
+    fn world(&self) -> &Arc<World> {
         &self.shared.world
+    }
+
+    /// The offset of this PE's address `p` in its heap.
+    fn offset(&self, p: *const u8) -> usize {
+        p as usize - self.world().address(self.pe, 0) as usize
     }
 
     /// Another PE's code has ended while this one waits in `what`.
@@ -334,14 +328,47 @@ impl SimPe {
             None => Err(Error::Simulator(format!("the result of {what} was lost"))),
         }
     }
+}
 
-    /// A barrier of every PE's host code.
-    pub(crate) fn barrier(&self, what: &str) -> Result<()> {
-        self.collective(what, (), |_| Ok(()))
+impl Backend for SimPe {
+    fn pe(&self) -> PeInfo {
+        PeInfo {
+            my_pe: self.pe as i32,
+            n_pes: self.shared.n as i32,
+            // Every simulated PE is on one node.
+            node_pe: self.pe as i32,
+            node_n_pes: self.shared.n as i32,
+            version: NVSHMEM_VERSION,
+            kind: crate::runtime::BackendKind::Simulator,
+        }
     }
 
-    /// The smallest and largest of every PE's `value`.
-    pub(crate) fn min_max(&self, value: i64) -> Result<(i64, i64)> {
+    fn gpu(&self) -> Result<&Gpu> {
+        Err(Error::Simulator(
+            "this needs a GPU, and this PE runs on the CPU simulator".into(),
+        ))
+    }
+
+    /// A launch returns when its grid has finished: nothing is pending.
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn mark(&self) -> Result<Mark> {
+        Ok(Mark::clock())
+    }
+
+    /// Barriers meet every PE's host code; quiet has nothing to complete (launches complete
+    /// their operations before they return).
+    fn sync(&self, op: HostSync) -> Result<()> {
+        if op.is_collective() {
+            self.collective(op.name(), (), |_| Ok(()))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn min_max(&self, value: i64) -> Result<(i64, i64)> {
         self.collective("min_max", value, |v| {
             Ok((
                 v.iter().copied().min().unwrap_or(0),
@@ -350,17 +377,16 @@ impl SimPe {
         })
     }
 
-    /// A collective allocation of `bytes`: the offset in every PE's heap, or the request
-    /// sizes `(min, max)` when they differ, or the error that the heap is full.
-    pub(crate) fn alloc(&self, bytes: usize) -> Result<std::result::Result<usize, (usize, usize)>> {
+    /// One offset in every PE's heap, or the error that the heap is full.
+    fn alloc(&self, bytes: usize) -> Result<*mut u8> {
         let world = self.shared.world.clone();
-        self.collective("alloc", bytes, move |sizes| {
-            let (min, max) = (
+        let offset = self.collective("alloc", bytes, move |sizes| {
+            let range = (
                 sizes.iter().copied().min().unwrap_or(0),
                 sizes.iter().copied().max().unwrap_or(0),
             );
-            if min != max {
-                return Ok(Err((min, max)));
+            if range.0 != range.1 {
+                return Ok(Err(range));
             }
             world.alloc_offset(bytes).map(Ok).ok_or_else(|| {
                 format!(
@@ -369,37 +395,101 @@ impl SimPe {
                     world.heap_bytes()
                 )
             })
-        })
+        })?;
+        backend::unequal(bytes, offset.err().unwrap_or((bytes, bytes)))?;
+        let p = self.world().address(self.pe, offset.unwrap_or(0));
+        // SAFETY: `bytes` bytes of this PE's simulated heap, which only this thread touches
+        // while no launch runs.
+        unsafe { std::ptr::write_bytes(p, 0, bytes) };
+        Ok(p)
     }
 
-    /// Runs kernel `K` on every PE's grid once every PE has launched it with the same shape.
-    pub(crate) fn launch<K: Kernel>(&self, shape: Shape, params: K::Params) -> Result<()> {
-        let what = format!("a launch of `{}`", K::NAME);
+    /// The first PE to free it frees the offset in every heap; no PE can allocate again
+    /// before every PE has freed it (allocation is collective, frees come in the same order
+    /// on every PE).
+    unsafe fn free(&self, p: *mut u8) {
+        self.world().free_offset(self.offset(p));
+    }
+
+    unsafe fn write(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
+        // SAFETY: the caller's contract; no kernel runs while a PE's host code does
+        // (launches are collective and return when the grid has finished).
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        Ok(())
+    }
+
+    unsafe fn read(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        Ok(())
+    }
+
+    unsafe fn fill_zero(&self, p: *mut u8, bytes: usize) -> Result<()> {
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::write_bytes(p, 0, bytes) };
+        Ok(())
+    }
+
+    fn peer_ptr(&self, p: *const u8, pe: i32) -> Option<u64> {
+        Some(self.world().address(pe as u32, self.offset(p)) as u64)
+    }
+
+    /// Nothing is loaded: the kernels run from the program's own host build.
+    fn load(&self, _image: Vec<u8>, _origin: &Path) -> Result<Option<CUmodule>> {
+        Ok(None)
+    }
+
+    unsafe fn unload(&self, _m: CUmodule) {}
+
+    fn function(&self, _m: CUmodule, _name: &str, _origin: &Path) -> Result<Function> {
+        Ok(std::ptr::null_mut())
+    }
+
+    fn coresident_blocks(&self, _f: Function, cfg: &LaunchConfig) -> Result<u32> {
+        Ok(coresident_blocks(cfg.threads()))
+    }
+
+    /// Runs the kernel on every PE's grid once every PE has launched it with the same
+    /// shape.
+    unsafe fn launch(
+        &self,
+        _f: Function,
+        name: &'static str,
+        cfg: &LaunchConfig<'_>,
+        _cooperative: bool,
+        args: &mut dyn LaunchArgs,
+    ) -> Result<()> {
+        if cfg.stream.is_some() {
+            return Err(Error::Simulator(format!(
+                "a launch of `{name}` on a CUDA stream: the simulator has no streams"
+            )));
+        }
+        let shape = Shape {
+            grid: cfg.grid,
+            block: cfg.block,
+        };
+        let what = format!("a launch of `{name}`");
         let sh = self.shared.clone();
-        self.collective(&what, (shape, Crossing(params)), move |all| {
+        self.collective(&what, (shape, args.host_call()), move |all| {
             if let Some((pe, (other, _))) = all.iter().enumerate().find(|(_, (s, _))| *s != shape) {
                 return Err(format!(
-                    "PE {pe} launched `{}` with {other:?} and another PE with {shape:?}: the \
-                     simulator runs every PE's grid with one shape",
-                    K::NAME
+                    "PE {pe} launched `{name}` with {other:?} and another PE with {shape:?}: the \
+                     simulator runs every PE's grid with one shape"
                 ));
             }
-            let params = Crossing(all.into_iter().map(|(_, p)| p.0).collect::<Vec<_>>());
+            let calls: Vec<HostCall> = all.into_iter().map(|(_, c)| c).collect();
             let index = sh.launches.fetch_add(1, Ordering::Relaxed);
             let seed = shmem_device::sim::derive_seed(sh.seed, index);
-            let params = &params;
+            let calls = &calls;
             sh.world
                 .run_shape(shape, seed, move || {
                     let pe = shmem_device::sim::current_pe().expect("on a simulated thread");
-                    // SAFETY: every PE's code launched `K` with these parameters, promising
-                    // the kernel's contract (`KernelFn::launch`'s safety section).
-                    unsafe { K::call_on_host(params.0[pe as usize]) }
+                    calls[pe as usize]()
                 })
                 .map_err(|e| {
                     format!(
-                        "simulated launch {index} of `{}` failed: {e}; the same schedules run \
+                        "simulated launch {index} of `{name}` failed: {e}; the same schedules run \
                          again with SHMEM_SIM_SEED={:#x}",
-                        K::NAME,
                         sh.seed
                     )
                 })
@@ -410,16 +500,6 @@ impl SimPe {
 /// Blocks of `threads` threads that fit on a simulated GPU at once.
 pub(crate) fn coresident_blocks(threads: u32) -> u32 {
     (THREADS_PER_SM / threads.max(1)).max(1) * SMS
-}
-
-impl Shmem {
-    /// The simulated PE, if this runtime is one.
-    pub(crate) fn sim(&self) -> Option<&SimPe> {
-        match &self.backend {
-            crate::runtime::Backend::Sim(s) => Some(s),
-            crate::runtime::Backend::Gpu(_) => None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,7 @@
-//! NVSHMEM's host library, loaded at run time (`libnvshmem_host.so.3`).
-//!
-//! Three layers, as cudarc does it: [`Lib`] is the raw function table (C signatures, no
-//! logic), [`lib`] loads it once behind a `OnceLock` from the first place it is found, and the
-//! runtime (`crate::runtime`) turns calls into `Result`s and owned types. Nothing links
-//! against NVSHMEM at build time.
+//! The sys layer: NVSHMEM's host library as C types and a raw function table ([`Lib`]),
+//! loaded at run time (`libnvshmem_host.so.3`) by [`lib`], once, from the first place it is
+//! found. No logic: the result layer ([`super`]) turns each call's status into a `Result`.
+//! Nothing links against NVSHMEM at build time.
 //!
 //! Search order: `NVSHMEM_HOME/lib`, each `LD_LIBRARY_PATH` directory, Python's site-packages
 //! (`nvidia/nvshmem/lib`, pip's `nvidia-nvshmem-cu13`, PyTorch virtualenvs included), the
@@ -156,13 +154,17 @@ pub fn candidate_dirs() -> Vec<PathBuf> {
     if let Some(ld) = std::env::var_os("LD_LIBRARY_PATH") {
         dirs.extend(std::env::split_paths(&ld).filter(|p| !p.as_os_str().is_empty()));
     }
-    for sp in shmem_build::locate::site_packages() {
-        dirs.push(sp.join("nvidia/nvshmem/lib"));
+    for sp in shmem_manifest::search::site_packages() {
+        dirs.push(shmem_manifest::search::wheel_nvshmem_root(&sp).join("lib"));
     }
     if let Ok(cwd) = std::env::current_dir() {
         for root in cwd.ancestors() {
-            let installs = shmem_build::locate::local_nvshmem_installs(root);
-            dirs.extend(installs.into_iter().map(|d| d.join("nvidia/nvshmem/lib")));
+            let installs = shmem_manifest::search::local_nvshmem_installs(root);
+            dirs.extend(
+                installs
+                    .iter()
+                    .map(|d| shmem_manifest::search::wheel_nvshmem_root(d).join("lib")),
+            );
         }
     }
     dirs
@@ -208,14 +210,22 @@ fn load_from(dirs: &[PathBuf]) -> Result<Lib> {
     })
 }
 
-/// The loaded library, loaded on first use.
+/// The loaded library, loaded on first use; a failure is remembered and reported again as it
+/// was (what went wrong and every path tried).
 pub fn lib() -> Result<&'static Lib> {
-    static LIB: OnceLock<std::result::Result<Lib, String>> = OnceLock::new();
-    let loaded = LIB.get_or_init(|| load_from(&candidate_dirs()).map_err(|e| e.to_string()));
-    loaded.as_ref().map_err(|msg| Error::NvshmemLibrary {
-        problem: msg.clone(),
-        tried: Vec::new(),
-    })
+    static LIB: OnceLock<std::result::Result<Lib, (String, Vec<PathBuf>)>> = OnceLock::new();
+    let loaded = LIB.get_or_init(|| {
+        load_from(&candidate_dirs()).map_err(|e| match e {
+            Error::NvshmemLibrary { problem, tried } => (problem, tried),
+            other => (other.to_string(), Vec::new()),
+        })
+    });
+    loaded
+        .as_ref()
+        .map_err(|(problem, tried)| Error::NvshmemLibrary {
+            problem: problem.clone(),
+            tried: tried.clone(),
+        })
 }
 
 /// The NVSHMEM bootstrap plugins shipped beside the host library, by environment variable.

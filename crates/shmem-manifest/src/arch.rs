@@ -1,6 +1,5 @@
 //! GPU architectures we build for.
 
-use crate::error::{Error, Result};
 use std::fmt;
 use std::str::FromStr;
 
@@ -18,6 +17,11 @@ pub enum Arch {
 impl Arch {
     /// Every supported architecture.
     pub const ALL: [Arch; 3] = [Arch::Sm80, Arch::Sm90, Arch::Sm100];
+
+    /// The architecture of compute capability `cc` (`90` for 9.0), if we build for it.
+    pub fn from_number(cc: u32) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.number() == cc)
+    }
 
     /// `sm_90` etc.
     pub fn name(self) -> &'static str {
@@ -53,9 +57,26 @@ impl fmt::Display for Arch {
     }
 }
 
+/// A name that is not one of [`Arch::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownArch(pub String);
+
+impl fmt::Display for UnknownArch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown GPU architecture `{}`: use one of {} (e.g. `--arch sm_90`)",
+            self.0,
+            Arch::ALL.map(Arch::name).join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownArch {}
+
 impl FromStr for Arch {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
+    type Err = UnknownArch;
+    fn from_str(s: &str) -> Result<Self, UnknownArch> {
         let t = s.trim().to_ascii_lowercase();
         let t = t
             .strip_prefix("sm_")
@@ -64,7 +85,7 @@ impl FromStr for Arch {
         Arch::ALL
             .into_iter()
             .find(|a| a.number().to_string() == t)
-            .ok_or_else(|| Error::UnknownArch(s.to_string()))
+            .ok_or_else(|| UnknownArch(s.to_string()))
     }
 }
 

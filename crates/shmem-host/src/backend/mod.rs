@@ -1,0 +1,112 @@
+//! The one seam between what the runtime does and where it happens: NVSHMEM on a GPU
+//! ([`gpu`]) or a PE of the CPU simulator (`crate::sim`). [`crate::Shmem`] holds one
+//! [`Backend`] and says what happens; each implementation says how. Nothing else in the
+//! crate asks which backend it has.
+
+pub(crate) mod gpu;
+
+use crate::error::Result;
+use crate::module::LaunchConfig;
+use crate::nvshmem::HostSync;
+use crate::runtime::Mark;
+use cudarc::driver::sys::{CUfunction, CUmodule};
+use std::ffi::c_void;
+use std::path::Path;
+
+/// Who this PE is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PeInfo {
+    pub my_pe: i32,
+    pub n_pes: i32,
+    /// This PE's number among the PEs of its node, and their number.
+    pub node_pe: i32,
+    pub node_n_pes: i32,
+    /// The NVSHMEM version: the host library's, or the one the simulator follows.
+    pub version: (u32, u32, u32),
+    pub kind: crate::runtime::BackendKind,
+}
+
+/// A kernel's launch arguments, type-erased for the backend: parameter pointers for the
+/// driver, or a call of the kernel's host build for the simulator.
+pub(crate) trait LaunchArgs {
+    /// One pointer per parameter, valid while `self` is alive and unmoved.
+    fn param_ptrs(&mut self) -> Vec<*mut c_void>;
+    /// The kernel body called with these arguments (the simulator runs it on each thread).
+    #[cfg(feature = "sim")]
+    fn host_call(&self) -> HostCall;
+}
+
+/// A kernel body with its arguments bound, run by every simulated thread of one PE.
+#[cfg(feature = "sim")]
+pub(crate) type HostCall = Box<dyn Fn() + Send + Sync>;
+
+/// Where a kernel of a module lives: a `CUfunction`, or (simulator) nothing, because the
+/// kernel runs from the program's own host build.
+pub(crate) type Function = CUfunction;
+
+/// What a backend does. Every method that takes part in a collective call is collective on
+/// this backend too (the simulator meets the PEs' threads there).
+pub(crate) trait Backend {
+    fn pe(&self) -> PeInfo;
+    /// The GPU, or the error that this needs one ([`crate::Error::Simulator`]).
+    fn gpu(&self) -> Result<&gpu::Gpu>;
+    /// Waits for the work launched on this PE.
+    fn synchronize(&self) -> Result<()>;
+    fn mark(&self) -> Result<Mark>;
+    fn sync(&self, op: HostSync) -> Result<()>;
+    fn min_max(&self, value: i64) -> Result<(i64, i64)>;
+    /// A collective allocation of `bytes`, zero-filled; [`unequal`] when the PEs asked for
+    /// different sizes (on every PE, and nothing is allocated).
+    fn alloc(&self, bytes: usize) -> Result<*mut u8>;
+    /// # Safety
+    /// `p` came from [`Backend::alloc`]; every PE frees it in the same order.
+    unsafe fn free(&self, p: *mut u8);
+    /// Copies `bytes` from host memory `src` to this PE's copy at `dst`.
+    ///
+    /// # Safety
+    /// `dst..dst+bytes` is symmetric memory of this PE; `src..src+bytes` is readable.
+    unsafe fn write(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()>;
+    /// Copies `bytes` of this PE's copy at `src` into host memory `dst`.
+    ///
+    /// # Safety
+    /// `src..src+bytes` is symmetric memory of this PE; `dst..dst+bytes` is writable.
+    unsafe fn read(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()>;
+    /// # Safety
+    /// `p..p+bytes` is symmetric memory of this PE.
+    unsafe fn fill_zero(&self, p: *mut u8, bytes: usize) -> Result<()>;
+    /// The address of `pe`'s copy of symmetric `p` in this process, if mapped.
+    fn peer_ptr(&self, p: *const u8, pe: i32) -> Option<u64>;
+    /// Loads a module image (cubin or PTX) and registers it with NVSHMEM; `None` under the
+    /// simulator, whose kernels run from the program itself.
+    fn load(&self, image: Vec<u8>, origin: &Path) -> Result<Option<CUmodule>>;
+    /// # Safety
+    /// `m` came from [`Backend::load`] and is unloaded once.
+    unsafe fn unload(&self, m: CUmodule);
+    fn function(&self, m: CUmodule, name: &str, origin: &Path) -> Result<Function>;
+    /// Blocks of `cfg`'s shape of `f` that can be resident at once (what a cooperative
+    /// launch may have).
+    fn coresident_blocks(&self, f: Function, cfg: &LaunchConfig) -> Result<u32>;
+    /// Launches `f` (cooperatively when `cooperative`), after the checks common to every
+    /// backend (in `crate::module`).
+    ///
+    /// # Safety
+    /// `args` are `f`'s parameters and satisfy its kernel's contract with this shape.
+    unsafe fn launch(
+        &self,
+        f: Function,
+        name: &'static str,
+        cfg: &LaunchConfig<'_>,
+        cooperative: bool,
+        args: &mut dyn LaunchArgs,
+    ) -> Result<()>;
+}
+
+/// The error of a collective allocation in which PEs asked for sizes `min..=max`, or `Ok`
+/// when they agree.
+pub(crate) fn unequal(mine: usize, (min, max): (usize, usize)) -> Result<()> {
+    if min == max {
+        Ok(())
+    } else {
+        Err(crate::Error::UnequalAllocation { mine, min, max })
+    }
+}
