@@ -20,7 +20,7 @@ use crate::types::{AmoExtended, AmoInt, BitOp};
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn atomic_fetch<T: AmoExtended>(src: Sym<T>, pe: i32) -> T {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_fetch(src.as_ptr(), pe) }
@@ -31,7 +31,7 @@ pub unsafe fn atomic_fetch<T: AmoExtended>(src: Sym<T>, pe: i32) -> T {
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn atomic_set<T: AmoExtended>(dest: Sym<T>, value: T, pe: i32) {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_set(dest.as_ptr(), value, pe) }
@@ -43,7 +43,7 @@ pub unsafe fn atomic_set<T: AmoExtended>(dest: Sym<T>, value: T, pe: i32) {
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn atomic_swap<T: AmoExtended>(dest: Sym<T>, value: T, pe: i32) -> T {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_swap(dest.as_ptr(), value, pe) }
@@ -55,7 +55,7 @@ pub unsafe fn atomic_swap<T: AmoExtended>(dest: Sym<T>, value: T, pe: i32) -> T 
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn atomic_compare_swap<T: AmoInt>(dest: Sym<T>, cond: T, value: T, pe: i32) -> T {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_compare_swap(dest.as_ptr(), cond, value, pe) }
@@ -66,7 +66,7 @@ pub unsafe fn atomic_compare_swap<T: AmoInt>(dest: Sym<T>, cond: T, value: T, pe
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn atomic_fetch_add<T: AmoInt>(dest: Sym<T>, value: T, pe: i32) -> T {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_fetch_add(dest.as_ptr(), value, pe) }
@@ -77,7 +77,7 @@ pub unsafe fn atomic_fetch_add<T: AmoInt>(dest: Sym<T>, value: T, pe: i32) -> T 
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn atomic_add<T: AmoInt>(dest: Sym<T>, value: T, pe: i32) {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_add(dest.as_ptr(), value, pe) }
@@ -88,7 +88,7 @@ pub unsafe fn atomic_add<T: AmoInt>(dest: Sym<T>, value: T, pe: i32) {
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn atomic_fetch_inc<T: AmoInt>(dest: Sym<T>, pe: i32) -> T {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_fetch_inc(dest.as_ptr(), pe) }
@@ -99,7 +99,7 @@ pub unsafe fn atomic_fetch_inc<T: AmoInt>(dest: Sym<T>, pe: i32) -> T {
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn atomic_inc<T: AmoInt>(dest: Sym<T>, pe: i32) {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_inc(dest.as_ptr(), pe) }
@@ -112,7 +112,7 @@ macro_rules! bitwise {
         /// # Safety
         /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
         #[inline(always)]
-        #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+        #[cfg_attr(shmem_sim, track_caller)]
         pub unsafe fn $fetch<T: AmoInt>(dest: Sym<T>, value: T, pe: i32) -> T {
             // SAFETY: the caller upholds the module's contract.
             unsafe { T::raw_fetch_bit(BitOp::$op, dest.as_ptr(), value, pe) }
@@ -122,7 +122,7 @@ macro_rules! bitwise {
         /// # Safety
         /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
         #[inline(always)]
-        #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+        #[cfg_attr(shmem_sim, track_caller)]
         pub unsafe fn $plain<T: AmoInt>(dest: Sym<T>, value: T, pe: i32) {
             // SAFETY: the caller upholds the module's contract.
             unsafe { T::raw_bit(BitOp::$op, dest.as_ptr(), value, pe) }

@@ -46,7 +46,7 @@ fn status(rc: i32) -> Result<(), CollError> {
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn barrier_all<S: Scope>(_scope: S) {
     // SAFETY: the caller upholds the module's contract.
     unsafe {
@@ -65,7 +65,7 @@ pub unsafe fn barrier_all<S: Scope>(_scope: S) {
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn sync_all<S: Scope>(_scope: S) {
     // SAFETY: the caller upholds the module's contract.
     unsafe {
@@ -84,7 +84,7 @@ pub unsafe fn sync_all<S: Scope>(_scope: S) {
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn barrier<S: Scope>(_scope: S, team: Team) -> Result<(), CollError> {
     // SAFETY: the caller upholds the module's contract.
     status(unsafe {
@@ -103,7 +103,7 @@ pub unsafe fn barrier<S: Scope>(_scope: S, team: Team) -> Result<(), CollError> 
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn team_sync<S: Scope>(_scope: S, team: Team) -> Result<(), CollError> {
     // SAFETY: the caller upholds the module's contract.
     status(unsafe {

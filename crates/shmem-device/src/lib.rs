@@ -56,7 +56,7 @@
 #![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
 
 #[cfg(not(target_arch = "nvptx64"))]
-mod arch;
+mod host;
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
 mod panic;
 
@@ -70,7 +70,7 @@ pub mod rma;
 pub mod scope;
 pub mod scoped;
 pub mod signal;
-#[cfg(all(feature = "sim", not(target_arch = "nvptx64")))]
+#[cfg(shmem_sim)]
 pub mod sim;
 pub mod sys;
 pub mod team;

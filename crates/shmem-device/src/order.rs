@@ -8,7 +8,7 @@
 
 /// Orders this thread's puts, AMOs and signals per destination PE. NVSHMEM: `nvshmem_fence`.
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub fn fence() {
     // SAFETY: `nvshmem_fence` has no arguments and only orders memory operations.
     unsafe { crate::sys::nvshmem_fence() }
@@ -16,7 +16,7 @@ pub fn fence() {
 
 /// Completes this thread's outstanding operations. NVSHMEM: `nvshmem_quiet`.
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub fn quiet() {
     // SAFETY: `nvshmem_quiet` has no arguments and only waits for completions.
     unsafe { crate::sys::nvshmem_quiet() }

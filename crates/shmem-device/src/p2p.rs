@@ -52,7 +52,7 @@ fn status_ptr<T>(ivars: SymSlice<T>, status: Option<DeviceSlice<i32>>) -> *const
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn wait_until<T: WaitElem>(ivar: Sym<T>, cmp: Cmp, value: T) {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_wait_until(ivar.as_ptr(), cmp as i32, value) }
@@ -63,7 +63,7 @@ pub unsafe fn wait_until<T: WaitElem>(ivar: Sym<T>, cmp: Cmp, value: T) {
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn test<T: WaitElem>(ivar: Sym<T>, cmp: Cmp, value: T) -> bool {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_test(ivar.as_ptr(), cmp as i32, value) != 0 }

@@ -43,7 +43,7 @@ macro_rules! chunk_access {
     ($(#[$ld_doc:meta])* $load:ident, $(#[$st_doc:meta])* $store:ident, $prelude:literal, $space:literal, $addr:literal) => {
         $(#[$ld_doc])*
         #[inline(always)]
-        #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+        #[cfg_attr(shmem_sim, track_caller)]
         pub unsafe fn $load(p: *const Chunk) -> Chunk {
             #[cfg(target_arch = "nvptx64")]
             {
@@ -71,7 +71,7 @@ macro_rules! chunk_access {
 
         $(#[$st_doc])*
         #[inline(always)]
-        #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+        #[cfg_attr(shmem_sim, track_caller)]
         pub unsafe fn $store(self, p: *mut Chunk) {
             #[cfg(target_arch = "nvptx64")]
             // SAFETY: the caller's contract; the asm writes the 16 bytes at `p` only.
@@ -150,7 +150,7 @@ impl Chunk {
 /// `dst` and `src` are valid for `bytes` and do not overlap; every thread of the scope calls
 /// it with the same arguments (the scope's convergence rule).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), allow(dead_code))]
+#[cfg_attr(shmem_sim, allow(dead_code))]
 unsafe fn copy_p2p<S: Scope>(dst: *mut u8, src: *const u8, bytes: usize) -> bool {
     use crate::scope::ScopeKind;
     use crate::thread::{
@@ -228,33 +228,21 @@ unsafe fn try_p2p<S: Scope>(
     to_peer: bool,
 ) -> bool {
     // The CPU simulator queues remote writes to land late; a direct copy would skip that.
-    #[cfg(all(feature = "sim", not(target_arch = "nvptx64")))]
-    {
-        let _ = (
-            sym,
-            local,
-            bytes,
-            pe,
-            to_peer,
-            core::marker::PhantomData::<S>,
-        );
-        false
+    if cfg!(shmem_sim) {
+        return false;
     }
-    #[cfg(not(all(feature = "sim", not(target_arch = "nvptx64"))))]
-    {
-        // SAFETY: `nvshmem_ptr` only translates a symmetric address (caller's contract).
-        let peer = unsafe { sys::nvshmem_ptr(sym, pe) }.cast::<u8>();
-        if peer.is_null() {
-            return false;
-        }
-        let local = local.cast::<u8>();
-        // SAFETY: the caller's contract; `peer` maps `pe`'s copy of the same `bytes`.
-        unsafe {
-            if to_peer {
-                copy_p2p::<S>(peer, local, bytes)
-            } else {
-                copy_p2p::<S>(local, peer, bytes)
-            }
+    // SAFETY: `nvshmem_ptr` only translates a symmetric address (caller's contract).
+    let peer = unsafe { sys::nvshmem_ptr(sym, pe) }.cast::<u8>();
+    if peer.is_null() {
+        return false;
+    }
+    let local = local.cast::<u8>();
+    // SAFETY: the caller's contract; `peer` maps `pe`'s copy of the same `bytes`.
+    unsafe {
+        if to_peer {
+            copy_p2p::<S>(peer, local, bytes)
+        } else {
+            copy_p2p::<S>(local, peer, bytes)
         }
     }
 }
@@ -264,7 +252,7 @@ unsafe fn try_p2p<S: Scope>(
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn p<T: RmaElem>(dest: Sym<T>, value: T, pe: i32) {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_p(dest.as_ptr(), value, pe) }
@@ -275,7 +263,7 @@ pub unsafe fn p<T: RmaElem>(dest: Sym<T>, value: T, pe: i32) {
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn g<T: RmaElem>(src: Sym<T>, pe: i32) -> T {
     // SAFETY: the caller upholds the module's contract.
     unsafe { T::raw_g(src.as_ptr(), pe) }

@@ -162,7 +162,7 @@ macro_rules! scoped_word {
                 old
             }
         }
-        // On the host, under the simulator: a yield point, then the operation (only one
+        // On the host: a yield point of the simulator, then the operation (only one
         // simulated thread runs at a time, so a plain access is atomic); else a panic.
         #[cfg(not(target_arch = "nvptx64"))]
         impl ScopedWord for $t {
@@ -211,16 +211,7 @@ macro_rules! scoped_word {
 
 /// A scoped operation on the host: a yield point of the CPU simulator, or a panic outside it.
 #[cfg(not(target_arch = "nvptx64"))]
-#[track_caller]
-fn host_step(op: &str, poll: bool) {
-    #[cfg(feature = "sim")]
-    if crate::sim::current_pe().is_some() {
-        crate::sim::step(poll);
-        return;
-    }
-    let _ = poll;
-    crate::arch::device_only(op)
-}
+use crate::host::step as host_step;
 
 /// Host-side arithmetic of the scoped words (the simulator's atomics).
 #[cfg(not(target_arch = "nvptx64"))]
@@ -349,7 +340,7 @@ pub unsafe fn compare_swap<S: MemScope, T: ScopedWord>(
 
 /// A fence with acquire-release semantics at scope `S`. PTX: `fence.acq_rel.S`.
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub fn fence_acq_rel<S: MemScope>(_scope: S) {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: a fence only orders this thread's memory accesses.

@@ -99,7 +99,7 @@ pub unsafe fn put_signal_nbi<S: Scope, T: Copy>(
 /// # Safety
 /// See the [module documentation](self#safety-common-to-every-function-of-this-module).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn signal_op(sig: Sym<u64>, value: u64, op: SignalOp, pe: i32) {
     // SAFETY: the caller upholds the module's contract.
     unsafe { sys::nvshmemx_signal_op(sig.as_ptr(), value, op as i32, pe) }
@@ -110,7 +110,7 @@ pub unsafe fn signal_op(sig: Sym<u64>, value: u64, op: SignalOp, pe: i32) {
 /// # Safety
 /// `sig` is a valid symmetric `u64`.
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn signal_fetch(sig: Sym<u64>) -> u64 {
     // SAFETY: the caller guarantees `sig` is valid.
     unsafe { sys::nvshmem_signal_fetch(sig.as_ptr()) }
@@ -123,7 +123,7 @@ pub unsafe fn signal_fetch(sig: Sym<u64>) -> u64 {
 /// `sig` is a valid symmetric `u64`, and some PE eventually makes the condition true
 /// (otherwise the kernel never finishes).
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub unsafe fn signal_wait_until(sig: Sym<u64>, cmp: Cmp, value: u64) -> u64 {
     // SAFETY: the caller guarantees `sig` is valid.
     unsafe { sys::nvshmem_signal_wait_until(sig.as_ptr(), cmp as i32, value) }

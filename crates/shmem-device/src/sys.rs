@@ -4,24 +4,22 @@
 //! other modules is the only user of this module. Names are the ones present in both NVSHMEM
 //! 3.4.5 and 3.8.0 bitcode (the supported range is 3.4 – 3.8).
 //!
-//! On the host these declarations exist only so that kernel code type-checks; nothing here is
-//! ever linked into a host binary, because only device builds call them.
+//! On a host build with the CPU simulator (cfg `shmem_sim`) the same names are the
+//! simulator's functions, re-exported from `crate::host` (the seam); on a host build without
+//! it these declarations exist only so that kernel code type-checks, and nothing here is ever
+//! linked into a host binary, because only device builds call them.
 
 #![allow(missing_docs)]
-// The simulator's definitions below mirror C declarations: their safety contract is
-// NVSHMEM's for the function of the same name, as for the declarations.
-#![cfg_attr(
-    all(feature = "sim", not(target_arch = "nvptx64")),
-    allow(clippy::missing_safety_doc, clippy::too_many_arguments)
-)]
 
-// Used by the declarations (not by the simulator's definitions).
-#[allow(unused_imports)]
+#[cfg(not(shmem_sim))]
 use core::ffi::c_void;
+
+#[cfg(shmem_sim)]
+pub use crate::host::nvshmem::*;
 
 pub type Team = i32;
 
-#[cfg(not(all(feature = "sim", not(target_arch = "nvptx64"))))]
+#[cfg(not(shmem_sim))]
 unsafe extern "C" {
     pub fn nvshmem_my_pe() -> i32;
     pub fn nvshmem_n_pes() -> i32;
@@ -56,7 +54,7 @@ unsafe extern "C" {
 /// Bulk byte-wise RMA in the three scopes: `$thread`, `$warp`, `$block` name the C symbols.
 macro_rules! bulk_rma {
     ($($thread:ident, $warp:ident, $block:ident: ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?;)*) => {
-        #[cfg(not(all(feature = "sim", not(target_arch = "nvptx64"))))]
+        #[cfg(not(shmem_sim))]
         unsafe extern "C" { $(
             pub fn $thread($($arg: $ty),*) $(-> $ret)?;
             pub fn $warp($($arg: $ty),*) $(-> $ret)?;
@@ -90,20 +88,13 @@ bulk_rma! {
 /// type name (`int32`, `float`, ...). `concat!` builds each C symbol from the type name.
 macro_rules! typed_fns {
     ($ty:ty, $c:literal { $($rust:ident = $suffix:literal: ($($arg:ident: $aty:ty),*) $(-> $ret:ty)?;)* }) => {
-        #[cfg(not(all(feature = "sim", not(target_arch = "nvptx64"))))]
+        #[cfg(not(shmem_sim))]
         unsafe extern "C" { $(
             #[link_name = concat!("nvshmem_", $c, "_", $suffix)]
             pub fn $rust($($arg: $aty),*) $(-> $ret)?;
         )* }
-        // The CPU simulator's version of each function (same name and signature).
-        $(
-            #[cfg(all(feature = "sim", not(target_arch = "nvptx64")))]
-            #[track_caller]
-            pub unsafe fn $rust($($arg: $aty),*) $(-> $ret)? {
-                // SAFETY: NVSHMEM's contract, which the caller upholds.
-                unsafe { $crate::sim::shmem::typed::$rust($($arg),*) }
-            }
-        )*
+        #[cfg(shmem_sim)]
+        pub use $crate::host::nvshmem::typed::{$($rust),*};
     };
 }
 
@@ -183,27 +174,9 @@ macro_rules! p2p_sync {
 /// `nvshmemx_T_OP_reduce_warp`, `nvshmemx_T_OP_reduce_block`).
 macro_rules! reduce_fns {
     ($ty:ty, $c:literal: $($op:literal => $thread:ident, $warp:ident, $block:ident;)*) => {
-        $(
-            #[cfg(all(feature = "sim", not(target_arch = "nvptx64")))]
-            #[track_caller]
-            pub unsafe fn $thread(_team: $crate::sys::Team, dest: *mut $ty, src: *const $ty, n: usize) -> i32 {
-                // SAFETY: NVSHMEM's contract, which the caller upholds.
-                unsafe { $crate::sim::shmem::reduce($crate::sim::shmem::Group::Thread, $op, dest, src, n) }
-            }
-            #[cfg(all(feature = "sim", not(target_arch = "nvptx64")))]
-            #[track_caller]
-            pub unsafe fn $warp(_team: $crate::sys::Team, dest: *mut $ty, src: *const $ty, n: usize) -> i32 {
-                // SAFETY: as above.
-                unsafe { $crate::sim::shmem::reduce($crate::sim::shmem::Group::Warp, $op, dest, src, n) }
-            }
-            #[cfg(all(feature = "sim", not(target_arch = "nvptx64")))]
-            #[track_caller]
-            pub unsafe fn $block(_team: $crate::sys::Team, dest: *mut $ty, src: *const $ty, n: usize) -> i32 {
-                // SAFETY: as above.
-                unsafe { $crate::sim::shmem::reduce($crate::sim::shmem::Group::Block, $op, dest, src, n) }
-            }
-        )*
-        #[cfg(not(all(feature = "sim", not(target_arch = "nvptx64"))))]
+        #[cfg(shmem_sim)]
+        pub use $crate::host::nvshmem::reduce::{$($thread, $warp, $block),*};
+        #[cfg(not(shmem_sim))]
         unsafe extern "C" { $(
             #[link_name = concat!("nvshmem_", $c, "_", $op, "_reduce")]
             pub fn $thread(team: $crate::sys::Team, dest: *mut $ty, src: *const $ty, n: usize) -> i32;
@@ -293,198 +266,3 @@ pub mod reduce {
         }
     }
 }
-
-/// The CPU simulator's versions of the untyped C functions above (same names and
-/// signatures; `crate::sim::shmem` documents the semantics).
-#[cfg(all(feature = "sim", not(target_arch = "nvptx64")))]
-mod sim_c {
-    use super::Team;
-    use crate::sim::shmem::{self as s, Group};
-    use core::ffi::c_void;
-
-    pub unsafe fn nvshmem_my_pe() -> i32 {
-        s::my_pe()
-    }
-    pub unsafe fn nvshmem_n_pes() -> i32 {
-        s::n_pes()
-    }
-    pub unsafe fn nvshmem_team_my_pe(team: Team) -> i32 {
-        if team < 0 { -1 } else { s::my_pe() }
-    }
-    pub unsafe fn nvshmem_team_n_pes(team: Team) -> i32 {
-        if team < 0 { -1 } else { s::n_pes() }
-    }
-    pub unsafe fn nvshmem_team_translate_pe(src: Team, pe: i32, dst: Team) -> i32 {
-        if src < 0 || dst < 0 || pe < 0 || pe >= s::n_pes() {
-            -1
-        } else {
-            pe
-        }
-    }
-    pub unsafe fn nvshmem_ptr(dest: *const c_void, pe: i32) -> *mut c_void {
-        s::ptr(dest, pe)
-    }
-    #[track_caller]
-    pub unsafe fn nvshmem_fence() {
-        s::fence()
-    }
-    #[track_caller]
-    pub unsafe fn nvshmem_quiet() {
-        s::quiet()
-    }
-
-    macro_rules! barriers {
-        ($($f:ident: $g:ident, $quiet:literal, $ret:ty;)*) => { $(
-            #[track_caller]
-            pub unsafe fn $f() -> $ret { s::pe_barrier(Group::$g, $quiet, stringify!($f)); Default::default() }
-        )* };
-    }
-    barriers! {
-        nvshmem_barrier_all: Thread, true, ();
-        nvshmemx_barrier_all_warp: Warp, true, ();
-        nvshmemx_barrier_all_block: Block, true, ();
-        nvshmem_sync_all: Thread, false, ();
-        nvshmemx_sync_all_warp: Warp, false, ();
-        nvshmemx_sync_all_block: Block, false, ();
-    }
-    macro_rules! team_barriers {
-        ($($f:ident: $g:ident, $quiet:literal;)*) => { $(
-            #[track_caller]
-            pub unsafe fn $f(_team: Team) -> i32 { s::pe_barrier(Group::$g, $quiet, stringify!($f)); 0 }
-        )* };
-    }
-    team_barriers! {
-        nvshmem_barrier: Thread, true;
-        nvshmemx_barrier_warp: Warp, true;
-        nvshmemx_barrier_block: Block, true;
-        nvshmem_team_sync: Thread, false;
-        nvshmemx_team_sync_warp: Warp, false;
-        nvshmemx_team_sync_block: Block, false;
-    }
-
-    #[track_caller]
-    pub unsafe fn nvshmemx_signal_op(sig: *mut u64, signal: u64, op: i32, pe: i32) {
-        s::signal_op(sig, signal, op, pe)
-    }
-    #[track_caller]
-    pub unsafe fn nvshmem_signal_fetch(sig: *const u64) -> u64 {
-        crate::sim::step(true);
-        // SAFETY: a valid local signal word (NVSHMEM's contract).
-        unsafe { sig.read_volatile() }
-    }
-    #[track_caller]
-    pub unsafe fn nvshmem_signal_wait_until(sig: *mut u64, cmp: i32, value: u64) -> u64 {
-        // SAFETY: as above.
-        unsafe { s::wait_until(sig, cmp, value) }
-    }
-    pub unsafe fn vprintf(_format: *const u8, _args: *const u8) -> i32 {
-        0
-    }
-
-    macro_rules! bulk {
-        ($($t:ident, $w:ident, $b:ident => $f:ident;)*) => { $(
-            #[track_caller]
-            pub unsafe fn $t(dest: *mut c_void, src: *const c_void, bytes: usize, pe: i32) {
-                // SAFETY: NVSHMEM's contract, which the caller upholds.
-                unsafe { s::$f(Group::Thread, dest, src, bytes, pe) }
-            }
-            #[track_caller]
-            pub unsafe fn $w(dest: *mut c_void, src: *const c_void, bytes: usize, pe: i32) {
-                // SAFETY: as above.
-                unsafe { s::$f(Group::Warp, dest, src, bytes, pe) }
-            }
-            #[track_caller]
-            pub unsafe fn $b(dest: *mut c_void, src: *const c_void, bytes: usize, pe: i32) {
-                // SAFETY: as above.
-                unsafe { s::$f(Group::Block, dest, src, bytes, pe) }
-            }
-        )* };
-    }
-    bulk! {
-        nvshmem_putmem, nvshmemx_putmem_warp, nvshmemx_putmem_block => put;
-        nvshmem_putmem_nbi, nvshmemx_putmem_nbi_warp, nvshmemx_putmem_nbi_block => put;
-        nvshmem_getmem, nvshmemx_getmem_warp, nvshmemx_getmem_block => get;
-        nvshmem_getmem_nbi, nvshmemx_getmem_nbi_warp, nvshmemx_getmem_nbi_block => get;
-    }
-    macro_rules! bulk_signal {
-        ($($t:ident, $w:ident, $b:ident;)*) => { $(
-            #[track_caller]
-            pub unsafe fn $t(dest: *mut c_void, src: *const c_void, bytes: usize, sig: *mut u64, signal: u64, op: i32, pe: i32) {
-                // SAFETY: NVSHMEM's contract, which the caller upholds.
-                unsafe { s::put_signal(Group::Thread, dest, src, bytes, sig, signal, op, pe) }
-            }
-            #[track_caller]
-            pub unsafe fn $w(dest: *mut c_void, src: *const c_void, bytes: usize, sig: *mut u64, signal: u64, op: i32, pe: i32) {
-                // SAFETY: as above.
-                unsafe { s::put_signal(Group::Warp, dest, src, bytes, sig, signal, op, pe) }
-            }
-            #[track_caller]
-            pub unsafe fn $b(dest: *mut c_void, src: *const c_void, bytes: usize, sig: *mut u64, signal: u64, op: i32, pe: i32) {
-                // SAFETY: as above.
-                unsafe { s::put_signal(Group::Block, dest, src, bytes, sig, signal, op, pe) }
-            }
-        )* };
-    }
-    bulk_signal! {
-        nvshmem_putmem_signal, nvshmemx_putmem_signal_warp, nvshmemx_putmem_signal_block;
-        nvshmem_putmem_signal_nbi, nvshmemx_putmem_signal_nbi_warp, nvshmemx_putmem_signal_nbi_block;
-    }
-    macro_rules! bytes_coll {
-        ($($t:ident, $w:ident, $b:ident => $kind:literal;)*) => { $(
-            #[track_caller]
-            pub unsafe fn $t(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32 {
-                // SAFETY: NVSHMEM's contract, which the caller upholds.
-                unsafe { s::collect(Group::Thread, $kind, dest, src, bytes, 0) }
-            }
-            #[track_caller]
-            pub unsafe fn $w(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32 {
-                // SAFETY: as above.
-                unsafe { s::collect(Group::Warp, $kind, dest, src, bytes, 0) }
-            }
-            #[track_caller]
-            pub unsafe fn $b(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32 {
-                // SAFETY: as above.
-                unsafe { s::collect(Group::Block, $kind, dest, src, bytes, 0) }
-            }
-        )* };
-    }
-    bytes_coll! {
-        nvshmem_alltoallmem, nvshmemx_alltoallmem_warp, nvshmemx_alltoallmem_block => b'a';
-        nvshmem_fcollectmem, nvshmemx_fcollectmem_warp, nvshmemx_fcollectmem_block => b'f';
-    }
-    #[track_caller]
-    pub unsafe fn nvshmem_broadcastmem(
-        _team: Team,
-        dest: *mut c_void,
-        src: *const c_void,
-        bytes: usize,
-        root: i32,
-    ) -> i32 {
-        // SAFETY: NVSHMEM's contract, which the caller upholds.
-        unsafe { s::collect(Group::Thread, b'b', dest, src, bytes, root) }
-    }
-    #[track_caller]
-    pub unsafe fn nvshmemx_broadcastmem_warp(
-        _team: Team,
-        dest: *mut c_void,
-        src: *const c_void,
-        bytes: usize,
-        root: i32,
-    ) -> i32 {
-        // SAFETY: as above.
-        unsafe { s::collect(Group::Warp, b'b', dest, src, bytes, root) }
-    }
-    #[track_caller]
-    pub unsafe fn nvshmemx_broadcastmem_block(
-        _team: Team,
-        dest: *mut c_void,
-        src: *const c_void,
-        bytes: usize,
-        root: i32,
-    ) -> i32 {
-        // SAFETY: as above.
-        unsafe { s::collect(Group::Block, b'b', dest, src, bytes, root) }
-    }
-}
-#[cfg(all(feature = "sim", not(target_arch = "nvptx64")))]
-pub use sim_c::*;

@@ -47,7 +47,7 @@ impl Team {
 
 /// This PE's number in [`Team::WORLD`]. NVSHMEM: `nvshmem_my_pe`.
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub fn my_pe() -> i32 {
     // SAFETY: reads NVSHMEM's device state, set up by `nvshmemx_cumodule_init`.
     unsafe { crate::sys::nvshmem_my_pe() }
@@ -55,7 +55,7 @@ pub fn my_pe() -> i32 {
 
 /// The number of PEs in [`Team::WORLD`]. NVSHMEM: `nvshmem_n_pes`.
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub fn n_pes() -> i32 {
     // SAFETY: as in `my_pe`.
     unsafe { crate::sys::nvshmem_n_pes() }

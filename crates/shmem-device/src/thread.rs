@@ -37,7 +37,7 @@ macro_rules! special_registers {
             // device code only ever runs inside a kernel.
             unsafe { core::arch::nvptx::$intr() }
             #[cfg(not(target_arch = "nvptx64"))]
-            crate::arch::host_register(stringify!($name))
+            crate::host::register(stringify!($name))
         }
     )* };
 }
@@ -146,7 +146,7 @@ pub fn lane_id() -> u32 {
         lane
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    crate::arch::host_register("lane_id")
+    crate::host::register("lane_id")
 }
 
 /// This thread's warp within its block: `thread_rank_in_block() / WARP_SIZE`.
@@ -170,7 +170,7 @@ pub fn warps_per_block() -> u32 {
 /// Every thread of the block must reach the same `sync_threads` (it must not sit in a branch
 /// that only some threads take), or the block deadlocks.
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub fn sync_threads() {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: `bar.sync 0` has no memory-safety preconditions; a divergent call deadlocks
@@ -179,20 +179,14 @@ pub fn sync_threads() {
         core::arch::nvptx::_syncthreads()
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        #[cfg(feature = "sim")]
-        if crate::sim::current_pe().is_some() {
-            return crate::sim::sync_threads();
-        }
-        crate::arch::device_only("sync_threads")
-    }
+    crate::host::sync_threads()
 }
 
 /// `__syncwarp(mask)`: the lanes named in `mask` wait for each other and their memory
 /// accesses before it are ordered before those after it. Each lane in `mask` must call it
 /// with the same mask.
 #[inline(always)]
-#[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+#[cfg_attr(shmem_sim, track_caller)]
 pub fn sync_warp(mask: u32) {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: `bar.warp.sync` only synchronises lanes; a mask naming a lane that never
@@ -201,15 +195,7 @@ pub fn sync_warp(mask: u32) {
         core::arch::asm!("bar.warp.sync {0};", in(reg32) mask, options(nostack))
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let _ = mask;
-        #[cfg(feature = "sim")]
-        if crate::sim::current_pe().is_some() {
-            crate::sim::warp_collective("sync_warp", 0, 0, |_, _| 0);
-            return;
-        }
-        crate::arch::device_only("sync_warp")
-    }
+    crate::host::sync_warp(mask)
 }
 
 /// Values a warp shuffle moves: 32-bit words in one `shfl`, 64-bit ones in two.
@@ -242,17 +228,7 @@ fn shfl_bfly_u32(v: u32, lane_mask: u32) -> u32 {
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
-fn shfl_bfly_u32(v: u32, lane_mask: u32) -> u32 {
-    #[cfg(feature = "sim")]
-    if crate::sim::current_pe().is_some() {
-        return crate::sim::warp_collective("shfl_xor", v.into(), lane_mask, |all, l| {
-            let from = l ^ all[l].1 as usize;
-            all.get(from).map_or(all[l].0, |a| a.0)
-        }) as u32;
-    }
-    let _ = (v, lane_mask);
-    crate::arch::device_only("shfl_xor")
-}
+use crate::host::shfl_xor as shfl_bfly_u32;
 
 macro_rules! shuffle32 {
     ($($t:ty),*) => { $(
@@ -324,16 +300,7 @@ pub fn shfl_idx(v: u32, src_lane: u32) -> u32 {
         out
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        #[cfg(feature = "sim")]
-        if crate::sim::current_pe().is_some() {
-            return crate::sim::warp_collective("shfl_idx", v.into(), src_lane, |all, l| {
-                all.get(all[l].1 as usize).map_or(all[l].0, |a| a.0)
-            }) as u32;
-        }
-        let _ = (v, src_lane);
-        crate::arch::device_only("shfl_idx")
-    }
+    crate::host::shfl_idx(v, src_lane)
 }
 
 /// `__ballot_sync(0xffffffff, pred)`: bit `i` is set when lane `i`'s `pred` is true, in every
@@ -356,18 +323,7 @@ pub fn ballot(pred: bool) -> u32 {
         out
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        #[cfg(feature = "sim")]
-        if crate::sim::current_pe().is_some() {
-            return crate::sim::warp_collective("ballot", pred.into(), 0, |all, _| {
-                all.iter()
-                    .enumerate()
-                    .fold(0, |m, (l, a)| m | (u64::from(a.0 != 0) << l))
-            }) as u32;
-        }
-        let _ = pred;
-        crate::arch::device_only("ballot")
-    }
+    crate::host::ballot(pred)
 }
 
 /// The bitwise OR of `v` over the 32 lanes of the warp, in every lane. Same convergence rule

@@ -34,13 +34,13 @@ macro_rules! impl_rma {
     ($($t:ty => $m:ident),*) => { $(
         impl RmaElem for $t {
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_p(dest: *mut Self, value: Self, pe: i32) {
                 // SAFETY: forwarded obligation of the caller (`rma::p`).
                 unsafe { sys::rma::$m::p(dest, value, pe) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_g(src: *const Self, pe: i32) -> Self {
                 // SAFETY: forwarded obligation of the caller (`rma::g`).
                 unsafe { sys::rma::$m::g(src, pe) }
@@ -69,19 +69,19 @@ macro_rules! impl_amo_ext {
     ($($t:ty => $m:ident, swap: |$d:ident, $v:ident, $pe:ident| $swap:expr;)*) => { $(
         impl AmoExtended for $t {
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_fetch(src: *const Self, pe: i32) -> Self {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_fetch`).
                 unsafe { sys::amo::ext::$m::fetch(src, pe) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_set(dest: *mut Self, value: Self, pe: i32) {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_set`).
                 unsafe { sys::amo::ext::$m::set(dest, value, pe) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_swap($d: *mut Self, $v: Self, $pe: i32) -> Self {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_swap`); the float
                 // forms pass the same address as the unsigned type of the same size and alignment.
@@ -138,37 +138,37 @@ macro_rules! impl_amo_int {
     ($($t:ty => $std:ident, $bit:ident),*) => { $(
         impl AmoInt for $t {
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_compare_swap(dest: *mut Self, cond: Self, value: Self, pe: i32) -> Self {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_compare_swap`).
                 unsafe { sys::amo::std::$std::compare_swap(dest, cond, value, pe) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_fetch_add(dest: *mut Self, value: Self, pe: i32) -> Self {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_fetch_add`).
                 unsafe { sys::amo::std::$std::fetch_add(dest, value, pe) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_add(dest: *mut Self, value: Self, pe: i32) {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_add`).
                 unsafe { sys::amo::std::$std::add(dest, value, pe) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_fetch_inc(dest: *mut Self, pe: i32) -> Self {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_fetch_inc`).
                 unsafe { sys::amo::std::$std::fetch_inc(dest, pe) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_inc(dest: *mut Self, pe: i32) {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_inc`).
                 unsafe { sys::amo::std::$std::inc(dest, pe) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_fetch_bit(op: BitOp, dest: *mut Self, value: Self, pe: i32) -> Self {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_fetch_{and,or,xor}`).
                 unsafe {
@@ -180,7 +180,7 @@ macro_rules! impl_amo_int {
                 }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_bit(op: BitOp, dest: *mut Self, value: Self, pe: i32) {
                 // SAFETY: forwarded obligation of the caller (`amo::atomic_{and,or,xor}`).
                 unsafe {
@@ -245,37 +245,37 @@ macro_rules! impl_wait {
     ($($t:ty => $m:ident),*) => { $(
         impl WaitElem for $t {
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_wait_until(ivar: *mut Self, cmp: i32, value: Self) {
                 // SAFETY: forwarded obligation of the caller (`p2p::wait_until`).
                 unsafe { sys::p2p::$m::wait_until(ivar, cmp, value) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_test(ivar: *mut Self, cmp: i32, value: Self) -> i32 {
                 // SAFETY: forwarded obligation of the caller (`p2p::test`).
                 unsafe { sys::p2p::$m::test(ivar, cmp, value) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_wait_until_all(ivars: *mut Self, n: usize, status: *const i32, cmp: i32, value: Self) {
                 // SAFETY: forwarded obligation of the caller (`p2p::wait_until_all`).
                 unsafe { sys::p2p::$m::wait_until_all(ivars, n, status, cmp, value) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_wait_until_any(ivars: *mut Self, n: usize, status: *const i32, cmp: i32, value: Self) -> usize {
                 // SAFETY: forwarded obligation of the caller (`p2p::wait_until_any`).
                 unsafe { sys::p2p::$m::wait_until_any(ivars, n, status, cmp, value) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_test_all(ivars: *mut Self, n: usize, status: *const i32, cmp: i32, value: Self) -> i32 {
                 // SAFETY: forwarded obligation of the caller (`p2p::test_all`).
                 unsafe { sys::p2p::$m::test_all(ivars, n, status, cmp, value) }
             }
             #[inline(always)]
-            #[cfg_attr(all(feature = "sim", not(target_arch = "nvptx64")), track_caller)]
+            #[cfg_attr(shmem_sim, track_caller)]
             unsafe fn raw_test_any(ivars: *mut Self, n: usize, status: *const i32, cmp: i32, value: Self) -> usize {
                 // SAFETY: forwarded obligation of the caller (`p2p::test_any`).
                 unsafe { sys::p2p::$m::test_any(ivars, n, status, cmp, value) }

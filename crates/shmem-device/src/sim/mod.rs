@@ -502,7 +502,9 @@ pub fn current_pe() -> Option<u32> {
     ctx().map(|c| c.pe)
 }
 
+pub(crate) mod device;
 pub mod shmem;
+pub mod sys;
 pub use shmem::{SimBuffer, World};
 
 /// A yield point: gives the turn away and waits for it back. `poll` marks a step that only
@@ -558,7 +560,7 @@ pub(crate) fn warp_collective(
     op: fn(&[(u64, u32)], usize) -> u64,
 ) -> u64 {
     let Some(c) = ctx() else {
-        crate::arch::device_only(what)
+        crate::host::device_only(what)
     };
     let loc = Location::caller();
     let e = &c.engine;

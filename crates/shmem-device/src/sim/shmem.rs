@@ -507,7 +507,8 @@ pub(crate) fn pe_barrier(g: Group, quiet_first: bool, what: &'static str) {
 }
 
 /// The element operations of atomics, waits and reductions.
-pub(crate) trait Word: Copy + PartialOrd + Default {
+#[doc(hidden)]
+pub trait Word: Copy + PartialOrd + Default {
     fn add(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
     fn bits(self, o: Self, op: u8) -> Self;
@@ -625,69 +626,70 @@ pub(crate) unsafe fn collect(
 }
 
 /// The typed C functions (`nvshmem_TYPE_OP`), generic over the element type.
-pub(crate) mod typed {
+#[doc(hidden)]
+pub mod typed {
     use super::{Word, atomic, compare};
 
     #[track_caller]
-    pub(crate) unsafe fn p<T: Word>(dest: *mut T, value: T, pe: i32) {
+    pub unsafe fn p<T: Word>(dest: *mut T, value: T, pe: i32) {
         // SAFETY: one `T` read from a local.
         let data = unsafe { super::bytes_at((&raw const value).cast(), core::mem::size_of::<T>()) };
         super::queue(dest.cast(), data, pe, None);
     }
     #[track_caller]
-    pub(crate) unsafe fn g<T: Word>(src: *const T, pe: i32) -> T {
+    pub unsafe fn g<T: Word>(src: *const T, pe: i32) -> T {
         // SAFETY: the caller's contract.
         unsafe { atomic(src, pe, |_| None) }
     }
     #[track_caller]
-    pub(crate) unsafe fn fetch<T: Word>(src: *const T, pe: i32) -> T {
+    pub unsafe fn fetch<T: Word>(src: *const T, pe: i32) -> T {
         // SAFETY: the caller's contract.
         unsafe { atomic(src, pe, |_| None) }
     }
     #[track_caller]
-    pub(crate) unsafe fn set<T: Word>(dest: *mut T, value: T, pe: i32) {
+    pub unsafe fn set<T: Word>(dest: *mut T, value: T, pe: i32) {
         // SAFETY: the caller's contract.
         unsafe { atomic(dest, pe, |_| Some(value)) };
     }
     #[track_caller]
-    pub(crate) unsafe fn swap<T: Word>(dest: *mut T, value: T, pe: i32) -> T {
+    pub unsafe fn swap<T: Word>(dest: *mut T, value: T, pe: i32) -> T {
         // SAFETY: the caller's contract.
         unsafe { atomic(dest, pe, |_| Some(value)) }
     }
     #[track_caller]
-    pub(crate) unsafe fn compare_swap<T: Word>(dest: *mut T, cond: T, value: T, pe: i32) -> T {
+    pub unsafe fn compare_swap<T: Word>(dest: *mut T, cond: T, value: T, pe: i32) -> T {
         // SAFETY: the caller's contract.
         unsafe { atomic(dest, pe, |old| old.same(cond).then_some(value)) }
     }
     #[track_caller]
-    pub(crate) unsafe fn fetch_add<T: Word>(dest: *mut T, value: T, pe: i32) -> T {
+    pub unsafe fn fetch_add<T: Word>(dest: *mut T, value: T, pe: i32) -> T {
         // SAFETY: the caller's contract.
         unsafe { atomic(dest, pe, |old| Some(old.add(value))) }
     }
     #[track_caller]
-    pub(crate) unsafe fn add<T: Word>(dest: *mut T, value: T, pe: i32) {
+    pub unsafe fn add<T: Word>(dest: *mut T, value: T, pe: i32) {
         // SAFETY: the caller's contract.
         unsafe { fetch_add(dest, value, pe) };
     }
     #[track_caller]
-    pub(crate) unsafe fn fetch_inc<T: Word + From<u8>>(dest: *mut T, pe: i32) -> T {
+    pub unsafe fn fetch_inc<T: Word + From<u8>>(dest: *mut T, pe: i32) -> T {
         // SAFETY: the caller's contract.
         unsafe { fetch_add(dest, T::from(1), pe) }
     }
     #[track_caller]
-    pub(crate) unsafe fn inc<T: Word + From<u8>>(dest: *mut T, pe: i32) {
+    pub unsafe fn inc<T: Word + From<u8>>(dest: *mut T, pe: i32) {
         // SAFETY: the caller's contract.
         unsafe { fetch_inc(dest, pe) };
     }
     macro_rules! bitwise {
         ($($fetch:ident, $plain:ident: $op:literal;)*) => { $(
             #[track_caller]
-            pub(crate) unsafe fn $fetch<T: Word>(dest: *mut T, value: T, pe: i32) -> T {
+            pub unsafe fn $fetch<T: Word>(dest: *mut T, value: T, pe: i32) -> T {
                 // SAFETY: the caller's contract.
                 unsafe { atomic(dest, pe, |old| Some(old.bits(value, $op))) }
             }
             #[track_caller]
-            pub(crate) unsafe fn $plain<T: Word>(dest: *mut T, value: T, pe: i32) {
+            pub unsafe fn $plain<T: Word>(dest: *mut T, value: T, pe: i32) {
                 // SAFETY: the caller's contract.
                 unsafe { $fetch(dest, value, pe) };
             }
@@ -696,12 +698,12 @@ pub(crate) mod typed {
     bitwise! { fetch_and, and: b'&'; fetch_or, or: b'|'; fetch_xor, xor: b'^'; }
 
     #[track_caller]
-    pub(crate) unsafe fn wait_until<T: Word>(ivar: *mut T, cmp: i32, value: T) {
+    pub unsafe fn wait_until<T: Word>(ivar: *mut T, cmp: i32, value: T) {
         // SAFETY: the caller's contract.
         unsafe { super::wait_until(ivar, cmp, value) };
     }
     #[track_caller]
-    pub(crate) unsafe fn test<T: Word>(ivar: *mut T, cmp: i32, value: T) -> i32 {
+    pub unsafe fn test<T: Word>(ivar: *mut T, cmp: i32, value: T) -> i32 {
         super::super::step(true);
         // SAFETY: the caller's contract.
         i32::from(compare(unsafe { ivar.read_volatile() }, cmp, value))
@@ -730,7 +732,7 @@ pub(crate) mod typed {
             })
     }
     #[track_caller]
-    pub(crate) unsafe fn test_all<T: Word>(
+    pub unsafe fn test_all<T: Word>(
         ivars: *mut T,
         n: usize,
         status: *const i32,
@@ -742,7 +744,7 @@ pub(crate) mod typed {
         i32::from(unsafe { satisfied(ivars, n, status, cmp, value) }.all(|(_, ok)| ok))
     }
     #[track_caller]
-    pub(crate) unsafe fn test_any<T: Word>(
+    pub unsafe fn test_any<T: Word>(
         ivars: *mut T,
         n: usize,
         status: *const i32,
@@ -756,7 +758,7 @@ pub(crate) mod typed {
             .map_or(usize::MAX, |(i, _)| i)
     }
     #[track_caller]
-    pub(crate) unsafe fn wait_until_all<T: Word>(
+    pub unsafe fn wait_until_all<T: Word>(
         ivars: *mut T,
         n: usize,
         status: *const i32,
@@ -767,7 +769,7 @@ pub(crate) mod typed {
         while unsafe { test_all(ivars, n, status, cmp, value) } == 0 {}
     }
     #[track_caller]
-    pub(crate) unsafe fn wait_until_any<T: Word>(
+    pub unsafe fn wait_until_any<T: Word>(
         ivars: *mut T,
         n: usize,
         status: *const i32,

@@ -1,0 +1,67 @@
+//! What device operations do when kernel code runs on the host: the one place that chooses.
+//!
+//! Kernel crates compile for the host so that the whole workspace type-checks without the
+//! GPU target. There, with the CPU simulator (cfg `shmem_sim`: the `sim` feature on a host
+//! target, set by `build.rs`), device operations run on the simulated GPU thread that calls
+//! them ([`crate::sim`]); without it, or outside a simulated launch, reaching one is a bug in
+//! the caller, reported by name. The API modules call this module (intrinsics) and
+//! [`crate::sys`] (NVSHMEM, which takes its host functions from here) and never ask which.
+
+/// Panics: `op` is a device operation reached on the host outside a simulated launch.
+#[cold]
+#[inline(never)]
+#[track_caller]
+pub(crate) fn device_only(op: &str) -> ! {
+    panic!(
+        "shmem_device::{op} runs only inside a GPU kernel: build the kernel crate with \
+         `cargo xtask build-ptx` and launch it through shmem-host (or run it on the CPU \
+         simulator, shmem-host's `sim` feature)"
+    )
+}
+
+#[cfg(shmem_sim)]
+pub(crate) use crate::sim::device::{
+    ballot, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp,
+};
+/// NVSHMEM's device functions as the simulator implements them (what `crate::sys`
+/// re-exports on the host).
+#[cfg(shmem_sim)]
+pub(crate) use crate::sim::sys as nvshmem;
+
+#[cfg(not(shmem_sim))]
+pub(crate) use unsimulated::{ballot, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp};
+
+/// Without the simulator every device operation reached on the host panics with its name.
+#[cfg(not(shmem_sim))]
+mod unsimulated {
+    use super::device_only;
+
+    #[track_caller]
+    pub(crate) fn register(name: &str) -> u32 {
+        device_only(name)
+    }
+    #[track_caller]
+    pub(crate) fn sync_threads() {
+        device_only("sync_threads")
+    }
+    #[track_caller]
+    pub(crate) fn sync_warp(_mask: u32) {
+        device_only("sync_warp")
+    }
+    #[track_caller]
+    pub(crate) fn shfl_xor(_v: u32, _lane_mask: u32) -> u32 {
+        device_only("shfl_xor")
+    }
+    #[track_caller]
+    pub(crate) fn shfl_idx(_v: u32, _src_lane: u32) -> u32 {
+        device_only("shfl_idx")
+    }
+    #[track_caller]
+    pub(crate) fn ballot(_pred: bool) -> u32 {
+        device_only("ballot")
+    }
+    #[track_caller]
+    pub(crate) fn step(op: &str, _poll: bool) {
+        device_only(op)
+    }
+}
