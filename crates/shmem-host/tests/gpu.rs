@@ -1,6 +1,7 @@
-//! The device API on real GPUs: every kernel of the API suite, launched through the
-//! launcher on every visible GPU (or `SHMEM_GPU_PES`), each result compared with what the host
-//! expects (`suite_common::expect`). Also the runtime's failure paths on real hardware.
+//! The device-API suite (`suite/mod.rs`) on real GPUs: every test launched through the
+//! launcher on every visible GPU (or `SHMEM_GPU_PES` PEs, several per GPU under CUDA MPS),
+//! each result compared with what the host expects (`suite_common::expect`). Also the
+//! runtime's failure paths on real hardware.
 //!
 //! Opt in with `SHMEM_GPU_TESTS=1`; kernels come from `SHMEM_PTX_DIR` (default
 //! `target/ptx`, made by `cargo xtask build-ptx`). Without the opt-in every test prints
@@ -9,479 +10,78 @@
 //! (`mpirun -np 2 gpu-tests <test> --exact`), each rank is a PE directly, through NVSHMEM's
 //! PMIx bootstrap; one test per `mpirun`, since NVSHMEM starts once per process.
 
-use shmem_host::launcher::{gpu_test, visible_gpus};
-use shmem_host::{Error, LaunchConfig, Shmem, SymBuffer};
-use std::path::PathBuf;
-use suite_common::expect;
-use suite_common::*;
+mod suite;
 
-fn ptx_dir() -> PathBuf {
-    shmem_host::module::ptx_dir_or(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"),
-    )
-}
+use shmem_host::Shmem;
+use shmem_host::launcher::{gpu_test, visible_gpus};
 
 /// Runs `body` on every PE (at least 2): see [`shmem_host::launcher::gpu_test`].
 fn on_all_pes(name: &str, body: fn(&Shmem)) {
+    let case = suite::CASES
+        .iter()
+        .find(|c| c.name == name)
+        .expect("a suite case");
+    assert_eq!(case.body as usize, body as usize, "{name}");
     if let Ok(n) = visible_gpus() {
         let n = std::env::var("SHMEM_GPU_PES").map_or(n, |v| v.parse().unwrap_or(n));
         let opted_in = std::env::var("SHMEM_GPU_TESTS").as_deref() == Ok("1");
         let is_pe = shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok();
         assert!(
             !opted_in || is_pe || n >= 2,
-            "the GPU suite needs at least 2 PEs, found {n}"
+            "the GPU suite needs at least 2 PEs, found {n} (SHMEM_GPU_PES=2 runs 2 on one GPU under MPS)"
         );
     }
     gpu_test(name, None, body);
 }
 
-fn filled<'rt, T: Copy + Default + 'static>(
-    rt: &'rt Shmem,
-    len: usize,
-    f: impl Fn(usize) -> T,
-) -> SymBuffer<'rt, T> {
-    let b = rt.alloc::<T>(len).unwrap();
-    b.copy_from(&(0..len).map(f).collect::<Vec<_>>()).unwrap();
-    b
-}
-
-#[test]
-fn ring() {
-    on_all_pes("ring", |rt| {
-        let (me, n) = (rt.my_pe(), rt.n_pes());
-        let received = filled(rt, 1, |_| -1i32);
-        let m = rt.load_module(&ptx_dir(), "ring-kernels").unwrap();
-        let k = m.kernel::<ring_kernels::ring>().unwrap();
-        assert!(!k.is_collective());
-        rt.barrier_all().unwrap();
-        // SAFETY: every PE launches it once; `received` is symmetric.
-        unsafe { k.launch(LaunchConfig::linear(2, 64), (&received,)).unwrap() };
-        rt.barrier_all().unwrap();
-        assert_eq!(received.to_vec().unwrap(), vec![(me + n - 1) % n]);
-    });
-}
-
-#[test]
-fn rma_p_g() {
-    on_all_pes("rma_p_g", |rt| {
-        let (me, n) = (rt.my_pe(), rt.n_pes());
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::rma_p_g>().unwrap();
-        let src = rt.alloc::<u64>(10).unwrap();
-        let mine: Vec<u64> = (0..10).map(|k| expect::p_g_source(me, k)).collect();
-        src.copy_from(&mine).unwrap();
-        let dst = rt.alloc::<u64>(10).unwrap();
-        let got = rt.alloc::<u64>(10).unwrap();
-        rt.barrier_all().unwrap();
-        // SAFETY: every PE launches it; buffers are symmetric with 10 elements.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 32), (&src, &dst, &got))
-                .unwrap()
-        };
-        rt.barrier_all().unwrap();
-        let (dst, got) = (dst.to_vec().unwrap(), got.to_vec().unwrap());
-        for (k, ty) in P_G_TYPES.iter().enumerate() {
-            let (want_dst, want_got) = expect::p_g(me, n, k);
-            assert_eq!(dst[k], want_dst, "p of {ty}");
-            assert_eq!(got[k], want_got, "g of {ty}");
+/// One `#[test]` per suite case, named like it (what `gpu_test` re-runs in each PE).
+macro_rules! gpu_tests {
+    ($($name:ident),* $(,)?) => { $(
+        #[test]
+        fn $name() {
+            on_all_pes(stringify!($name), suite::$name);
         }
-    });
+    )* };
 }
 
-#[test]
-fn rma_bulk() {
-    on_all_pes("rma_bulk", |rt| {
-        let (me, n) = (rt.my_pe(), rt.n_pes());
-        let len = BULK_CASE * BULK_CASES;
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::rma_bulk>().unwrap();
-        let src = filled(rt, len, |i| pattern(me, i) as u32);
-        let dst = rt.alloc::<u32>(len).unwrap();
-        rt.barrier_all().unwrap();
-        // SAFETY: one block of 128 threads on every PE; buffers hold every case.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 128), (&src, &dst))
-                .unwrap()
-        };
-        rt.barrier_all().unwrap();
-        let dst = dst.to_vec().unwrap();
-        for (i, v) in dst.iter().enumerate() {
-            assert_eq!(
-                *v,
-                expect::bulk(me, n, i),
-                "element {i} (case {})",
-                i / BULK_CASE
-            );
-        }
-    });
-}
+gpu_tests!(
+    ring,
+    rma_p_g,
+    rma_bulk,
+    signals,
+    waits,
+    atomics,
+    ordering,
+    barriers,
+    collectives,
+    peer_memory,
+    unequal_allocation_fails_on_every_pe,
+    collective_grid_too_large_is_refused,
+    bad_input_is_refused,
+    embedded_module,
+    kernel_panic_traps_and_is_reported,
+);
 
 #[test]
-fn signals() {
-    on_all_pes("signals", |rt| {
-        let (me, n) = (rt.my_pe(), rt.n_pes());
-        let len = SIGNAL_CASE * SIGNAL_CASES;
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::signals>().unwrap();
-        assert!(k.is_collective());
-        let src = filled(rt, len, |i| pattern(me, i));
-        let dst = rt.alloc::<u64>(len).unwrap();
-        let sig = rt.alloc::<u64>(14).unwrap();
-        let got = rt.alloc::<u64>(14).unwrap();
-        rt.barrier_all().unwrap();
-        // SAFETY: one block of 64 threads on every PE; buffers sized as the kernel states.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 64), (&src, &dst, &sig, &got))
-                .unwrap()
-        };
-        rt.barrier_all().unwrap();
-        let (dst, sig, got) = (
-            dst.to_vec().unwrap(),
-            sig.to_vec().unwrap(),
-            got.to_vec().unwrap(),
-        );
-        for (i, v) in dst.iter().enumerate() {
-            assert_eq!(*v, expect::signals_dst(me, n, i), "data element {i}");
-        }
-        for c in 0..14 {
-            assert_eq!(sig[c], expect::signals_sig(c), "signal word {c}");
-            assert_eq!(
-                got[c],
-                expect::signals_sig(c),
-                "value seen by the wait, case {c}"
-            );
-        }
-    });
-}
-
-#[test]
-fn waits() {
-    on_all_pes("waits", |rt| {
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::waits>().unwrap();
-        let (a, b, c, d) = (
-            rt.alloc::<i32>(4).unwrap(),
-            rt.alloc::<i64>(4).unwrap(),
-            rt.alloc::<u32>(4).unwrap(),
-            rt.alloc::<u64>(4).unwrap(),
-        );
-        let status = filled(rt, 4, |i| if i < 3 { 1i32 } else { 0 });
-        let got = rt.alloc::<u64>(4 * WAIT_RESULTS).unwrap();
-        rt.barrier_all().unwrap();
-        // SAFETY: thread 0 of every PE works; 4-element symmetric variables.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 32), (&a, &b, &c, &d, &status, &got))
-                .unwrap()
-        };
-        rt.barrier_all().unwrap();
-        let got = got.to_vec().unwrap();
-        for (t, ty) in ["i32", "i64", "u32", "u64"].iter().enumerate() {
-            assert_eq!(
-                &got[t * WAIT_RESULTS..(t + 1) * WAIT_RESULTS],
-                &expect::WAITS,
-                "{ty}"
-            );
-        }
-        assert_eq!(a.to_vec().unwrap(), vec![1, 2, 3, 4]);
-        assert_eq!(d.to_vec().unwrap(), vec![1, 2, 3, 4]);
-    });
-}
-
-#[test]
-fn atomics() {
-    on_all_pes("atomics", |rt| {
-        let (me, n) = (rt.my_pe(), rt.n_pes());
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::atomics>().unwrap();
-        let (a, b, c, d) = (
-            rt.alloc::<i32>(2).unwrap(),
-            rt.alloc::<i64>(2).unwrap(),
-            rt.alloc::<u32>(2).unwrap(),
-            rt.alloc::<u64>(2).unwrap(),
-        );
-        let (e, f) = (rt.alloc::<f32>(1).unwrap(), rt.alloc::<f64>(1).unwrap());
-        let counter = rt.alloc::<u64>(1).unwrap();
-        let got = rt
-            .alloc::<u64>(4 * AMO_INT_RESULTS + 2 * AMO_FLOAT_RESULTS)
-            .unwrap();
-        let cfg = LaunchConfig::linear(4, 128);
-        rt.barrier_all().unwrap();
-        // SAFETY: same shape on every PE; zeroed symmetric variables.
-        unsafe {
-            k.launch(cfg, (&a, &b, &c, &d, &e, &f, &counter, &got))
-                .unwrap()
-        };
-        rt.barrier_all().unwrap();
-        let got = got.to_vec().unwrap();
-        let bits32 = |x: u64| x as u32 as u64;
-        for (t, ty) in ["i32", "i64", "u32", "u64"].iter().enumerate() {
-            let want: Vec<u64> = expect::AMO_INT
-                .iter()
-                .map(|v| if t % 2 == 0 { bits32(*v) } else { *v })
-                .collect();
-            assert_eq!(
-                &got[t * AMO_INT_RESULTS..(t + 1) * AMO_INT_RESULTS],
-                &want[..],
-                "{ty}"
-            );
-        }
-        let fbase = 4 * AMO_INT_RESULTS;
-        assert_eq!(&got[fbase..fbase + 3], &expect::amo_float::<f32>(), "f32");
-        assert_eq!(
-            &got[fbase + 3..fbase + 6],
-            &expect::amo_float::<f64>(),
-            "f64"
-        );
-        assert_eq!(a.to_vec().unwrap(), vec![3, 1]);
-        assert_eq!(d.to_vec().unwrap(), vec![3, 1]);
-        if me == 0 {
-            assert_eq!(
-                counter.to_vec().unwrap(),
-                vec![4 * 128 * n as u64],
-                "contended fetch-add counter"
-            );
-        }
-    });
-}
-
-#[test]
-fn ordering() {
-    on_all_pes("ordering", |rt| {
-        let me = rt.my_pe();
-        let l = ORDER_LEN;
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::ordering>().unwrap();
-        let data = filled(rt, 3 * l, |i| if i >= 2 * l { pattern(me, i) } else { 0 });
-        let flags = rt.alloc::<u64>(2).unwrap();
-        let got = filled(rt, 2, |_| u64::MAX);
-        rt.barrier_all().unwrap();
-        // SAFETY: thread 0 of every PE works; buffers sized as the kernel states.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 32), (&data, &flags, &got))
-                .unwrap()
-        };
-        rt.barrier_all().unwrap();
-        assert_eq!(
-            got.to_vec().unwrap(),
-            vec![0, 0],
-            "elements not yet visible after fence+flag, quiet+flag"
-        );
-    });
-}
-
-#[test]
-fn barriers() {
-    on_all_pes("barriers", |rt| {
-        let (me, n) = (rt.my_pe(), rt.n_pes());
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::barriers>().unwrap();
-        assert!(k.is_collective());
-        let slots = rt.alloc::<u64>(BARRIER_PHASES).unwrap();
-        let got = rt.alloc::<u64>(BARRIER_PHASES + 6).unwrap();
-        rt.barrier_all().unwrap();
-        // SAFETY: one block of 64 threads on every PE, launched collectively.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 64), (&slots, &got))
-                .unwrap()
-        };
-        rt.barrier_all().unwrap();
-        let got = got.to_vec().unwrap();
-        for (i, v) in got.iter().enumerate() {
-            assert_eq!(*v, expect::barriers(me, n, i), "result {i}");
-        }
-    });
-}
-
-#[test]
-fn collectives() {
-    on_all_pes("collectives", |rt| {
-        use coll_layout::*;
-        let (me, n) = (rt.my_pe(), rt.n_pes());
-        let m = rt
-            .load_module(&ptx_dir(), "collectives-suite-kernels")
-            .unwrap();
-        let k = m
-            .kernel::<collectives_suite_kernels::collectives>()
-            .unwrap();
-        let len = ALLTOALL + ALLTOALL_LEN * n as usize;
-        let src = filled(rt, len, |i| pattern(me, i));
-        let dst = filled(rt, len, |_| u64::MAX);
-        let rl = 7 * REDUCE_LEN;
-        let isrc = filled(rt, rl, |i| expect::reduce_input(me, i));
-        let idst = rt.alloc::<i32>(rl).unwrap();
-        let fsrc = filled(rt, REDUCE_LEN, |i| expect::reduce_input(me, i) as f64 + 0.5);
-        let fdst = rt.alloc::<f64>(REDUCE_LEN).unwrap();
-        rt.barrier_all().unwrap();
-        // SAFETY: one block on every PE, all threads call; buffers sized as stated.
-        unsafe {
-            k.launch(
-                LaunchConfig::linear(1, 128),
-                (&src, &dst, &isrc, &idst, &fsrc, &fdst),
-            )
-            .unwrap()
-        };
-        rt.barrier_all().unwrap();
-        let dst = dst.to_vec().unwrap();
-        for (i, v) in dst.iter().enumerate() {
-            if let Some(want) = expect::collectives_dst(me, n, i) {
-                assert_eq!(*v, want, "dst[{i}] (broadcast/fcollect/alltoall)");
-            }
-        }
-        let idst = idst.to_vec().unwrap();
-        for (i, v) in idst.iter().enumerate() {
-            assert_eq!(
-                *v,
-                expect::reduce_i32(n, i),
-                "i32 reduction {} element {}",
-                ["sum", "prod", "min", "max", "and", "or", "xor"][i / REDUCE_LEN],
-                i % REDUCE_LEN
-            );
-        }
-        let fdst = fdst.to_vec().unwrap();
-        for (i, v) in fdst.iter().enumerate() {
-            assert_eq!(*v, expect::reduce_f64(n, i), "f64 sum element {i}");
-        }
-    });
-}
-
-#[test]
-fn peer_memory() {
-    on_all_pes("peer_memory", |rt| {
-        let (me, n) = (rt.my_pe(), rt.n_pes());
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::peer_memory>().unwrap();
-        let data = rt.alloc::<u64>(PEER_LEN).unwrap();
-        let flag = rt.alloc::<u32>(1).unwrap();
-        let counter = rt.alloc::<u64>(5).unwrap();
-        let got = filled(rt, 4, |_| u64::MAX);
-        rt.barrier_all().unwrap();
-        // SAFETY: one block of 64 threads on every PE; all PEs on this node.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 64), (&data, &flag, &counter, &got))
-                .unwrap()
-        };
-        rt.barrier_all().unwrap();
-        assert_eq!(
-            got.to_vec().unwrap(),
-            vec![1, 1, 0, 0],
-            "[reachable, own address, mismatches, old CAS value]"
-        );
-        let c = counter.to_vec().unwrap();
-        let prev = (me + n - 1) % n;
-        assert_eq!(&c[2..], &[prev as u64 + 1, 42, 64]);
-        if me == 0 {
-            assert_eq!(&c[..2], &[n as u64, 2 * n as u64]);
-        }
-    });
-}
-
-#[test]
-fn unequal_allocation_fails_on_every_pe() {
-    on_all_pes("unequal_allocation_fails_on_every_pe", |rt| {
-        let len = if rt.my_pe() == 0 { 100 } else { 200 };
-        match rt.alloc::<u64>(len) {
-            Err(Error::UnequalAllocation { mine, min, max }) => {
-                assert_eq!((min, max), (800, 1600));
-                assert_eq!(mine, len * 8);
-            }
-            Err(e) => panic!("wrong error: {e}"),
-            Ok(_) => panic!("unequal sizes were accepted"),
-        }
-        // The heap is still usable afterwards.
-        let ok = rt.alloc::<u64>(10).unwrap();
-        assert_eq!(ok.len(), 10);
-    });
-}
-
-#[test]
-fn collective_grid_too_large_is_refused() {
-    on_all_pes("collective_grid_too_large_is_refused", |rt| {
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::barriers>().unwrap();
-        let slots = rt.alloc::<u64>(BARRIER_PHASES).unwrap();
-        let got = rt.alloc::<u64>(BARRIER_PHASES + 6).unwrap();
-        let cfg = LaunchConfig::linear(1_000_000, 64);
-        let max = k.max_coresident_blocks(&cfg).unwrap();
-        // SAFETY: refused before anything is launched.
-        let e = unsafe { k.launch(cfg, (&slots, &got)) }.unwrap_err();
-        assert!(
-            matches!(e, Error::GridNotCoResident { max_blocks, .. } if max_blocks == max),
-            "{e}"
-        );
-        println!("refused as expected: {e}");
-    });
-}
-
-#[test]
-fn bad_input_is_refused() {
-    on_all_pes("bad_input_is_refused", |rt| {
-        let e = rt.check_pe(rt.n_pes()).unwrap_err().to_string();
-        assert!(e.contains("out of range"), "{e}");
-        let e = rt
-            .load_module(&ptx_dir(), "no-such-kernels")
-            .err()
-            .expect("missing module refused")
-            .to_string();
-        assert!(e.contains("no build of `no-such-kernels`"), "{e}");
-        // A module linked against a newer NVSHMEM than this host library is refused.
-        let newer = ptx_dir().with_file_name("ptx-nvshmem-3.8.0");
-        if newer.is_dir() && rt.version() < (3, 8, 0) {
-            let e = rt
-                .load_module(&newer, "ring-kernels")
-                .err()
-                .expect("newer device library refused")
-                .to_string();
-            assert!(e.contains("linked against NVSHMEM 3.8.0"), "{e}");
-            println!("refused as expected: {e}");
-        }
-        let b = rt.alloc::<u32>(4).unwrap();
-        assert!(b.copy_from(&[1, 2, 3]).is_err());
-        assert!(b.at(4).is_err());
-    });
-}
-
-#[test]
-fn embedded_module() {
-    on_all_pes("embedded_module", |rt| {
-        let (me, n) = (rt.my_pe(), rt.n_pes());
-        // What a program gets from include_str!/include_bytes! of build-ptx's output.
-        let dir = ptx_dir().join("sm_90");
-        let manifest = std::fs::read_to_string(dir.join("ring-kernels.json")).unwrap();
-        let cubin = std::fs::read(dir.join("ring-kernels.cubin")).unwrap();
-        let m = rt.load_module_embedded(&manifest, &cubin, true).unwrap();
-        let k = m.kernel::<ring_kernels::ring>().unwrap();
-        let received = filled(rt, 1, |_| -1i32);
-        rt.barrier_all().unwrap();
-        // SAFETY: every PE launches it once; `received` is symmetric.
-        unsafe { k.launch(LaunchConfig::linear(1, 32), (&received,)).unwrap() };
-        rt.barrier_all().unwrap();
-        assert_eq!(received.to_vec().unwrap(), vec![(me + n - 1) % n]);
-        assert!(rt.load_module_embedded("{", &cubin, true).is_err());
-    });
-}
-
-#[test]
-fn kernel_panic_traps_and_is_reported() {
-    on_all_pes("kernel_panic_traps_and_is_reported", |rt| {
-        let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-        let k = m.kernel::<api_suite_kernels::bounds_check>().unwrap();
-        let data = rt.alloc::<u32>(4).unwrap();
-        // SAFETY: index 3 is in bounds.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 32), (&data, 3u32))
-                .unwrap()
-        };
-        assert_eq!(data.to_vec().unwrap(), vec![0, 0, 0, 1]);
-        // SAFETY: index 4 is out of bounds on purpose: the kernel panics and traps.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 32), (&data, 4u32))
-                .unwrap()
-        };
-        let e = rt
-            .synchronize()
-            .expect_err("the trapped kernel must fail the stream");
-        println!("PE {}: kernel trapped as expected: {e}", rt.my_pe());
-        // The context is unusable after a trap; NVSHMEM cannot be finalized cleanly.
-        std::process::exit(0);
-    });
+fn every_case_has_a_gpu_test() {
+    let listed = [
+        "ring",
+        "rma_p_g",
+        "rma_bulk",
+        "signals",
+        "waits",
+        "atomics",
+        "ordering",
+        "barriers",
+        "collectives",
+        "peer_memory",
+        "unequal_allocation_fails_on_every_pe",
+        "collective_grid_too_large_is_refused",
+        "bad_input_is_refused",
+        "embedded_module",
+        "kernel_panic_traps_and_is_reported",
+    ];
+    for c in suite::CASES {
+        assert!(listed.contains(&c.name), "{} has no GPU test", c.name);
+    }
 }

@@ -1,0 +1,537 @@
+//! The device-API suite, written once: each function is one PE's part of a test (allocate,
+//! load, launch, check against `suite_common::expect`), run by every PE. `tests/gpu.rs` runs
+//! them on GPUs (one process per PE, `SHMEM_GPU_TESTS=1`), `tests/suite_sim.rs` on the CPU
+//! simulator (one thread per PE, in CI). [`CASES`] says which run where.
+
+#![allow(dead_code)]
+
+use shmem_host::{Error, LaunchConfig, Shmem, SymBuffer};
+use std::path::PathBuf;
+use suite_common::expect;
+use suite_common::*;
+
+/// Where `cargo xtask build-ptx` put the kernels (not read under the simulator).
+pub fn ptx_dir() -> PathBuf {
+    shmem_host::module::ptx_dir_or(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ptx"),
+    )
+}
+
+fn filled<'rt, T: Copy + Default + 'static>(
+    rt: &'rt Shmem,
+    len: usize,
+    f: impl Fn(usize) -> T,
+) -> SymBuffer<'rt, T> {
+    let b = rt.alloc::<T>(len).unwrap();
+    b.copy_from(&(0..len).map(f).collect::<Vec<_>>()).unwrap();
+    b
+}
+
+/// One test of the suite: its PE's part, and where it runs.
+pub struct Case {
+    /// The test's name (the GPU harness's test of the same name runs it).
+    pub name: &'static str,
+    /// One PE's part.
+    pub body: fn(&Shmem),
+    /// The fewest PEs it means something with.
+    pub min_pes: u32,
+    /// Whether it runs on the simulator too. GPU-only: what reads built files (missing and
+    /// newer modules, embedded cubins), occupancy limits, and a kernel that traps.
+    pub simulated: bool,
+}
+
+/// Every test of the suite.
+pub const CASES: &[Case] = &[
+    Case {
+        name: "ring",
+        body: ring,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "rma_p_g",
+        body: rma_p_g,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "rma_bulk",
+        body: rma_bulk,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "signals",
+        body: signals,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "waits",
+        body: waits,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "atomics",
+        body: atomics,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "ordering",
+        body: ordering,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "barriers",
+        body: barriers,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "collectives",
+        body: collectives,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "peer_memory",
+        body: peer_memory,
+        min_pes: 1,
+        simulated: true,
+    },
+    Case {
+        name: "unequal_allocation_fails_on_every_pe",
+        body: unequal_allocation_fails_on_every_pe,
+        min_pes: 2,
+        simulated: true,
+    },
+    Case {
+        name: "collective_grid_too_large_is_refused",
+        body: collective_grid_too_large_is_refused,
+        min_pes: 1,
+        simulated: false,
+    },
+    Case {
+        name: "bad_input_is_refused",
+        body: bad_input_is_refused,
+        min_pes: 1,
+        simulated: false,
+    },
+    Case {
+        name: "embedded_module",
+        body: embedded_module,
+        min_pes: 1,
+        simulated: false,
+    },
+    Case {
+        name: "kernel_panic_traps_and_is_reported",
+        body: kernel_panic_traps_and_is_reported,
+        min_pes: 1,
+        simulated: false,
+    },
+];
+
+pub fn ring(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let received = filled(rt, 1, |_| -1i32);
+    let m = rt.load_module(&ptx_dir(), "ring-kernels").unwrap();
+    let k = m.kernel::<ring_kernels::ring>().unwrap();
+    assert!(!k.is_collective());
+    rt.barrier_all().unwrap();
+    // SAFETY: every PE launches it once; `received` is symmetric.
+    unsafe { k.launch(LaunchConfig::linear(2, 64), (&received,)).unwrap() };
+    rt.barrier_all().unwrap();
+    assert_eq!(received.to_vec().unwrap(), vec![(me + n - 1) % n]);
+}
+
+pub fn rma_p_g(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::rma_p_g>().unwrap();
+    let src = rt.alloc::<u64>(10).unwrap();
+    let mine: Vec<u64> = (0..10).map(|k| expect::p_g_source(me, k)).collect();
+    src.copy_from(&mine).unwrap();
+    let dst = rt.alloc::<u64>(10).unwrap();
+    let got = rt.alloc::<u64>(10).unwrap();
+    rt.barrier_all().unwrap();
+    // SAFETY: every PE launches it; buffers are symmetric with 10 elements.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 32), (&src, &dst, &got))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let (dst, got) = (dst.to_vec().unwrap(), got.to_vec().unwrap());
+    for (k, ty) in P_G_TYPES.iter().enumerate() {
+        let (want_dst, want_got) = expect::p_g(me, n, k);
+        assert_eq!(dst[k], want_dst, "p of {ty}");
+        assert_eq!(got[k], want_got, "g of {ty}");
+    }
+}
+
+pub fn rma_bulk(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let len = BULK_CASE * BULK_CASES;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::rma_bulk>().unwrap();
+    let src = filled(rt, len, |i| pattern(me, i) as u32);
+    let dst = rt.alloc::<u32>(len).unwrap();
+    rt.barrier_all().unwrap();
+    // SAFETY: one block of 128 threads on every PE; buffers hold every case.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 128), (&src, &dst))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let dst = dst.to_vec().unwrap();
+    for (i, v) in dst.iter().enumerate() {
+        assert_eq!(
+            *v,
+            expect::bulk(me, n, i),
+            "element {i} (case {})",
+            i / BULK_CASE
+        );
+    }
+}
+
+pub fn signals(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let len = SIGNAL_CASE * SIGNAL_CASES;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::signals>().unwrap();
+    assert!(
+        k.is_collective() || rt.is_simulated(),
+        "the manifest says collective"
+    );
+    let src = filled(rt, len, |i| pattern(me, i));
+    let dst = rt.alloc::<u64>(len).unwrap();
+    let sig = rt.alloc::<u64>(14).unwrap();
+    let got = rt.alloc::<u64>(14).unwrap();
+    rt.barrier_all().unwrap();
+    // SAFETY: one block of 64 threads on every PE; buffers sized as the kernel states.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 64), (&src, &dst, &sig, &got))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let (dst, sig, got) = (
+        dst.to_vec().unwrap(),
+        sig.to_vec().unwrap(),
+        got.to_vec().unwrap(),
+    );
+    for (i, v) in dst.iter().enumerate() {
+        assert_eq!(*v, expect::signals_dst(me, n, i), "data element {i}");
+    }
+    for c in 0..14 {
+        assert_eq!(sig[c], expect::signals_sig(c), "signal word {c}");
+        assert_eq!(
+            got[c],
+            expect::signals_sig(c),
+            "value seen by the wait, case {c}"
+        );
+    }
+}
+
+pub fn waits(rt: &Shmem) {
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::waits>().unwrap();
+    let (a, b, c, d) = (
+        rt.alloc::<i32>(4).unwrap(),
+        rt.alloc::<i64>(4).unwrap(),
+        rt.alloc::<u32>(4).unwrap(),
+        rt.alloc::<u64>(4).unwrap(),
+    );
+    let status = filled(rt, 4, |i| if i < 3 { 1i32 } else { 0 });
+    let got = rt.alloc::<u64>(4 * WAIT_RESULTS).unwrap();
+    rt.barrier_all().unwrap();
+    // SAFETY: thread 0 of every PE works; 4-element symmetric variables.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 32), (&a, &b, &c, &d, &status, &got))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let got = got.to_vec().unwrap();
+    for (t, ty) in ["i32", "i64", "u32", "u64"].iter().enumerate() {
+        assert_eq!(
+            &got[t * WAIT_RESULTS..(t + 1) * WAIT_RESULTS],
+            &expect::WAITS,
+            "{ty}"
+        );
+    }
+    assert_eq!(a.to_vec().unwrap(), vec![1, 2, 3, 4]);
+    assert_eq!(d.to_vec().unwrap(), vec![1, 2, 3, 4]);
+}
+
+pub fn atomics(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::atomics>().unwrap();
+    let (a, b, c, d) = (
+        rt.alloc::<i32>(2).unwrap(),
+        rt.alloc::<i64>(2).unwrap(),
+        rt.alloc::<u32>(2).unwrap(),
+        rt.alloc::<u64>(2).unwrap(),
+    );
+    let (e, f) = (rt.alloc::<f32>(1).unwrap(), rt.alloc::<f64>(1).unwrap());
+    let counter = rt.alloc::<u64>(1).unwrap();
+    let got = rt
+        .alloc::<u64>(4 * AMO_INT_RESULTS + 2 * AMO_FLOAT_RESULTS)
+        .unwrap();
+    let cfg = LaunchConfig::linear(4, 128);
+    rt.barrier_all().unwrap();
+    // SAFETY: same shape on every PE; zeroed symmetric variables.
+    unsafe {
+        k.launch(cfg, (&a, &b, &c, &d, &e, &f, &counter, &got))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let got = got.to_vec().unwrap();
+    let bits32 = |x: u64| x as u32 as u64;
+    for (t, ty) in ["i32", "i64", "u32", "u64"].iter().enumerate() {
+        let want: Vec<u64> = expect::AMO_INT
+            .iter()
+            .map(|v| if t % 2 == 0 { bits32(*v) } else { *v })
+            .collect();
+        assert_eq!(
+            &got[t * AMO_INT_RESULTS..(t + 1) * AMO_INT_RESULTS],
+            &want[..],
+            "{ty}"
+        );
+    }
+    let fbase = 4 * AMO_INT_RESULTS;
+    assert_eq!(&got[fbase..fbase + 3], &expect::amo_float::<f32>(), "f32");
+    assert_eq!(
+        &got[fbase + 3..fbase + 6],
+        &expect::amo_float::<f64>(),
+        "f64"
+    );
+    assert_eq!(a.to_vec().unwrap(), vec![3, 1]);
+    assert_eq!(d.to_vec().unwrap(), vec![3, 1]);
+    if me == 0 {
+        assert_eq!(
+            counter.to_vec().unwrap(),
+            vec![4 * 128 * n as u64],
+            "contended fetch-add counter"
+        );
+    }
+}
+
+pub fn ordering(rt: &Shmem) {
+    let me = rt.my_pe();
+    let l = ORDER_LEN;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::ordering>().unwrap();
+    let data = filled(rt, 3 * l, |i| if i >= 2 * l { pattern(me, i) } else { 0 });
+    let flags = rt.alloc::<u64>(2).unwrap();
+    let got = filled(rt, 2, |_| u64::MAX);
+    rt.barrier_all().unwrap();
+    // SAFETY: thread 0 of every PE works; buffers sized as the kernel states.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 32), (&data, &flags, &got))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    assert_eq!(
+        got.to_vec().unwrap(),
+        vec![0, 0],
+        "elements not yet visible after fence+flag, quiet+flag"
+    );
+}
+
+pub fn barriers(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::barriers>().unwrap();
+    assert!(
+        k.is_collective() || rt.is_simulated(),
+        "the manifest says collective"
+    );
+    let slots = rt.alloc::<u64>(BARRIER_PHASES).unwrap();
+    let got = rt.alloc::<u64>(BARRIER_PHASES + 6).unwrap();
+    rt.barrier_all().unwrap();
+    // SAFETY: one block of 64 threads on every PE, launched collectively.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 64), (&slots, &got))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let got = got.to_vec().unwrap();
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(*v, expect::barriers(me, n, i), "result {i}");
+    }
+}
+
+pub fn collectives(rt: &Shmem) {
+    use coll_layout::*;
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let m = rt
+        .load_module(&ptx_dir(), "collectives-suite-kernels")
+        .unwrap();
+    let k = m
+        .kernel::<collectives_suite_kernels::collectives>()
+        .unwrap();
+    let len = ALLTOALL + ALLTOALL_LEN * n as usize;
+    let src = filled(rt, len, |i| pattern(me, i));
+    let dst = filled(rt, len, |_| u64::MAX);
+    let rl = 7 * REDUCE_LEN;
+    let isrc = filled(rt, rl, |i| expect::reduce_input(me, i));
+    let idst = rt.alloc::<i32>(rl).unwrap();
+    let fsrc = filled(rt, REDUCE_LEN, |i| expect::reduce_input(me, i) as f64 + 0.5);
+    let fdst = rt.alloc::<f64>(REDUCE_LEN).unwrap();
+    rt.barrier_all().unwrap();
+    // SAFETY: one block on every PE, all threads call; buffers sized as stated.
+    unsafe {
+        k.launch(
+            LaunchConfig::linear(1, 128),
+            (&src, &dst, &isrc, &idst, &fsrc, &fdst),
+        )
+        .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let dst = dst.to_vec().unwrap();
+    for (i, v) in dst.iter().enumerate() {
+        if let Some(want) = expect::collectives_dst(me, n, i) {
+            assert_eq!(*v, want, "dst[{i}] (broadcast/fcollect/alltoall)");
+        }
+    }
+    let idst = idst.to_vec().unwrap();
+    for (i, v) in idst.iter().enumerate() {
+        assert_eq!(
+            *v,
+            expect::reduce_i32(n, i),
+            "i32 reduction {} element {}",
+            ["sum", "prod", "min", "max", "and", "or", "xor"][i / REDUCE_LEN],
+            i % REDUCE_LEN
+        );
+    }
+    let fdst = fdst.to_vec().unwrap();
+    for (i, v) in fdst.iter().enumerate() {
+        assert_eq!(*v, expect::reduce_f64(n, i), "f64 sum element {i}");
+    }
+}
+
+pub fn peer_memory(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::peer_memory>().unwrap();
+    let data = rt.alloc::<u64>(PEER_LEN).unwrap();
+    let flag = rt.alloc::<u32>(1).unwrap();
+    let counter = rt.alloc::<u64>(5).unwrap();
+    let got = filled(rt, 4, |_| u64::MAX);
+    rt.barrier_all().unwrap();
+    // SAFETY: one block of 64 threads on every PE; all PEs on this node.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 64), (&data, &flag, &counter, &got))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    assert_eq!(
+        got.to_vec().unwrap(),
+        vec![1, 1, 0, 0],
+        "[reachable, own address, mismatches, old CAS value]"
+    );
+    let c = counter.to_vec().unwrap();
+    let prev = (me + n - 1) % n;
+    assert_eq!(&c[2..], &[prev as u64 + 1, 42, 64]);
+    if me == 0 {
+        assert_eq!(&c[..2], &[n as u64, 2 * n as u64]);
+    }
+}
+
+pub fn unequal_allocation_fails_on_every_pe(rt: &Shmem) {
+    let len = if rt.my_pe() == 0 { 100 } else { 200 };
+    match rt.alloc::<u64>(len) {
+        Err(Error::UnequalAllocation { mine, min, max }) => {
+            assert_eq!((min, max), (800, 1600));
+            assert_eq!(mine, len * 8);
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("unequal sizes were accepted"),
+    }
+    // The heap is still usable afterwards.
+    let ok = rt.alloc::<u64>(10).unwrap();
+    assert_eq!(ok.len(), 10);
+}
+
+pub fn collective_grid_too_large_is_refused(rt: &Shmem) {
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::barriers>().unwrap();
+    let slots = rt.alloc::<u64>(BARRIER_PHASES).unwrap();
+    let got = rt.alloc::<u64>(BARRIER_PHASES + 6).unwrap();
+    let cfg = LaunchConfig::linear(1_000_000, 64);
+    let max = k.max_coresident_blocks(&cfg).unwrap();
+    // SAFETY: refused before anything is launched.
+    let e = unsafe { k.launch(cfg, (&slots, &got)) }.unwrap_err();
+    assert!(
+        matches!(e, Error::GridNotCoResident { max_blocks, .. } if max_blocks == max),
+        "{e}"
+    );
+    println!("refused as expected: {e}");
+}
+
+pub fn bad_input_is_refused(rt: &Shmem) {
+    let e = rt.check_pe(rt.n_pes()).unwrap_err().to_string();
+    assert!(e.contains("out of range"), "{e}");
+    let e = rt
+        .load_module(&ptx_dir(), "no-such-kernels")
+        .err()
+        .expect("missing module refused")
+        .to_string();
+    assert!(e.contains("no build of `no-such-kernels`"), "{e}");
+    // A module linked against a newer NVSHMEM than this host library is refused.
+    let newer = ptx_dir().with_file_name("ptx-nvshmem-3.8.0");
+    if newer.is_dir() && rt.version() < (3, 8, 0) {
+        let e = rt
+            .load_module(&newer, "ring-kernels")
+            .err()
+            .expect("newer device library refused")
+            .to_string();
+        assert!(e.contains("linked against NVSHMEM 3.8.0"), "{e}");
+        println!("refused as expected: {e}");
+    }
+    let b = rt.alloc::<u32>(4).unwrap();
+    assert!(b.copy_from(&[1, 2, 3]).is_err());
+    assert!(b.at(4).is_err());
+}
+
+pub fn embedded_module(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    // What a program gets from include_str!/include_bytes! of build-ptx's output.
+    let dir = ptx_dir().join("sm_90");
+    let manifest = std::fs::read_to_string(dir.join("ring-kernels.json")).unwrap();
+    let cubin = std::fs::read(dir.join("ring-kernels.cubin")).unwrap();
+    let m = rt.load_module_embedded(&manifest, &cubin, true).unwrap();
+    let k = m.kernel::<ring_kernels::ring>().unwrap();
+    let received = filled(rt, 1, |_| -1i32);
+    rt.barrier_all().unwrap();
+    // SAFETY: every PE launches it once; `received` is symmetric.
+    unsafe { k.launch(LaunchConfig::linear(1, 32), (&received,)).unwrap() };
+    rt.barrier_all().unwrap();
+    assert_eq!(received.to_vec().unwrap(), vec![(me + n - 1) % n]);
+    assert!(rt.load_module_embedded("{", &cubin, true).is_err());
+}
+
+pub fn kernel_panic_traps_and_is_reported(rt: &Shmem) {
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::bounds_check>().unwrap();
+    let data = rt.alloc::<u32>(4).unwrap();
+    // SAFETY: index 3 is in bounds.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 32), (&data, 3u32))
+            .unwrap()
+    };
+    assert_eq!(data.to_vec().unwrap(), vec![0, 0, 0, 1]);
+    // SAFETY: index 4 is out of bounds on purpose: the kernel panics and traps.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 32), (&data, 4u32))
+            .unwrap()
+    };
+    let e = rt
+        .synchronize()
+        .expect_err("the trapped kernel must fail the stream");
+    println!("PE {}: kernel trapped as expected: {e}", rt.my_pe());
+    // The context is unusable after a trap; NVSHMEM cannot be finalized cleanly.
+    std::process::exit(0);
+}
