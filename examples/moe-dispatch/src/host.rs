@@ -232,26 +232,25 @@ pub struct Moe<'rt> {
     pub launch: [(u32, u32); 4],
 }
 
-/// Declares the allocations behind [`Bufs`] (one per field, same names) and the conversion.
+/// Makes the allocations behind [`Bufs`] from the buffer list ([`crate::moe_buffers`]).
 macro_rules! held {
-    ($($name:ident: $t:ty),* $(,)?) => {
+    ($($(#[$doc:meta])* $name:ident: $t:ty = $len:expr;)*) => {
         /// The allocations behind [`Bufs`] (freed, collectively, when the `Moe` is dropped).
         struct Held<'rt> {
             $($name: SymBuffer<'rt, $t>,)*
         }
-        impl Held<'_> {
+        impl<'rt> Held<'rt> {
+            /// Every buffer, as long as `lens` says. Collective.
+            fn alloc(rt: &'rt Shmem, lens: &kernels::Lens) -> Result<Held<'rt>> {
+                Ok(Held { $($name: rt.alloc(lens.$name)?,)* })
+            }
             fn bufs(&self) -> Bufs {
                 Bufs { $($name: sym(&self.$name),)* }
             }
         }
     };
 }
-held! {
-    x: u16, topk: i32, weights: f32, send_pair: i32, send_slot: i32, work: u32, counts: u32,
-    base: u32, scratch: u32, recv_x: u16, recv_src: i32, recv_pair: i32, recv_w: f32,
-    recv_count: u32, expert_count: u32, expert_offset: u32, expert_rows: i32, expert_y: u16,
-    comb_recv: u16, comb_stage: u16, out: u16, signals: u64, dropped: u32,
-}
+crate::moe_buffers!(held);
 
 fn sym<T>(b: &SymBuffer<'_, T>) -> Sym<T>
 where
@@ -309,31 +308,7 @@ impl<'rt> Moe<'rt> {
             routing: r,
         };
         let lens = shape.lens();
-        let held = Held {
-            x: rt.alloc(lens.x)?,
-            topk: rt.alloc(lens.topk)?,
-            weights: rt.alloc(lens.weights)?,
-            send_pair: rt.alloc(lens.send_pair)?,
-            send_slot: rt.alloc(lens.send_slot)?,
-            work: rt.alloc(lens.work)?,
-            counts: rt.alloc(lens.counts)?,
-            base: rt.alloc(lens.base)?,
-            scratch: rt.alloc(lens.scratch)?,
-            recv_x: rt.alloc(lens.recv_x)?,
-            recv_src: rt.alloc(lens.recv_src)?,
-            recv_pair: rt.alloc(lens.recv_pair)?,
-            recv_w: rt.alloc(lens.recv_w)?,
-            recv_count: rt.alloc(lens.recv_count)?,
-            expert_count: rt.alloc(lens.expert_count)?,
-            expert_offset: rt.alloc(lens.expert_offset)?,
-            expert_rows: rt.alloc(lens.expert_rows)?,
-            expert_y: rt.alloc(lens.expert_y)?,
-            comb_recv: rt.alloc(lens.comb_recv)?,
-            comb_stage: rt.alloc(lens.comb_stage)?,
-            out: rt.alloc(lens.out)?,
-            signals: rt.alloc(lens.signals)?,
-            dropped: rt.alloc(lens.dropped)?,
-        };
+        let held = Held::alloc(rt, &lens)?;
         held.x.copy_from(&inputs.x)?;
         held.topk.copy_from(&inputs.routing.topk)?;
         held.weights.copy_from(&inputs.routing.weights)?;

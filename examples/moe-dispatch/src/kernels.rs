@@ -111,73 +111,6 @@ impl Shape {
             (l * cap).min(n * self.tokens as usize * (self.top_k as usize).min(l))
         }
     }
-
-    /// The length, in elements, of every buffer of [`Bufs`] for this shape (the one place
-    /// the sizes are worked out: the host driver and the simulator tests allocate by it).
-    pub fn lens(&self) -> Lens {
-        let (t, h, k, e) = (
-            self.tokens as usize,
-            self.hidden as usize,
-            self.top_k as usize,
-            self.experts as usize,
-        );
-        let n = self.n_pes as usize;
-        let (l, pairs) = (e / n, self.pair_slots());
-        Lens {
-            x: t * h,
-            topk: t * k,
-            weights: t * k,
-            send_pair: t * k,
-            send_slot: t * n,
-            work: work_len(self.n_pes, self.experts),
-            counts: n * (e + n),
-            base: 3 * e,
-            scratch: scratch_len(self.tokens, self.n_pes, self.experts),
-            recv_x: n * t * h,
-            recv_src: n * t,
-            recv_pair: n * t * k,
-            recv_w: n * t * k,
-            recv_count: n,
-            expert_count: l * n,
-            expert_offset: l * n,
-            expert_rows: pairs,
-            expert_y: pairs * h,
-            comb_recv: n * t * h,
-            comb_stage: n * t * h,
-            out: t * h,
-            signals: 3,
-            dropped: 1,
-        }
-    }
-}
-
-/// Element counts of the buffers of [`Bufs`], field by field ([`Shape::lens`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(missing_docs)] // each field is the length of the `Bufs` field of the same name
-pub struct Lens {
-    pub x: usize,
-    pub topk: usize,
-    pub weights: usize,
-    pub send_pair: usize,
-    pub send_slot: usize,
-    pub work: usize,
-    pub counts: usize,
-    pub base: usize,
-    pub scratch: usize,
-    pub recv_x: usize,
-    pub recv_src: usize,
-    pub recv_pair: usize,
-    pub recv_w: usize,
-    pub recv_count: usize,
-    pub expert_count: usize,
-    pub expert_offset: usize,
-    pub expert_rows: usize,
-    pub expert_y: usize,
-    pub comb_recv: usize,
-    pub comb_stage: usize,
-    pub out: usize,
-    pub signals: usize,
-    pub dropped: usize,
 }
 
 // SAFETY: `#[repr(C)]` of `u32`s with no padding: the same layout on the host and the GPU,
@@ -186,59 +119,144 @@ unsafe impl KernelParam for Shape {
     const KIND: ParamKind = ParamKind::Scalar;
 }
 
-/// The symmetric buffers (module documentation), passed by value to every kernel; the CUDA
-/// C++ kernels take the same `struct` of pointers.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct Bufs {
-    /// `T × H` tokens.
-    pub x: Sym<u16>,
-    /// `T × K` expert ids (-1: no expert).
-    pub topk: Sym<i32>,
-    /// `T × K` routing weights.
-    pub weights: Sym<f32>,
-    /// `T × K`: each choice's pair index on its expert's PE (-1 dropped, -2 none).
-    pub send_pair: Sym<i32>,
-    /// `T × n`: each token's row slot on each PE (-1: not sent there).
-    pub send_slot: Sym<i32>,
-    /// [`work_len`] words of counters.
-    pub work: Sym<u32>,
-    /// Throughput: `n × (E + n)`: row `s` is PE `s`'s pairs per expert, then rows per PE.
-    pub counts: Sym<u32>,
-    /// Throughput: `3 × E`: the first pair index of this PE's pairs of expert `e`, the end
-    /// of expert `e`'s capacity, and expert `e`'s kept pairs from all PEs.
-    pub base: Sym<u32>,
-    /// Throughput: [`scratch_len`] words, the layout's counts per (column, chunk).
-    pub scratch: Sym<u32>,
-    /// `n × T × H` received tokens.
-    pub recv_x: Sym<u16>,
-    /// `n × T`: each received row's index on its source.
-    pub recv_src: Sym<i32>,
-    /// `n × T × K`: each received row's pair per choice (-1: not here, or dropped).
-    pub recv_pair: Sym<i32>,
-    /// `n × T × K`: each received row's weights.
-    pub recv_w: Sym<f32>,
-    /// `n`: rows received from each PE.
-    pub recv_count: Sym<u32>,
-    /// `L × n`: pairs kept per (local expert, source).
-    pub expert_count: Sym<u32>,
-    /// `L × n`: first pair of each (local expert, source).
-    pub expert_offset: Sym<u32>,
-    /// One per pair slot: the received row of the pair.
-    pub expert_rows: Sym<i32>,
-    /// One `H` row per pair slot: the expert's output.
-    pub expert_y: Sym<u16>,
-    /// `n × T × H`: on a token's PE, the weighted sum from each destination.
-    pub comb_recv: Sym<u16>,
-    /// `n × T × H`: combine's rows staged for `put` when a peer is not mapped.
-    pub comb_stage: Sym<u16>,
-    /// `T × H`: the combined tokens.
-    pub out: Sym<u16>,
-    /// 3 signal words (`SIG_*`).
-    pub signals: Sym<u64>,
-    /// 1: pairs this PE's dispatches dropped for capacity, over all rounds.
-    pub dropped: Sym<u32>,
+/// The one list of the symmetric buffers: each buffer's name, element type, length (from
+/// a shape's [`Dims`]) and meaning. Everything that needs the list is made from it by a
+/// callback macro: [`Bufs`] (what the kernels take), [`Lens`] and [`Shape::lens`] here, the
+/// host driver's allocations (`host.rs`), the simulator test's, and the check that the CUDA
+/// C++ twin's `struct Bufs` (`cuda/moe.cu`) names the same fields in the same order
+/// ([`BUFFER_NAMES`]).
+#[macro_export]
+macro_rules! moe_buffers {
+    ($callback:ident) => {
+        $callback! {
+            /// `T × H` tokens.
+            x: u16 = |d| d.t * d.h;
+            /// `T × K` expert ids (-1: no expert).
+            topk: i32 = |d| d.t * d.k;
+            /// `T × K` routing weights.
+            weights: f32 = |d| d.t * d.k;
+            /// `T × K`: each choice's pair index on its expert's PE (-1 dropped, -2 none).
+            send_pair: i32 = |d| d.t * d.k;
+            /// `T × n`: each token's row slot on each PE (-1: not sent there).
+            send_slot: i32 = |d| d.t * d.n;
+            /// [`work_len`] words of counters.
+            work: u32 = |d| d.work;
+            /// Throughput: `n × (E + n)`: row `s` is PE `s`'s pairs per expert, then rows per PE.
+            counts: u32 = |d| d.n * (d.e + d.n);
+            /// Throughput: `3 × E`: the first pair index of this PE's pairs of expert `e`, the end
+            /// of expert `e`'s capacity, and expert `e`'s kept pairs from all PEs.
+            base: u32 = |d| 3 * d.e;
+            /// Throughput: [`scratch_len`] words, the layout's counts per (column, chunk).
+            scratch: u32 = |d| d.scratch;
+            /// `n × T × H` received tokens.
+            recv_x: u16 = |d| d.n * d.t * d.h;
+            /// `n × T`: each received row's index on its source.
+            recv_src: i32 = |d| d.n * d.t;
+            /// `n × T × K`: each received row's pair per choice (-1: not here, or dropped).
+            recv_pair: i32 = |d| d.n * d.t * d.k;
+            /// `n × T × K`: each received row's weights.
+            recv_w: f32 = |d| d.n * d.t * d.k;
+            /// `n`: rows received from each PE.
+            recv_count: u32 = |d| d.n;
+            /// `L × n`: pairs kept per (local expert, source).
+            expert_count: u32 = |d| d.l * d.n;
+            /// `L × n`: first pair of each (local expert, source).
+            expert_offset: u32 = |d| d.l * d.n;
+            /// One per pair slot: the received row of the pair.
+            expert_rows: i32 = |d| d.pairs;
+            /// One `H` row per pair slot: the expert's output.
+            expert_y: u16 = |d| d.pairs * d.h;
+            /// `n × T × H`: on a token's PE, the weighted sum from each destination.
+            comb_recv: u16 = |d| d.n * d.t * d.h;
+            /// `n × T × H`: combine's rows staged for `put` when a peer is not mapped.
+            comb_stage: u16 = |d| d.n * d.t * d.h;
+            /// `T × H`: the combined tokens.
+            out: u16 = |d| d.t * d.h;
+            /// 3 signal words (`SIG_*`).
+            signals: u64 = |_| 3;
+            /// 1: pairs this PE's dispatches dropped for capacity, over all rounds.
+            dropped: u32 = |_| 1;
+        }
+    };
 }
+
+/// A shape's dimensions, as the buffer list's lengths use them (in elements).
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    /// Tokens per PE.
+    pub t: usize,
+    /// Values per token.
+    pub h: usize,
+    /// Choices per token.
+    pub k: usize,
+    /// Experts.
+    pub e: usize,
+    /// PEs.
+    pub n: usize,
+    /// Experts per PE.
+    pub l: usize,
+    /// Pair slots per PE ([`Shape::pair_slots`]).
+    pub pairs: usize,
+    /// [`work_len`].
+    pub work: usize,
+    /// [`scratch_len`].
+    pub scratch: usize,
+}
+
+impl Shape {
+    /// The dimensions the buffer lengths are computed from.
+    pub fn dims(&self) -> Dims {
+        let n = self.n_pes as usize;
+        Dims {
+            t: self.tokens as usize,
+            h: self.hidden as usize,
+            k: self.top_k as usize,
+            e: self.experts as usize,
+            n,
+            l: (self.experts / self.n_pes) as usize,
+            pairs: self.pair_slots(),
+            work: work_len(self.n_pes, self.experts),
+            scratch: scratch_len(self.tokens, self.n_pes, self.experts),
+        }
+    }
+}
+
+/// Makes [`Bufs`], [`Lens`], [`Shape::lens`] and [`BUFFER_NAMES`] from the list.
+macro_rules! define_bufs {
+    ($($(#[$doc:meta])* $name:ident: $t:ty = $len:expr;)*) => {
+        /// The symmetric buffers (module documentation), passed by value to every kernel; the
+        /// CUDA C++ kernels take the same `struct` of pointers.
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug)]
+        pub struct Bufs {
+            $($(#[$doc])* pub $name: Sym<$t>,)*
+        }
+
+        /// Element counts of the buffers of [`Bufs`], field by field ([`Shape::lens`]).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct Lens {
+            $($(#[$doc])* pub $name: usize,)*
+        }
+
+        /// The fields of [`Bufs`], in order.
+        pub const BUFFER_NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        impl Shape {
+            /// The length, in elements, of every buffer of [`Bufs`] for this shape (the host
+            /// driver and the simulator tests allocate by it).
+            pub fn lens(&self) -> Lens {
+                let d = self.dims();
+                Lens {
+                    $($name: {
+                        let f: fn(&Dims) -> usize = $len;
+                        f(&d)
+                    },)*
+                }
+            }
+        }
+    };
+}
+moe_buffers!(define_bufs);
 
 // SAFETY: `#[repr(C)]` of pointer-sized handles with no padding: the same layout on the host
 // and the GPU (the kernels' contract says what the pointers must be).

@@ -11,12 +11,15 @@ use shmem_device::Sym;
 use shmem_device::sim::{SimBuffer, World};
 use std::sync::Arc;
 
-/// Declares the simulated allocations behind `Bufs` (one per field) and the conversion for
-/// the calling simulated thread's PE.
+/// Makes the simulated allocations behind `Bufs` from the crate's buffer list, and the
+/// conversion for the calling simulated thread's PE.
 macro_rules! held {
-    ($($name:ident: $t:ty),* $(,)?) => {
+    ($($(#[$doc:meta])* $name:ident: $t:ty = $len:expr;)*) => {
         struct Held { $($name: SimBuffer<$t>,)* }
         impl Held {
+            fn alloc(w: &Arc<World>, lens: &k::Lens) -> Held {
+                Held { $($name: w.alloc(lens.$name),)* }
+            }
             fn bufs(&self) -> Bufs {
                 // SAFETY: each is a live simulated symmetric allocation of its type.
                 Bufs { $($name: unsafe { Sym::from_raw(self.$name.sym().as_ptr()) },)* }
@@ -24,11 +27,26 @@ macro_rules! held {
         }
     };
 }
-held! {
-    x: u16, topk: i32, weights: f32, send_pair: i32, send_slot: i32, work: u32, counts: u32,
-    base: u32, scratch: u32, recv_x: u16, recv_src: i32, recv_pair: i32, recv_w: f32,
-    recv_count: u32, expert_count: u32, expert_offset: u32, expert_rows: i32, expert_y: u16,
-    comb_recv: u16, comb_stage: u16, out: u16, signals: u64, dropped: u32,
+::moe_dispatch::moe_buffers!(held);
+
+/// The CUDA C++ twin takes the same `struct Bufs`: the same fields in the same order.
+#[test]
+fn the_cuda_twin_names_every_buffer_in_order() {
+    let cu = include_str!("../cuda/moe.cu");
+    let body = cu
+        .split("struct Bufs {")
+        .nth(1)
+        .and_then(|r| r.split("};").next())
+        .expect("struct Bufs in cuda/moe.cu");
+    let names: Vec<&str> = body
+        .split(';')
+        .flat_map(|decl| decl.split(','))
+        .filter_map(|part| {
+            let name = part.trim().rsplit(['*', ' ']).next()?.trim();
+            (!name.is_empty()).then_some(name)
+        })
+        .collect();
+    assert_eq!(names, k::BUFFER_NAMES);
 }
 
 struct Case {
@@ -60,31 +78,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
         mode,
     }
     .lens();
-    let hd = Held {
-        x: w.alloc(lens.x),
-        topk: w.alloc(lens.topk),
-        weights: w.alloc(lens.weights),
-        send_pair: w.alloc(lens.send_pair),
-        send_slot: w.alloc(lens.send_slot),
-        work: w.alloc(lens.work),
-        counts: w.alloc(lens.counts),
-        base: w.alloc(lens.base),
-        scratch: w.alloc(lens.scratch),
-        recv_x: w.alloc(lens.recv_x),
-        recv_src: w.alloc(lens.recv_src),
-        recv_pair: w.alloc(lens.recv_pair),
-        recv_w: w.alloc(lens.recv_w),
-        recv_count: w.alloc(lens.recv_count),
-        expert_count: w.alloc(lens.expert_count),
-        expert_offset: w.alloc(lens.expert_offset),
-        expert_rows: w.alloc(lens.expert_rows),
-        expert_y: w.alloc(lens.expert_y),
-        comb_recv: w.alloc(lens.comb_recv),
-        comb_stage: w.alloc(lens.comb_stage),
-        out: w.alloc(lens.out),
-        signals: w.alloc(lens.signals),
-        dropped: w.alloc(lens.dropped),
-    };
+    let hd = Held::alloc(&w, &lens);
     let inputs: Vec<Inputs> = (0..n)
         .map(|pe| Inputs {
             x: tokens(seed, pe, c.tokens, c.hidden),
