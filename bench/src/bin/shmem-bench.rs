@@ -10,6 +10,7 @@
 //! from `SHMEM_PTX_DIR` (default `target/ptx`), the CUDA C++ ones from `--cuda` (the cubin
 //! `scripts/nvcc-cubin.sh` builds from `bench/cuda/perftest.cu`).
 
+use clap::Parser;
 use serde_json::json;
 use shmem_bench::host::{self, Measured};
 use shmem_host::launcher::{Role, run_as_pes};
@@ -18,57 +19,34 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const HELP: &str = "\
-shmem-bench: NVSHMEM perftest measurements, Rust kernels against CUDA C++ kernels
-
-usage: shmem-bench --cuda CUBIN [options]
-  --cuda CUBIN     the CUDA C++ kernels (scripts/nvcc-cubin.sh ARCH CUBIN bench/cuda/perftest.cu)
-  --out DIR        write DIR/bench.json and DIR/table.txt (default: bench-out)
-  --reps N         timed launches per implementation and point (default 5)
-  --quick          three sizes per curve (a smoke test)
-  --only A,B       only these tests (put_bw get_bw p_bw put_lat get_lat p_lat g_lat
-                   signal_pingpong put_signal_pingpong alltoall_lat)
-environment: SHMEM_PTX_DIR (default target/ptx)";
-
+/// NVSHMEM perftest measurements, Rust kernels against CUDA C++ kernels, interleaved.
+///
+/// Started directly it launches one PE per visible GPU (at least 2 PEs are needed); under
+/// shmem-run or mpirun it is one PE.
+#[derive(Parser, Debug)]
+#[command(
+    name = "shmem-bench",
+    after_help = "Environment: SHMEM_PTX_DIR (default target/ptx)"
+)]
 struct Args {
+    /// The CUDA C++ kernels (scripts/nvcc-cubin.sh ARCH CUBIN bench/cuda/perftest.cu)
+    #[arg(long, value_name = "CUBIN")]
     cuda: PathBuf,
+    /// Write DIR/bench.json and DIR/table.txt
+    #[arg(long, value_name = "DIR", default_value = "bench-out")]
     out: PathBuf,
-    reps: usize,
+    /// Timed launches per implementation and point
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    reps: u32,
+    /// Three sizes per curve (a smoke test)
+    #[arg(long)]
     quick: bool,
+    /// Only these tests
+    #[arg(long, value_name = "TEST,..", value_delimiter = ',', value_parser = [
+        "put_bw", "get_bw", "p_bw", "put_lat", "get_lat", "p_lat", "g_lat",
+        "signal_pingpong", "put_signal_pingpong", "alltoall_lat",
+    ])]
     only: Option<Vec<String>>,
-}
-
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut a = Args {
-        cuda: PathBuf::new(),
-        out: PathBuf::from("bench-out"),
-        reps: 5,
-        quick: false,
-        only: None,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().cloned().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--cuda" => a.cuda = value()?.into(),
-            "--out" => a.out = value()?.into(),
-            "--reps" => {
-                a.reps = value()?
-                    .parse()
-                    .ok()
-                    .filter(|r| *r > 0)
-                    .ok_or("--reps needs a positive number")?
-            }
-            "--quick" => a.quick = true,
-            "--only" => a.only = Some(value()?.split(',').map(String::from).collect()),
-            "--help" | "-h" => return Err(String::new()),
-            other => return Err(format!("unknown option `{other}` (see --help)")),
-        }
-    }
-    if a.cuda.as_os_str().is_empty() {
-        return Err("--cuda CUBIN is required: the CUDA C++ side of every comparison".into());
-    }
-    Ok(a)
 }
 
 fn ptx_dir() -> PathBuf {
@@ -93,7 +71,8 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
                 .is_none_or(|o| o.iter().any(|t| t == p.test.name()))
         })
         .collect();
-    let ceiling = shmem_host::measure::copy_engine_peer_bandwidth(&rt, a.reps)?.unwrap_or(0.0);
+    let ceiling =
+        shmem_host::measure::copy_engine_peer_bandwidth(&rt, a.reps as usize)?.unwrap_or(0.0);
     if me == 0 {
         println!("copy-engine ceiling (256 MiB, PE 0 -> PE 1): {ceiling:.1} GB/s");
         println!(
@@ -103,7 +82,7 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         );
     }
     let started = std::time::Instant::now();
-    let ms: Vec<Measured> = host::run(&rt, &rust, &cuda, &points, a.reps, |i, m| {
+    let ms: Vec<Measured> = host::run(&rt, &rust, &cuda, &points, a.reps as usize, |i, m| {
         if me == 0 {
             println!("{:>4} {}", i + 1, host::line(m, ceiling));
         }
@@ -154,18 +133,7 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let a = match parse(&args) {
-        Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            println!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("shmem-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let a = Args::parse();
     let outcome = run_as_pes(None).and_then(|role| match role {
         Role::Pe => pe(&a),
         Role::LaunchedAll => Ok(()),

@@ -7,41 +7,83 @@
 //!
 //! Started directly it launches one PE per visible GPU (or `--pes N`); under `shmem-run` or
 //! `mpirun` it is one PE. Without a GPU it runs 2 PEs on the CPU simulator, at a size the
-//! simulator handles in seconds (see `--help`). See `--help` for the options.
+//! simulator handles in seconds. See `--help` for the options.
 
+use clap::Parser;
 use halo_exchange::host::{Dtype, Implementation, Options, Outcome, Variant, run};
 use shmem_host::{Error, Shmem};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const HELP: &str = "\
-halo_exchange: 2D Jacobi (Laplace) with halos moved by GPU-initiated puts and signals
-
-usage: halo_exchange [options]
-  --size N           grid of N x N points (default 4096)
-  --nx N, --ny N     grid width and height, border included (override --size)
-  --iters N          timed iterations (default 1000)
-  --warmup N         untimed iterations before (default 10)
-  --type f32|f64     element type (default f32)
-  --variant V        persistent (one launch) or per-iteration (default persistent)
-  --check-every K    residual norm every K iterations, 0 for never (default 100)
-  --threads T        threads per block (default 512)
-  --blocks B         blocks (default: as many as fit at once, at most rows + 2)
-  --verify           compare the result with the CPU reference (small grids)
-  --cuda CUBIN       run the CUDA C++ kernels of cuda/halo.cu instead (built by cuda/build.sh)
-  --pes N            PEs to launch when started directly (default: one per GPU)
-  --quiet            no progress lines
-  --seed S           seed of the initial interior
-  --simulate         run on the CPU simulator even with GPUs (as does SHMEM_SIM=1)
-  --compare CUBIN    benchmark: both variants of the Rust kernels and of the CUDA C++ kernels
-                     in CUBIN, interleaved (R C R C ...), --reps times each after a warm-up
-                     round; prints medians and Rust/C++ ratios, and RESULT lines (JSON)
-  --reps N           repetitions for --compare (default 5)
-environment: SHMEM_PTX_DIR (default target/ptx), SHMEM_SIM, SHMEM_SIM_SEED
-
-Without a GPU it runs on the CPU simulator (2 PEs unless --pes): every option not given
-defaults to a small solve there (--size 34 --iters 30 --warmup 0 --check-every 10
---threads 32 --verify), since simulated GPU threads are slow.";
+/// 2D Jacobi (Laplace) with halos moved by GPU-initiated puts and signals.
+///
+/// Started directly it runs one PE per visible GPU (or --pes); under shmem-run, mpirun or
+/// srun it is one PE. Without a GPU it runs on the CPU simulator (2 PEs unless --pes), and
+/// every option not given defaults to a small solve there (the second default in brackets),
+/// since simulated GPU threads are slow; --verify is always on there.
+#[derive(Parser, Debug)]
+#[command(
+    name = "halo_exchange",
+    after_help = "Environment: SHMEM_PTX_DIR (default target/ptx), SHMEM_SIM (1: the simulator, 0: GPUs only), SHMEM_SIM_SEED"
+)]
+struct Cli {
+    /// Grid of N x N points [default: 4096; 34 on the simulator]
+    #[arg(long, value_name = "N")]
+    size: Option<u32>,
+    /// Grid width, border included (overrides --size)
+    #[arg(long, value_name = "N")]
+    nx: Option<u32>,
+    /// Grid height, border included (overrides --size)
+    #[arg(long, value_name = "N")]
+    ny: Option<u32>,
+    /// Timed iterations [default: 1000; 30 on the simulator]
+    #[arg(long, value_name = "N")]
+    iters: Option<u32>,
+    /// Untimed iterations before [default: 10; 0 on the simulator]
+    #[arg(long, value_name = "N")]
+    warmup: Option<u32>,
+    /// Element type
+    #[arg(long = "type", value_name = "T", default_value = "f32", value_parser = ["f32", "f64"])]
+    dtype: String,
+    /// One launch per solve (persistent) or one per iteration
+    #[arg(long, default_value = "persistent", value_parser = ["persistent", "per-iteration"])]
+    variant: String,
+    /// Residual norm every K iterations, 0 for never [default: 100; 10 on the simulator]
+    #[arg(long, value_name = "K")]
+    check_every: Option<u32>,
+    /// Threads per block, a multiple of 32 [default: 512; 32 on the simulator]
+    #[arg(long, value_name = "T")]
+    threads: Option<u32>,
+    /// Blocks [default: as many as fit at once, at most rows + 2]
+    #[arg(long, value_name = "B")]
+    blocks: Option<u32>,
+    /// Compare the result with the CPU reference (small grids)
+    #[arg(long)]
+    verify: bool,
+    /// Run the CUDA C++ kernels of cuda/halo.cu instead (built by cuda/build.sh)
+    #[arg(long, value_name = "CUBIN")]
+    cuda: Option<PathBuf>,
+    /// PEs to launch when started directly [default: one per GPU; 2 on the simulator]
+    #[arg(long, value_name = "N")]
+    pes: Option<usize>,
+    /// No progress lines
+    #[arg(long)]
+    quiet: bool,
+    /// Seed of the initial interior
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Run on the CPU simulator even with GPUs (as does SHMEM_SIM=1)
+    #[arg(long)]
+    simulate: bool,
+    /// Benchmark: both variants of the Rust kernels and of the CUDA C++ kernels in CUBIN,
+    /// interleaved (R C R C ...), --reps times each after a warm-up round; prints medians,
+    /// Rust/C++ ratios, and RESULT lines (JSON)
+    #[arg(long, value_name = "CUBIN", conflicts_with = "cuda")]
+    compare: Option<PathBuf>,
+    /// Repetitions for --compare
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    reps: u32,
+}
 
 fn ptx_dir() -> PathBuf {
     shmem_host::module::ptx_dir_or(
@@ -49,115 +91,39 @@ fn ptx_dir() -> PathBuf {
     )
 }
 
-/// What the command line asks for besides the solve's options.
-struct Mode {
-    pes: Option<usize>,
-    compare: Option<(PathBuf, usize)>,
-    /// The options given (the simulator's defaults replace the others).
-    given: Vec<String>,
-}
-
-/// The solve's defaults on the CPU simulator, for every option not given.
-fn simulator_defaults(o: &mut Options, given: &[String]) {
-    let not = |f: &str| !given.iter().any(|g| g == f);
-    if not("--size") && not("--nx") && not("--ny") {
-        (o.nx, o.ny) = (34, 34);
-    }
-    if not("--iters") {
-        o.iters = 30;
-    }
-    if not("--warmup") {
-        o.warmup = 0;
-    }
-    if not("--check-every") {
-        o.check_every = 10;
-    }
-    if not("--threads") {
-        o.threads = 32;
-    }
-    o.verify = true;
-}
-
-/// Parsed command line: the solve's options and the mode.
-fn parse(args: &[String]) -> Result<(Options, Mode), String> {
-    let mut o = Options::new(4096, 4096, ptx_dir());
-    o.progress = true;
-    let (mut nx, mut ny, mut pes) = (None, None, None);
-    let (mut compare, mut reps) = (None, 5);
-    let mut given = Vec::new();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        given.push(flag.clone());
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
+impl Cli {
+    /// The solve's options; `simulated` picks the simulator's defaults for what was not given.
+    fn options(&self, simulated: bool) -> Options {
+        let pick = |given: Option<u32>, gpu: u32, sim: u32| {
+            given.unwrap_or(if simulated { sim } else { gpu })
         };
-        let num = |v: String| -> Result<u64, String> {
-            v.parse()
-                .map_err(|_| format!("{flag}: `{v}` is not a non-negative integer"))
+        let size = pick(self.size, 4096, 34);
+        let mut o = Options::new(self.nx.unwrap_or(size), self.ny.unwrap_or(size), ptx_dir());
+        o.iters = pick(self.iters, 1000, 30);
+        o.warmup = pick(self.warmup, 10, 0);
+        o.check_every = pick(self.check_every, 100, 10);
+        o.threads = pick(self.threads, 512, 32);
+        o.blocks = self.blocks;
+        o.seed = self.seed;
+        o.verify = self.verify || simulated;
+        o.progress = !self.quiet;
+        o.dtype = if self.dtype == "f64" {
+            Dtype::F64
+        } else {
+            Dtype::F32
         };
-        match flag.as_str() {
-            "--size" => {
-                let v = num(value()?)? as u32;
-                (o.nx, o.ny) = (v, v);
-            }
-            "--nx" => nx = Some(num(value()?)? as u32),
-            "--ny" => ny = Some(num(value()?)? as u32),
-            "--iters" => o.iters = num(value()?)? as u32,
-            "--warmup" => o.warmup = num(value()?)? as u32,
-            "--check-every" => o.check_every = num(value()?)? as u32,
-            "--threads" => o.threads = num(value()?)? as u32,
-            "--blocks" => o.blocks = Some(num(value()?)? as u32),
-            "--seed" => o.seed = num(value()?)?,
-            "--pes" => pes = Some(num(value()?)? as usize),
-            "--type" => {
-                o.dtype = match value()?.as_str() {
-                    "f32" => Dtype::F32,
-                    "f64" => Dtype::F64,
-                    v => return Err(format!("--type: `{v}` is not f32 or f64")),
-                }
-            }
-            "--variant" => {
-                o.variant = match value()?.as_str() {
-                    "persistent" => Variant::Persistent,
-                    "per-iteration" => Variant::PerIteration,
-                    v => {
-                        return Err(format!(
-                            "--variant: `{v}` is not persistent or per-iteration"
-                        ));
-                    }
-                }
-            }
-            "--cuda" => {
-                o.implementation = Implementation::Cuda {
-                    cubin: value()?.into(),
-                }
-            }
-            "--compare" => compare = Some(PathBuf::from(value()?)),
-            "--reps" => reps = num(value()?)?.max(1) as usize,
-            "--verify" => o.verify = true,
-            "--simulate" => {}
-            "--quiet" => o.progress = false,
-            "--help" | "-h" => return Err(String::new()),
-            other => return Err(format!("unknown option `{other}` (see --help)")),
+        o.variant = if self.variant == "per-iteration" {
+            Variant::PerIteration
+        } else {
+            Variant::Persistent
+        };
+        if let Some(cubin) = &self.cuda {
+            o.implementation = Implementation::Cuda {
+                cubin: cubin.clone(),
+            };
         }
+        o
     }
-    if let Some(v) = nx {
-        o.nx = v;
-    }
-    if let Some(v) = ny {
-        o.ny = v;
-    }
-    let compare = compare.map(|c| (c, reps));
-    Ok((
-        o,
-        Mode {
-            pes,
-            compare,
-            given,
-        },
-    ))
 }
 
 /// `--compare`: Rust and CUDA C++ kernels, both variants, interleaved; PE 0 reports.
@@ -256,15 +222,11 @@ fn summary(o: &Options, out: &Outcome, n: i32) -> String {
     s
 }
 
-fn pe(o: &Options, mode: &Mode) -> shmem_host::Result<()> {
+fn pe(cli: &Cli) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
-    let mut o = o.clone();
-    if rt.is_simulated() {
-        simulator_defaults(&mut o, &mode.given);
-    }
-    let o = &o;
-    if let Some((cubin, reps)) = &mode.compare {
-        return compare(&rt, o, cubin, *reps);
+    let o = &cli.options(rt.is_simulated());
+    if let Some(cubin) = &cli.compare {
+        return compare(&rt, o, cubin, cli.reps as usize);
     }
     let out = run(&rt, o)?;
     if let Some(m) = out.mismatches
@@ -289,23 +251,12 @@ fn pe(o: &Options, mode: &Mode) -> shmem_host::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (opts, mode) = match parse(&args) {
-        Ok(v) => v,
-        Err(e) if e.is_empty() => {
-            println!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("halo_exchange: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if mode.given.iter().any(|g| g == "--simulate") {
+    let cli = Cli::parse();
+    if cli.simulate {
         // SAFETY: set before any thread starts; `launcher::run` reads it below.
         unsafe { std::env::set_var("SHMEM_SIM", "1") };
     }
-    match shmem_host::launcher::run(mode.pes, || pe(&opts, &mode)) {
+    match shmem_host::launcher::run(cli.pes, || pe(&cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("halo_exchange: {e}");

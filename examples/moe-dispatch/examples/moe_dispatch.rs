@@ -9,46 +9,88 @@
 //! `mpirun` it is one PE. Without a GPU it runs 2 PEs on the CPU simulator, at a size the
 //! simulator handles in seconds. See `--help` for the options.
 
+use clap::Parser;
 use moe_dispatch::host::{Implementation, Mode, Options, Outcome, run};
 use moe_dispatch::routing::Distribution;
 use shmem_host::{Error, Shmem};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const HELP: &str = "\
-moe_dispatch: mixture-of-experts dispatch and combine by GPU-initiated puts and signals
-
-usage: moe_dispatch [options]
-  --tokens T[,T..]    tokens per PE (default 512)
-  --hidden H          bf16 values per token, a multiple of 8 (default 7168)
-  --experts E[,E..]   experts, spread evenly over the PEs (default 64)
-  --top-k K           experts per token, at most 16 (default 8)
-  --routing R         uniform, skewed (popular experts), sparse (a quarter of the experts
-                      empty, every fifth token one choice fewer) (default uniform)
-  --capacity C        pairs kept per (expert, source PE) in low-latency mode, per expert in
-                      throughput mode; pairs beyond it are dropped and reported
-                      (default: as many as can arrive)
-  --mode M            low-latency, throughput or both (default both)
-  --rounds N          timed rounds (default 20)
-  --warmup N          untimed rounds first (default 3)
-  --threads T         threads per block (default 256)
-  --blocks B          blocks of dispatch and combine (default: one warp per unit of work,
-                      at most what fits on the GPU)
-  --no-verify         skip the comparison with the CPU reference
-  --seed S            seed of tokens and routing
-  --cuda CUBIN        run the CUDA C++ kernels of cuda/moe.cu instead (cuda/build.sh)
-  --compare CUBIN     benchmark: the Rust kernels and the CUDA C++ kernels in CUBIN, both
-                      modes, for every --tokens and --experts given, interleaved (R C R C),
-                      --reps times each after a warm-up; prints medians, ratios, the
-                      copy-engine peer bandwidth, and RESULT lines (JSON)
-  --reps N            repetitions for --compare (default 5)
-  --pes N             PEs to launch when started directly (default: one per GPU)
-  --simulate          run on the CPU simulator even with GPUs (as does SHMEM_SIM=1)
-environment: SHMEM_PTX_DIR (default target/ptx), SHMEM_SIM, SHMEM_SIM_SEED
-
-Without a GPU it runs on the CPU simulator (2 PEs unless --pes): every option not given
-defaults to a small problem there (--tokens 48 --hidden 64 --experts 8 --top-k 3
---rounds 2 --warmup 0 --threads 64), since simulated GPU threads are slow.";
+/// Mixture-of-experts dispatch and combine by GPU-initiated puts and signals, checked
+/// against the CPU.
+///
+/// Started directly it runs one PE per visible GPU (or --pes); under shmem-run, mpirun or
+/// srun it is one PE. Without a GPU it runs on the CPU simulator (2 PEs unless --pes), and
+/// every option not given defaults to a small problem there (the second default in
+/// brackets), since simulated GPU threads are slow.
+#[derive(Parser, Clone, Debug)]
+#[command(
+    name = "moe_dispatch",
+    after_help = "Environment: SHMEM_PTX_DIR (default target/ptx), SHMEM_SIM (1: the simulator, 0: GPUs only), SHMEM_SIM_SEED"
+)]
+struct Cli {
+    /// Tokens per PE, one configuration each [default: 512; 48 on the simulator]
+    #[arg(long, value_name = "T[,T..]", value_delimiter = ',')]
+    tokens: Vec<u32>,
+    /// bf16 values per token, a multiple of 8 [default: 7168; 64 on the simulator]
+    #[arg(long, value_name = "H")]
+    hidden: Option<u32>,
+    /// Experts, spread evenly over the PEs, one configuration each [default: 64; 8 on the
+    /// simulator]
+    #[arg(long, value_name = "E[,E..]", value_delimiter = ',')]
+    experts: Vec<u32>,
+    /// Experts per token, at most 16 [default: 8; 3 on the simulator]
+    #[arg(long, value_name = "K")]
+    top_k: Option<u32>,
+    /// uniform, skewed (popular experts), sparse (a quarter of the experts empty, every
+    /// fifth token one choice fewer)
+    #[arg(long, default_value = "uniform", value_parser = ["uniform", "skewed", "sparse"])]
+    routing: String,
+    /// Pairs kept per (expert, source PE) in low-latency mode, per expert in throughput
+    /// mode; pairs beyond it are dropped and reported [default: as many as can arrive]
+    #[arg(long, value_name = "C")]
+    capacity: Option<u32>,
+    /// Which dispatch
+    #[arg(long, default_value = "both", value_parser = ["low-latency", "throughput", "both"])]
+    mode: String,
+    /// Timed rounds [default: 20; 2 on the simulator]
+    #[arg(long, value_name = "N")]
+    rounds: Option<u32>,
+    /// Untimed rounds first [default: 3; 0 on the simulator]
+    #[arg(long, value_name = "N")]
+    warmup: Option<u32>,
+    /// Threads per block [default: 256; 64 on the simulator]
+    #[arg(long, value_name = "T")]
+    threads: Option<u32>,
+    /// Blocks of dispatch and combine [default: one warp per unit of work, at most what
+    /// fits on the GPU]
+    #[arg(long, value_name = "B")]
+    blocks: Option<u32>,
+    /// Skip the comparison with the CPU reference
+    #[arg(long)]
+    no_verify: bool,
+    /// Seed of tokens and routing
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Run the CUDA C++ kernels of cuda/moe.cu instead (cuda/build.sh)
+    #[arg(long, value_name = "CUBIN")]
+    cuda: Option<PathBuf>,
+    /// Benchmark: the Rust kernels and the CUDA C++ kernels in CUBIN, both modes, for every
+    /// --tokens and --experts given, interleaved (R C R C), --reps times each after a
+    /// warm-up; prints medians, ratios, the copy-engine peer bandwidth, and RESULT lines
+    /// (JSON)
+    #[arg(long, value_name = "CUBIN", conflicts_with = "cuda")]
+    compare: Option<PathBuf>,
+    /// Repetitions for --compare
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    reps: u32,
+    /// PEs to launch when started directly [default: one per GPU; 2 on the simulator]
+    #[arg(long, value_name = "N")]
+    pes: Option<usize>,
+    /// Run on the CPU simulator even with GPUs (as does SHMEM_SIM=1)
+    #[arg(long)]
+    simulate: bool,
+}
 
 fn ptx_dir() -> PathBuf {
     shmem_host::module::ptx_dir_or(
@@ -56,125 +98,55 @@ fn ptx_dir() -> PathBuf {
     )
 }
 
-/// The command line.
+/// What one run does: the options shared by every configuration, and the configurations.
 #[derive(Clone)]
-struct Cli {
+struct Plan {
     opts: Options,
     tokens: Vec<u32>,
     experts: Vec<u32>,
     modes: Vec<Mode>,
-    pes: Option<usize>,
-    compare: Option<(PathBuf, usize)>,
-    /// The options given (the simulator's defaults replace the others).
-    given: Vec<String>,
 }
 
 impl Cli {
-    /// The problem's defaults on the CPU simulator, for every option not given.
-    fn simulator_defaults(&mut self) {
-        let given = &self.given;
-        let not = |f: &str| !given.iter().any(|g| g == f);
-        let o = &mut self.opts;
-        if not("--tokens") {
-            self.tokens = vec![48];
+    /// The plan; `simulated` picks the simulator's defaults for what was not given.
+    fn plan(&self, simulated: bool) -> Plan {
+        let pick = |given: Option<u32>, gpu: u32, sim: u32| {
+            given.unwrap_or(if simulated { sim } else { gpu })
+        };
+        let list = |given: &Vec<u32>, gpu: u32, sim: u32| {
+            if given.is_empty() {
+                vec![if simulated { sim } else { gpu }]
+            } else {
+                given.clone()
+            }
+        };
+        let mut o = Options::new(512, ptx_dir());
+        o.hidden = pick(self.hidden, 7168, 64);
+        o.top_k = pick(self.top_k, 8, 3);
+        o.rounds = pick(self.rounds, 20, 2);
+        o.warmup = pick(self.warmup, 3, 0);
+        o.threads = pick(self.threads, 256, 64);
+        o.blocks = self.blocks;
+        o.capacity = self.capacity;
+        o.seed = self.seed;
+        o.verify = !self.no_verify;
+        o.dist = Distribution::parse(&self.routing).expect("clap checked the value");
+        if let Some(cubin) = &self.cuda {
+            o.implementation = Implementation::Cuda {
+                cubin: cubin.clone(),
+            };
         }
-        if not("--experts") {
-            self.experts = vec![8];
-        }
-        if not("--hidden") {
-            o.hidden = 64;
-        }
-        if not("--top-k") {
-            o.top_k = 3;
-        }
-        if not("--rounds") {
-            o.rounds = 2;
-        }
-        if not("--warmup") {
-            o.warmup = 0;
-        }
-        if not("--threads") {
-            o.threads = 64;
+        Plan {
+            opts: o,
+            tokens: list(&self.tokens, 512, 48),
+            experts: list(&self.experts, 64, 8),
+            modes: match self.mode.as_str() {
+                "low-latency" => vec![Mode::LowLatency],
+                "throughput" => vec![Mode::Throughput],
+                _ => vec![Mode::LowLatency, Mode::Throughput],
+            },
         }
     }
-}
-
-fn parse(args: &[String]) -> Result<Cli, String> {
-    let mut o = Options::new(512, ptx_dir());
-    o.verify = true;
-    let (mut tokens, mut experts) = (vec![512], vec![64]);
-    let mut modes = vec![Mode::LowLatency, Mode::Throughput];
-    let (mut pes, mut compare, mut reps) = (None, None, 5);
-    let mut given = Vec::new();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        given.push(flag.clone());
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        let num = |v: &str| -> Result<u64, String> {
-            v.parse()
-                .map_err(|_| format!("{flag}: `{v}` is not a non-negative integer"))
-        };
-        let list = |v: String| -> Result<Vec<u32>, String> {
-            v.split(',').map(|x| num(x).map(|x| x as u32)).collect()
-        };
-        match flag.as_str() {
-            "--tokens" => tokens = list(value()?)?,
-            "--experts" => experts = list(value()?)?,
-            "--hidden" => o.hidden = num(&value()?)? as u32,
-            "--top-k" => o.top_k = num(&value()?)? as u32,
-            "--capacity" => o.capacity = Some(num(&value()?)? as u32),
-            "--rounds" => o.rounds = num(&value()?)? as u32,
-            "--warmup" => o.warmup = num(&value()?)? as u32,
-            "--threads" => o.threads = num(&value()?)? as u32,
-            "--blocks" => o.blocks = Some(num(&value()?)? as u32),
-            "--seed" => o.seed = num(&value()?)?,
-            "--pes" => pes = Some(num(&value()?)? as usize),
-            "--reps" => reps = num(&value()?)?.max(1) as usize,
-            "--routing" => {
-                let v = value()?;
-                o.dist = Distribution::parse(&v)
-                    .ok_or_else(|| format!("--routing: `{v}` is not uniform, skewed or sparse"))?;
-            }
-            "--mode" => {
-                modes = match value()?.as_str() {
-                    "low-latency" => vec![Mode::LowLatency],
-                    "throughput" => vec![Mode::Throughput],
-                    "both" => vec![Mode::LowLatency, Mode::Throughput],
-                    v => {
-                        return Err(format!(
-                            "--mode: `{v}` is not low-latency, throughput or both"
-                        ));
-                    }
-                }
-            }
-            "--cuda" => {
-                o.implementation = Implementation::Cuda {
-                    cubin: value()?.into(),
-                }
-            }
-            "--compare" => compare = Some(PathBuf::from(value()?)),
-            "--no-verify" => o.verify = false,
-            "--simulate" => {}
-            "--help" | "-h" => return Err(String::new()),
-            other => return Err(format!("unknown option `{other}` (see --help)")),
-        }
-    }
-    if tokens.is_empty() || experts.is_empty() {
-        return Err("--tokens and --experts need at least one value".into());
-    }
-    Ok(Cli {
-        opts: o,
-        tokens,
-        experts,
-        modes,
-        pes,
-        compare: compare.map(|c| (c, reps)),
-        given,
-    })
 }
 
 fn gbps(bytes: u64, us: f64) -> f64 {
@@ -234,7 +206,7 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
 }
 
 /// `--compare`: Rust and CUDA C++ kernels interleaved, every configuration; PE 0 reports.
-fn compare(rt: &Shmem, cli: &Cli, cubin: &std::path::Path, reps: usize) -> shmem_host::Result<()> {
+fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shmem_host::Result<()> {
     use moe_dispatch::host::{Kernels, Moe, load};
     use shmem_host::measure::{copy_engine_peer_bandwidth, median};
     let ce = copy_engine_peer_bandwidth(rt, 5)?;
@@ -313,19 +285,11 @@ fn compare(rt: &Shmem, cli: &Cli, cubin: &std::path::Path, reps: usize) -> shmem
     Ok(())
 }
 
-fn pe_main(cli: &Cli) -> shmem_host::Result<()> {
+fn pe_main(args: &Cli) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
-    let sim_cli;
-    let cli = if rt.is_simulated() {
-        let mut c = cli.clone();
-        c.simulator_defaults();
-        sim_cli = c;
-        &sim_cli
-    } else {
-        cli
-    };
-    if let Some((cubin, reps)) = &cli.compare {
-        return compare(&rt, cli, cubin, *reps);
+    let cli = &args.plan(rt.is_simulated());
+    if let Some(cubin) = &args.compare {
+        return compare(&rt, cli, cubin, args.reps as usize);
     }
     if rt.my_pe() == 0 {
         println!(
@@ -337,10 +301,7 @@ fn pe_main(cli: &Cli) -> shmem_host::Result<()> {
                 ""
             },
             rt.version(),
-            match &cli.opts.implementation {
-                Implementation::Rust { .. } => "Rust",
-                Implementation::Cuda { .. } => "CUDA C++",
-            },
+            cli.opts.implementation.label(),
             cli.opts.rounds
         );
     }
@@ -378,19 +339,8 @@ fn pe_main(cli: &Cli) -> shmem_host::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let cli = match parse(&args) {
-        Ok(c) => c,
-        Err(e) if e.is_empty() => {
-            println!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("moe_dispatch: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if cli.given.iter().any(|g| g == "--simulate") {
+    let cli = Cli::parse();
+    if cli.simulate {
         // SAFETY: set before any thread starts; `launcher::run` reads it below.
         unsafe { std::env::set_var("SHMEM_SIM", "1") };
     }
