@@ -1,75 +1,131 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (nvidia-h200-x2), from the repository root, with carry/ made by
-# scripts/gpu-bundle.sh. Stages, each under its own time limit, logs in $OUT:
-#   1. halo-exchange GPU tests (Rust kernels and the CUDA C++ reference, 1 and 2 PEs);
-#   2. halo-exchange benchmark (examples/halo-exchange/bench.sh);
-#   3. shmem-bench, Rust against CUDA C++ (bench/run.sh);
-#   4. the device-API GPU suite and the ring under shmem-run (regressions);
-#   5. with MPIRUN=1: the suite again under mpirun -np 2 (Open MPI wheel).
-# Keeps the machine's NVSHMEM_DISABLE_NVLS=1 and NCCL_NVLS_ENABLE=0 (never multicast).
+# The GPU-side runner: runs, on a GPU machine, from the repository root, the stages asked
+# for, with what `cargo xtask gpu-bundle` built into carry/ (the GPU machine has no Rust
+# toolchain). Every stage's output goes to its own log; at the end the logs are packed into
+# $OUT/gpu-run-logs.tar.gz and a table of stages, exit codes and times is printed and
+# written to $OUT/summary.txt.
+#
+# usage: scripts/gpu-run.sh [--stages S,S,..] [--pes N] [--mps] [--size N]
+#   --stages   which, in this order (default: machine,cuda,api,ring,examples,example-tests):
+#     machine        GPUs, driver, nvcc, NVSHMEM, environment
+#     cuda           build the CUDA C++ twins (halo, moe, perftest) with this machine's nvcc
+#     mps-refusal    `shmem-run -n <GPUs+1> ring` without MPS: must fail, naming MPS
+#     api            the device-API GPU suite on --pes PEs
+#     ring           the ring: started directly, under `shmem-run -n PES`, and with SHMEM_SIM=1
+#     examples       halo_exchange --verify (1024^2, both variants) and moe_dispatch with its
+#                    defaults (both modes, checked), on --pes PEs
+#     example-tests  the halo-exchange and MoE GPU test suites (Rust and CUDA C++ kernels)
+#     halo-bench     halo_exchange --compare against the CUDA C++ twin (--size, f32)
+#     moe-bench      moe_dispatch --compare against the CUDA C++ twin (128 and 4096 tokens)
+#     shmem-bench    the perftest curves against the CUDA C++ twins (needs 2 PEs)
+#     mpirun         the API suite under mpirun -np 2 (needs `gpu-bundle --openmpi`)
+#   --pes N    PEs for api, ring, examples, example-tests, benches (default: one per GPU)
+#   --mps      start the CUDA MPS control daemon first (several PEs per GPU need it) and stop
+#              it at the end
+#   --size N   grid of halo-bench (default 4096)
+# Keeps NVSHMEM_DISABLE_NVLS=1 and NCCL_NVLS_ENABLE=0 in every process (never multicast).
 set -uo pipefail
+stages=machine,cuda,api,ring,examples,example-tests
+pes="" mps=0 size=4096
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --stages) stages=$2; shift 2 ;;
+    --pes) pes=$2; shift 2 ;;
+    --mps) mps=1; shift ;;
+    --size) size=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -x carry/bin/shmem-run ] || { echo "gpu-run.sh: carry/ is missing: run \`cargo xtask gpu-bundle\` and carry it" >&2; exit 2; }
 OUT=${OUT:-/tmp/shmem-out}
-mkdir -p "$OUT"
+logs=$OUT/logs
+mkdir -p "$logs"
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 RUST_BACKTRACE=1
 export SHMEM_PTX_DIR=$PWD/carry/ptx SHMEM_GPU_TESTS=1
-stage() { echo "== $* ($(date -u +%T))"; }
-# A stage cut by its time limit may leave PEs behind; they would skew the next stage.
-cleanup() { pkill -9 -f 'carry/bin/' 2>/dev/null; pkill -9 -f halo_host_driven 2>/dev/null; sleep 1; true; }
-{
-  stage machine; date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-  nvidia-smi topo -m; nvcc --version | tail -2
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+pes=${pes:-$gpus}
+export SHMEM_GPU_PES=$pes
+cuda=$OUT/cuda
+summary=$OUT/summary.txt
+: > "$summary"
+# A stage cut by its time limit may leave PEs behind; they would skew the next one.
+cleanup() { pkill -9 -f 'carry/bin/' 2>/dev/null; sleep 1; true; }
+mps_start() { nvidia-cuda-mps-control -d && echo "MPS control daemon started"; }
+mps_stop() { echo quit | nvidia-cuda-mps-control 2>/dev/null; sleep 1; true; }
+# run LIMIT CMD...: one command of a stage, its exit code remembered in $rc.
+rc=0
+run() { local limit=$1; shift; echo "\$ $*"; timeout "$limit" "$@"; local r=$?; echo "exit $r"; [ $r -eq 0 ] || rc=$r; }
+
+stage_machine() {
+  date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  nvidia-smi -L; nvcc --version | tail -2
   python3 -c 'import importlib.metadata as m; print("nvidia-nvshmem-cu13", m.version("nvidia-nvshmem-cu13"))'
-  env | grep -E '^(NVSHMEM|NCCL)_' | sort
-} 2>&1 | tee "$OUT/machine.log"
-
-{
-  stage "halo-exchange: CUDA C++ build"
-  examples/halo-exchange/cuda/build.sh sm_90 "$OUT/halo-cuda"
-  stage "halo-exchange GPU tests"
-  SHMEM_HALO_CUBIN=$OUT/halo-cuda/halo.cubin timeout 150 carry/bin/halo-tests --test-threads=1
-  echo "exit $?"
-} 2>&1 | tee "$OUT/halo-tests.log"
-cleanup
-
-stage "halo-exchange benchmark" | tee "$OUT/halo-bench-stage.log"
-timeout 220 examples/halo-exchange/bench.sh "$OUT" 2>&1 | tail -40
-echo "exit ${PIPESTATUS[0]}" | tee -a "$OUT/halo-bench-stage.log"
-cleanup
-python3 examples/halo-exchange/summarize.py "$OUT/halo-results.jsonl" 2>&1 | tee "$OUT/halo-table.md"
-
-if [ -d carry/ptx-b ]; then
-  # An A/B pass: a second build of the halo kernels (carry/ptx-b), same method.
-  stage "halo-exchange benchmark, kernels of carry/ptx-b" | tee -a "$OUT/halo-bench-stage.log"
-  mkdir -p "$OUT/b" && cp -r "$OUT/halo-cuda" "$OUT/b/"
-  SHMEM_PTX_DIR=$PWD/carry/ptx-b timeout 200 examples/halo-exchange/bench.sh "$OUT/b" > /dev/null 2>&1
-  python3 examples/halo-exchange/summarize.py "$OUT/b/halo-results.jsonl" 2>&1 | tee "$OUT/b/halo-table.md"
+  env | grep -E '^(NVSHMEM|NCCL|SHMEM|CUDA_MPS)_' | sort
+  echo "PEs: $pes on $gpus GPU(s); MPS requested: $mps"
+}
+stage_cuda() {
+  run 300 examples/halo-exchange/cuda/build.sh sm_90 "$cuda"
+  run 300 examples/moe-dispatch/cuda/build.sh sm_90 "$cuda"
+  run 300 scripts/nvcc-cubin.sh sm_90 "$cuda/perftest.cubin" bench/cuda/perftest.cu
+}
+stage_mps_refusal() {
+  local n=$((gpus + 1)) t0=$SECONDS
+  echo "\$ shmem-run -n $n carry/bin/ring   (no MPS running: must fail and name MPS)"
+  out=$(timeout 60 carry/bin/shmem-run -n $n carry/bin/ring 2>&1); local r=$?
+  echo "$out"; echo "exit $r after $((SECONDS - t0)) s"
+  if [ $r -ne 0 ] && grep -q "CUDA MPS" <<<"$out"; then echo "refused as expected"; else echo "NOT REFUSED"; rc=1; fi
+}
+stage_api() { run 400 carry/bin/gpu-tests --test-threads=1; }
+stage_ring() {
+  run 60 carry/bin/ring --pes "$pes"
+  run 60 carry/bin/shmem-run -n "$pes" carry/bin/ring
+  SHMEM_SIM=1 run 60 carry/bin/ring
+}
+stage_examples() {
+  run 120 carry/bin/halo_exchange --pes "$pes" --size 1024 --iters 200 --verify --variant per-iteration
   cleanup
-fi
-
-stage "shmem-bench" | tee "$OUT/bench-stage.log"
-timeout 170 bench/run.sh "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | grep -v '^\[pe 0\] \{1,3\}[0-9]' | tail -30
-echo "exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench-stage.log"
-cleanup
-
-{
-  stage "ring, then the device-API GPU suite under shmem-run (put/get now copy peer-to-peer themselves)"
-  timeout 30 carry/bin/ring; echo "ring exit $?"
-  timeout 150 carry/bin/gpu-tests --test-threads=1; echo "exit $?"
-} 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
-
-if [ "${MPIRUN:-0}" = 1 ] && [ -x carry/ompi/bin/mpirun ]; then
+  run 120 carry/bin/halo_exchange --pes "$pes" --size 1024 --iters 200 --verify --variant persistent
+  cleanup
+  run 180 carry/bin/moe_dispatch --pes "$pes"
+}
+stage_example_tests() {
+  SHMEM_HALO_CUBIN=$cuda/halo.cubin run 300 carry/bin/halo-tests --test-threads=1
+  cleanup
+  SHMEM_MOE_CUBIN=$cuda/moe.cubin run 300 carry/bin/moe-tests --test-threads=1
+}
+stage_halo_bench() {
+  run 300 carry/bin/halo_exchange --pes "$pes" --compare "$cuda/halo.cubin" --size "$size" --iters 500 --reps 5 --quiet
+}
+stage_moe_bench() {
+  run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128,4096 --experts 64 --reps 5 --rounds 10
+}
+stage_shmem_bench() {
+  run 500 carry/bin/shmem-run -n "$pes" carry/bin/shmem-bench --cuda "$cuda/perftest.cubin" --out "$OUT/bench" --reps 5
+}
+stage_mpirun() {
+  [ -x carry/ompi/bin/mpirun ] || { echo "no carry/ompi: build with \`cargo xtask gpu-bundle --openmpi\`"; rc=2; return; }
   export OPAL_PREFIX=$PWD/carry/ompi PATH=$PWD/carry/ompi/bin:$PATH
   export LD_LIBRARY_PATH=$PWD/carry/ompi/lib:$PWD/carry/ompi/lib/openmpi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  mpi=(mpirun --allow-run-as-root -np 2 -x NVSHMEM_DISABLE_NVLS -x NCCL_NVLS_ENABLE -x SHMEM_PTX_DIR -x SHMEM_GPU_TESTS -x LD_LIBRARY_PATH -x RUST_BACKTRACE)
+  local mpi=(mpirun --allow-run-as-root -np 2 -x NVSHMEM_DISABLE_NVLS -x NCCL_NVLS_ENABLE -x SHMEM_PTX_DIR -x SHMEM_GPU_TESTS -x LD_LIBRARY_PATH -x RUST_BACKTRACE)
   for t in $(carry/bin/gpu-tests --list 2>/dev/null | sed -n 's/: test$//p'); do
-    timeout 120 "${mpi[@]}" carry/bin/gpu-tests "$t" --exact --test-threads=1; echo "$t exit $?"
-  done 2>&1 | tee "$OUT/mpirun.log"
-fi
-stage done
-# At most 8 files come back from the device tool: keep the results, pack the logs.
-rm -rf "$OUT"/halo-cuda "$OUT"/b/halo-cuda "$OUT"/bench/perftest.o "$OUT"/bench/perftest.cubin
-(cd "$OUT" && tar czf /tmp/logs.tar.gz --exclude=halo-table.md --exclude=b/halo-table.md \
-  --exclude=halo-results.jsonl --exclude=bench/bench.json --exclude=bench/bench.png \
-  --exclude=bench/table.txt . && find . -type f ! -name halo-table.md ! -name halo-results.jsonl \
-  ! -name bench.json ! -name bench.png ! -name table.txt -delete && mv /tmp/logs.tar.gz .)
-ls -R "$OUT"
+    run 120 "${mpi[@]}" carry/bin/gpu-tests "$t" --exact --test-threads=1
+  done
+}
+
+[ "$mps" = 1 ] && mps_start
+i=0
+for s in ${stages//,/ }; do
+  f=stage_${s//-/_}
+  if ! declare -F "$f" >/dev/null; then echo "gpu-run.sh: unknown stage $s (see --help)" >&2; rc=2; continue; fi
+  i=$((i + 1)); rc=0; t0=$SECONDS
+  log=$logs/$(printf %02d $i)-$s.log
+  echo "== $s ($(date -u +%T))"
+  { echo "== $s"; "$f"; } > "$log" 2>&1
+  cleanup
+  printf '%-14s exit %-3s %4d s  %s\n' "$s" "$rc" $((SECONDS - t0)) "$(grep -cE '^exit 0$' "$log") commands ok, $(grep -cE '^exit [1-9]' "$log") failed" | tee -a "$summary"
+done
+[ "$mps" = 1 ] && mps_stop
+# At most 8 files come back from the device tool: pack the logs.
+(cd "$OUT" && tar czf gpu-run-logs.tar.gz logs && rm -rf logs "$cuda")
+echo "logs: $OUT/gpu-run-logs.tar.gz"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiles CUDA C++ NVSHMEM kernels into one cubin, device-linked with NVSHMEM's static device
-# library, for shmem-host's `Shmem::load_foreign_module`.
+# library, for shmem-host's `Shmem::load_cuda_module`.
 # usage: nvcc-cubin.sh ARCH OUT.cubin SRC.cu [nvcc flags...]
 # nvcc: on PATH, else /usr/local/cuda/bin. NVSHMEM: NVSHMEM_HOME, else Python's site-packages
 # (the nvidia-nvshmem-cu13 wheel).

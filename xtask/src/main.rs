@@ -5,11 +5,14 @@
 //! cargo xtask build-ptx  [--arch sm_90[,sm_80]]... [--nvshmem DIR] [--toolchain T]
 //!                        [--require-ptxas] [--out DIR] [CRATE|PATH]...
 //! cargo xtask ci         everything CI runs: setup, fmt, clippy, docs, tests
+//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi]
+//!                        what a GPU machine runs, into carry/ (see scripts/gpu-run.sh)
 //! ```
 
 mod build_ptx;
 mod ci;
 mod flags;
+mod gpu_bundle;
 mod setup;
 
 use std::path::PathBuf;
@@ -26,6 +29,7 @@ fn main() -> ExitCode {
         "setup" => setup::run(args),
         "build-ptx" => build_ptx::run(args),
         "ci" => ci::run(args),
+        "gpu-bundle" => gpu_bundle::run_bundle(args),
         "help" | "--help" | "-h" => {
             println!("{}", flags::USAGE);
             Ok(())

