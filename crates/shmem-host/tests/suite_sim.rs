@@ -7,17 +7,12 @@ mod suite;
 
 use shmem_host::{Shmem, sim};
 
-/// Runs `case` at each PE count it allows.
-fn simulate(name: &str) {
-    let case = suite::CASES
-        .iter()
-        .find(|c| c.name == name)
-        .expect("a suite case");
-    assert!(case.simulated, "{name} is GPU-only");
-    for n in [1, 2, 4].into_iter().filter(|n| *n >= case.min_pes) {
+/// Runs `body` at 1, 2 and 4 PEs, from `min_pes`.
+fn simulate(name: &str, min_pes: u32, body: fn(&Shmem)) {
+    for n in [1, 2, 4].into_iter().filter(|n| *n >= min_pes) {
         sim::run(n, || {
             let rt = Shmem::init()?;
-            (case.body)(&rt);
+            body(&rt);
             rt.barrier_all()
         })
         .unwrap_or_else(|e| panic!("{name} on {n} simulated PEs: {e}"));
@@ -25,44 +20,12 @@ fn simulate(name: &str) {
 }
 
 macro_rules! sim_tests {
-    ($($name:ident),* $(,)?) => { $(
+    ($($name:ident: $pes:literal),* $(,)?) => { $(
         #[test]
         fn $name() {
-            simulate(stringify!($name));
+            simulate(stringify!($name), $pes, suite::$name);
         }
     )* };
 }
 
-sim_tests!(
-    ring,
-    rma_p_g,
-    rma_bulk,
-    signals,
-    waits,
-    atomics,
-    ordering,
-    barriers,
-    collectives,
-    peer_memory,
-    unequal_allocation_fails_on_every_pe,
-);
-
-#[test]
-fn every_simulated_case_has_a_test() {
-    let listed = [
-        "ring",
-        "rma_p_g",
-        "rma_bulk",
-        "signals",
-        "waits",
-        "atomics",
-        "ordering",
-        "barriers",
-        "collectives",
-        "peer_memory",
-        "unequal_allocation_fails_on_every_pe",
-    ];
-    for c in suite::CASES.iter().filter(|c| c.simulated) {
-        assert!(listed.contains(&c.name), "{} has no simulator test", c.name);
-    }
-}
+suite::simulated_cases!(sim_tests);

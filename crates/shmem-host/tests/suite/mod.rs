@@ -1,9 +1,9 @@
 //! The device-API suite, written once: each function is one PE's part of a test (allocate,
 //! load, launch, check against `suite_common::expect`), run by every PE. `tests/gpu.rs` runs
 //! them on GPUs (one process per PE, `SHMEM_GPU_TESTS=1`), `tests/suite_sim.rs` on the CPU
-//! simulator (one thread per PE, in CI). [`CASES`] says which run where.
+//! simulator (one thread per PE, in CI). `simulated_cases!` and `gpu_only_cases!` list them.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros, unused_imports)]
 
 use shmem_host::{Error, LaunchConfig, Shmem, SymBuffer};
 use std::path::PathBuf;
@@ -27,112 +27,40 @@ fn filled<'rt, T: Copy + Default + 'static>(
     b
 }
 
-/// One test of the suite: its PE's part, and where it runs.
-pub struct Case {
-    /// The test's name (the GPU harness's test of the same name runs it).
-    pub name: &'static str,
-    /// One PE's part.
-    pub body: fn(&Shmem),
-    /// The fewest PEs it means something with.
-    pub min_pes: u32,
-    /// Whether it runs on the simulator too. GPU-only: what reads built files (missing and
-    /// newer modules, embedded cubins), occupancy limits, and a kernel that traps.
-    pub simulated: bool,
+/// The cases that run on the simulator too, each with the fewest PEs it means something
+/// with: `$m! { name: pes, ... }` for a harness macro `$m`.
+macro_rules! simulated_cases {
+    ($m:ident) => {
+        $m! {
+            ring: 1,
+            rma_p_g: 1,
+            rma_bulk: 1,
+            signals: 1,
+            waits: 1,
+            atomics: 1,
+            ordering: 1,
+            barriers: 1,
+            collectives: 1,
+            peer_memory: 1,
+            unequal_allocation_fails_on_every_pe: 2,
+        }
+    };
 }
 
-/// Every test of the suite.
-pub const CASES: &[Case] = &[
-    Case {
-        name: "ring",
-        body: ring,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "rma_p_g",
-        body: rma_p_g,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "rma_bulk",
-        body: rma_bulk,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "signals",
-        body: signals,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "waits",
-        body: waits,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "atomics",
-        body: atomics,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "ordering",
-        body: ordering,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "barriers",
-        body: barriers,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "collectives",
-        body: collectives,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "peer_memory",
-        body: peer_memory,
-        min_pes: 1,
-        simulated: true,
-    },
-    Case {
-        name: "unequal_allocation_fails_on_every_pe",
-        body: unequal_allocation_fails_on_every_pe,
-        min_pes: 2,
-        simulated: true,
-    },
-    Case {
-        name: "collective_grid_too_large_is_refused",
-        body: collective_grid_too_large_is_refused,
-        min_pes: 1,
-        simulated: false,
-    },
-    Case {
-        name: "bad_input_is_refused",
-        body: bad_input_is_refused,
-        min_pes: 1,
-        simulated: false,
-    },
-    Case {
-        name: "embedded_module",
-        body: embedded_module,
-        min_pes: 1,
-        simulated: false,
-    },
-    Case {
-        name: "kernel_panic_traps_and_is_reported",
-        body: kernel_panic_traps_and_is_reported,
-        min_pes: 1,
-        simulated: false,
-    },
-];
+/// The cases that need a GPU: what reads built files (missing and newer modules, embedded
+/// cubins), occupancy limits, and a kernel that traps.
+macro_rules! gpu_only_cases {
+    ($m:ident) => {
+        $m! {
+            collective_grid_too_large_is_refused: 2,
+            bad_input_is_refused: 2,
+            embedded_module: 2,
+            kernel_panic_traps_and_is_reported: 2,
+        }
+    };
+}
+
+pub(crate) use {gpu_only_cases, simulated_cases};
 
 pub fn ring(rt: &Shmem) {
     let (me, n) = (rt.my_pe(), rt.n_pes());
