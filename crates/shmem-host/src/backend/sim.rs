@@ -1,7 +1,7 @@
 //! The CPU simulator backend (feature `sim`, on by default): a program's PEs as threads of
 //! one process, its kernels run by [`shmem_device::sim`].
 //!
-//! [`run`] starts `n` threads; on each, [`Shmem::init`] returns that thread's PE, so the
+//! [`run`] starts `n` threads; on each, [`Shmem::init`](crate::Shmem::init) returns that thread's PE, so the
 //! program's own per-PE code runs unchanged: collective allocations, buffers, modules,
 //! typed launches, barriers. [`crate::launcher::run`] chooses this backend where there is no
 //! GPU (or when `SHMEM_SIM=1`).
@@ -40,7 +40,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// The NVSHMEM version whose semantics the simulator follows ([`Shmem::version`]).
+/// The NVSHMEM version whose semantics the simulator follows ([`Shmem::version`](crate::Shmem::version)).
 pub const NVSHMEM_VERSION: (u32, u32, u32) = (3, 4, 5);
 
 /// The base seed when `SHMEM_SIM_SEED` is not set.
@@ -55,7 +55,7 @@ pub const THREADS_PER_SM: u32 = 128;
 /// Default symmetric heap per PE: 1 GiB (reserved lazily by the OS).
 const DEFAULT_HEAP: usize = 1 << 30;
 
-/// One simulated PE, as a [`Shmem`] holds it.
+/// One simulated PE, as a [`Shmem`](crate::Shmem) holds it.
 pub(crate) struct SimPe {
     pe: u32,
     shared: Arc<Shared>,
@@ -93,7 +93,7 @@ std::thread_local! {
 }
 
 /// The simulated PE of this thread if [`run`] started it: `Ok(None)` on any other thread,
-/// an error when [`Shmem::init`] has taken it already.
+/// an error when [`Shmem::init`](crate::Shmem::init) has taken it already.
 pub(crate) fn take_thread_pe() -> Result<Option<SimPe>> {
     let Some(i) = THREAD_PE_INDEX.with(|c| c.get()) else {
         return Ok(None);
@@ -142,7 +142,7 @@ fn base_seed(v: Option<String>) -> Result<u64> {
 }
 
 /// Runs `pe` on `n_pes` simulated PEs, each a thread of this process on which
-/// [`Shmem::init`] returns its PE. Returns every PE's value, in PE order, or the first
+/// [`Shmem::init`](crate::Shmem::init) returns its PE. Returns every PE's value, in PE order, or the first
 /// failure: an error or panic of a PE (named), which stops the others at their next
 /// collective call.
 ///
