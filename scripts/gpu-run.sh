@@ -51,7 +51,8 @@ cuda=${SHMEM_CUDA_DIR:-/tmp/shmem-cuda}
 summary=$OUT/summary.txt
 : > "$summary"
 # A stage cut by its time limit may leave PEs behind; they would skew the next one.
-cleanup() { pkill -9 -f 'carry/bin/' 2>/dev/null; sleep 1; true; }
+# Only processes whose program is under carry/bin (not a shell whose command line names one).
+cleanup() { pkill -9 -f '^[^ ]*carry/bin/' 2>/dev/null; sleep 1; true; }
 mps_start() { nvidia-cuda-mps-control -d && echo "MPS control daemon started"; }
 mps_stop() { echo quit | nvidia-cuda-mps-control 2>/dev/null; sleep 1; true; }
 # run LIMIT CMD...: one command of a stage, its exit code remembered in $rc.
