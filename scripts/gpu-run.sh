@@ -25,6 +25,8 @@
 #   --size N   grid of halo-bench (default 4096)
 # Keeps NVSHMEM_DISABLE_NVLS=1 and NCCL_NVLS_ENABLE=0 in every process (never multicast).
 set -uo pipefail
+# A hangup of the terminal the runner was started from must not end the stages half-way.
+trap '' HUP
 stages=machine,cuda,api,ring,examples,example-tests
 pes="" mps=0 size=4096
 while [ $# -gt 0 ]; do
@@ -57,7 +59,7 @@ mps_start() { nvidia-cuda-mps-control -d && echo "MPS control daemon started"; }
 mps_stop() { echo quit | nvidia-cuda-mps-control 2>/dev/null; sleep 1; true; }
 # run LIMIT CMD...: one command of a stage, its exit code remembered in $rc.
 rc=0
-run() { local limit=$1; shift; echo "\$ $*"; timeout "$limit" "$@"; local r=$?; echo "exit $r"; [ $r -eq 0 ] || rc=$r; }
+run() { local limit=$1; shift; echo "\$ $*"; timeout "$limit" "$@" < /dev/null; local r=$?; echo "exit $r"; [ $r -eq 0 ] || rc=$r; }
 
 stage_machine() {
   date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
