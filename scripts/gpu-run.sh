@@ -25,7 +25,12 @@
 #   --size N   grid of halo-bench (default 4096)
 # Keeps NVSHMEM_DISABLE_NVLS=1 and NCCL_NVLS_ENABLE=0 in every process (never multicast).
 set -uo pipefail
-# A hangup of the terminal the runner was started from must not end the stages half-way.
+# A hangup of the terminal the runner was started from must not end the stages half-way:
+# the runner runs in a session of its own and ignores SIGHUP.
+if [ -z "${SHMEM_GPU_RUN_SESSION:-}" ]; then
+  export SHMEM_GPU_RUN_SESSION=1
+  exec setsid -w bash "$0" "$@" < /dev/null
+fi
 trap '' HUP
 stages=machine,cuda,api,ring,examples,example-tests
 pes="" mps=0 size=4096
