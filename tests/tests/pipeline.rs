@@ -24,7 +24,7 @@ fn root() -> PathBuf {
 }
 
 fn nvshmem_dir(version: &str) -> Option<PathBuf> {
-    let d = root().join(".shmem").join(format!("nvshmem-{version}"));
+    let d = shmem_build::locate::deps_dir().join(format!("nvshmem-{version}"));
     shmem_build::Nvshmem::at(&d).map(|n| n.root)
 }
 
@@ -32,9 +32,14 @@ fn prerequisites() -> bool {
     let missing: Vec<String> = ["3.4.5", "3.8.0"]
         .iter()
         .filter(|v| nvshmem_dir(v).is_none())
-        .map(|v| format!("NVSHMEM {v} in .shmem/"))
+        .map(|v| {
+            format!(
+                "NVSHMEM {v} in {}",
+                shmem_build::locate::deps_dir().display()
+            )
+        })
         .chain(
-            shmem_build::locate::ptxas(&root())
+            shmem_build::locate::ptxas()
                 .is_none()
                 .then(|| "ptxas".to_string()),
         )

@@ -4,7 +4,7 @@ pub const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
 commands:
-  setup       install toolchain components, NVSHMEM's wheels and ptxas into .shmem/ (idempotent)
+  setup       install toolchain components, NVSHMEM's wheels and ptxas into ~/.cache/shmem-rs (idempotent)
               --nvshmem-version V   (repeatable; default 3.4.5)   --no-ptxas   --toolchain T
   build-ptx   build kernel crates to target/ptx/<arch>/<crate>.{ptx,json}
               --arch A[,B]  (sm_80, sm_90, sm_100; default sm_90)   --nvshmem DIR   --toolchain T

@@ -136,7 +136,7 @@ pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
                     "--require-ptxas",
                     "--nvshmem",
                 ])
-                .arg(root.join(".shmem/nvshmem-3.8.0"))
+                .arg(shmem_build::locate::deps_dir().join("nvshmem-3.8.0"))
                 .args(["--out", "target/ptx-nvshmem-3.8.0", "ring-kernels"])
                 .status()
                 .map_err(|e| e.to_string())?

@@ -69,8 +69,8 @@ impl fmt::Display for Error {
                 }
                 write!(
                     f,
-                    "  fix: run `cargo xtask setup` (installs the pip wheel nvidia-nvshmem-cu13 into .shmem/), \
-                     or pass `--nvshmem DIR` / set NVSHMEM_HOME to a directory with lib/libnvshmem_device*.bc"
+                    "  fix: {}\n       or set NVSHMEM_HOME to an NVSHMEM (or wheel) directory with lib/libnvshmem_device*.bc",
+                    crate::SETUP_FIX
                 )
             }
             Error::NvshmemInvalid { dir, why } => {

@@ -28,6 +28,7 @@
 //! writes is always readable by them.
 
 mod device;
+mod embed;
 mod error;
 pub mod ir;
 pub mod link;
@@ -37,6 +38,7 @@ pub mod ptx;
 pub mod setup;
 mod toolchain;
 
+pub use embed::{ARCHS_VAR, Embedded, KERNELS_VAR, embed_kernels, try_embed_kernels};
 pub use error::{Error, Result};
 pub use locate::Nvshmem;
 pub use shmem_manifest::{Arch, KernelManifest, MANIFEST_FORMAT, Manifest, ParamManifest, search};
@@ -46,6 +48,10 @@ use error::IoContext;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The one command that installs what building kernels needs.
+pub const SETUP_FIX: &str = "shmem setup   (or, in the shmem-rs checkout, `cargo xtask setup`): installs the \
+     toolchain components, NVSHMEM's wheel and ptxas into ~/.cache/shmem-rs";
 
 /// Whether to run `ptxas` on the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,13 +155,16 @@ impl Builder {
             .find(|p| same_file(&p.manifest_path, &manifest_path))
             .ok_or_else(|| Error::Crate(format!("no package at {}", manifest_path.display())))?
             .clone();
-        let nvshmem = Nvshmem::locate(self.nvshmem.as_deref(), &meta.root)?;
+        let nvshmem = Nvshmem::locate(self.nvshmem.as_deref())?;
         let ptxas = match self.ptxas {
             PtxasCheck::Skip => None,
-            PtxasCheck::IfFound => locate::ptxas(&meta.root),
-            PtxasCheck::Require => Some(locate::ptxas(&meta.root).ok_or_else(|| Error::Toolchain {
-                problem: "ptxas not found (PTXAS, CUDA_HOME/bin, PATH, .shmem/cuda-nvcc, site-packages)".into(),
-                fix: "cargo xtask setup   (installs the pip wheel nvidia-cuda-nvcc into .shmem/)".into(),
+            PtxasCheck::IfFound => locate::ptxas(),
+            PtxasCheck::Require => Some(locate::ptxas().ok_or_else(|| Error::Toolchain {
+                problem: format!(
+                    "ptxas not found (PTXAS, CUDA_HOME/bin, PATH, {}, site-packages)",
+                    locate::deps_dir().join("cuda-nvcc").display()
+                ),
+                fix: SETUP_FIX.into(),
             })?),
         };
         let out_root = self

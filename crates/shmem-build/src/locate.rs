@@ -1,15 +1,15 @@
 //! Finding NVSHMEM's device bitcode and `ptxas`.
 //!
 //! Search order for NVSHMEM (first hit wins): an explicit directory (`--nvshmem`), the
-//! `NVSHMEM_HOME` environment variable, the project-local installs made by
-//! `cargo xtask setup` (`.shmem/nvshmem-<version>/`), then Python's site-packages (the pip
-//! wheel `nvidia-nvshmem-cu13`, as in a PyTorch virtualenv). A directory qualifies if it
+//! `NVSHMEM_HOME` environment variable, the per-user installs made by `shmem setup` (or
+//! `cargo xtask setup`) in [`deps_dir`] (`nvshmem-<version>/`), then Python's site-packages
+//! (the pip wheel `nvidia-nvshmem-cu13`, as in a PyTorch virtualenv). A directory qualifies if it
 //! has `lib/libnvshmem_device.bc` or per-arch `lib/libnvshmem_device_sm_NN.bc`; a wheel's
 //! install root (`.../site-packages`) is accepted too and resolved to `nvidia/nvshmem`.
 
 use crate::Arch;
 use crate::error::{Error, Result};
-pub use shmem_manifest::search::{local_deps_dir, local_nvshmem_installs, site_packages};
+pub use shmem_manifest::search::{deps_dir, nvshmem_installs, site_packages};
 use std::path::{Path, PathBuf};
 
 /// One NVSHMEM installation's device library.
@@ -60,28 +60,33 @@ impl Nvshmem {
     }
 
     /// Locates NVSHMEM by the documented search order.
-    pub fn locate(explicit: Option<&Path>, project_root: &Path) -> Result<Nvshmem> {
+    pub fn locate(explicit: Option<&Path>) -> Result<Nvshmem> {
         let home = std::env::var_os("NVSHMEM_HOME")
             .filter(|h| !h.is_empty())
             .map(PathBuf::from);
-        let candidates = local_nvshmem_installs(project_root)
-            .into_iter()
-            .chain(site_packages())
-            .collect();
-        let fallback = local_deps_dir(project_root).join(format!(
+        let installs = nvshmem_installs();
+        // Where `shmem setup` installs, listed as searched even when it holds nothing yet.
+        let setup_dir = deps_dir().join(format!(
             "nvshmem-{}",
             shmem_manifest::search::DEFAULT_NVSHMEM
         ));
-        Self::locate_in(explicit, home.as_deref(), candidates, fallback)
+        let candidates = if installs.is_empty() {
+            vec![setup_dir]
+        } else {
+            installs
+        }
+        .into_iter()
+        .chain(site_packages())
+        .collect();
+        Self::locate_in(explicit, home.as_deref(), candidates)
     }
 
-    /// The search itself: `explicit`, then `home`, then each candidate. `fallback` is listed
-    /// as searched when there were no candidates, so the error names where setup installs.
+    /// The search itself: `explicit`, then `home`, then each candidate (every one is listed
+    /// in the error when none qualifies).
     pub fn locate_in(
         explicit: Option<&Path>,
         home: Option<&Path>,
         candidates: Vec<PathBuf>,
-        fallback: PathBuf,
     ) -> Result<Nvshmem> {
         if let Some(dir) = explicit {
             return Nvshmem::at(dir).ok_or_else(|| Error::NvshmemInvalid {
@@ -103,16 +108,13 @@ impl Nvshmem {
             }
             searched.push(dir);
         }
-        if searched.is_empty() {
-            searched.push(fallback);
-        }
         Err(Error::NvshmemNotFound { searched })
     }
 }
 
-/// Finds `ptxas`: `PTXAS`, `CUDA_HOME`/`CUDA_PATH`, `PATH`, the project-local
-/// `.shmem/cuda-nvcc`, then pip's `nvidia-cuda-nvcc` in site-packages.
-pub fn ptxas(project_root: &Path) -> Option<PathBuf> {
+/// Finds `ptxas`: `PTXAS`, `CUDA_HOME`/`CUDA_PATH`, `PATH`, the per-user
+/// `cuda-nvcc/` of [`deps_dir`], then pip's `nvidia-cuda-nvcc` in site-packages.
+pub fn ptxas() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PTXAS").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
@@ -131,7 +133,7 @@ pub fn ptxas(project_root: &Path) -> Option<PathBuf> {
             root.join("nvidia/cuda_nvcc/bin/ptxas"),
         ]
     };
-    candidates.extend(wheel_bins(local_deps_dir(project_root).join("cuda-nvcc")));
+    candidates.extend(wheel_bins(deps_dir().join("cuda-nvcc")));
     for sp in site_packages() {
         candidates.extend(wheel_bins(sp));
     }
@@ -152,31 +154,29 @@ mod tests {
     #[test]
     fn missing_nvshmem_lists_where_it_looked_and_what_to_do() {
         let a = tmp("a");
-        let err = Nvshmem::locate_in(None, None, vec![a.clone()], a.join("fallback"))
+        let err = Nvshmem::locate_in(None, None, vec![a.clone(), a.join("second")])
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("not found") && err.contains(&a.display().to_string()),
+            err.contains("not found")
+                && err.contains(&a.display().to_string())
+                && err.contains(&a.join("second").display().to_string()),
             "{err}"
         );
         assert!(
-            err.contains("cargo xtask setup") && err.contains("NVSHMEM_HOME"),
+            err.contains("shmem setup") && err.contains("NVSHMEM_HOME"),
             "{err}"
         );
-        let err = Nvshmem::locate_in(None, None, vec![], a.join("fallback"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("fallback"), "{err}");
     }
 
     #[test]
     fn explicit_and_home_must_be_valid() {
         let a = tmp("b");
-        let err = Nvshmem::locate_in(Some(&a), None, vec![], a.clone())
+        let err = Nvshmem::locate_in(Some(&a), None, vec![])
             .unwrap_err()
             .to_string();
         assert!(err.contains("is not a usable NVSHMEM"), "{err}");
-        let err = Nvshmem::locate_in(None, Some(&a), vec![], a.clone())
+        let err = Nvshmem::locate_in(None, Some(&a), vec![])
             .unwrap_err()
             .to_string();
         assert!(err.contains("NVSHMEM_HOME is set"), "{err}");
@@ -188,7 +188,7 @@ mod tests {
         let lib = a.join("nvidia/nvshmem/lib");
         std::fs::create_dir_all(&lib).unwrap();
         std::fs::write(lib.join("libnvshmem_device_sm_90.bc"), b"").unwrap();
-        let n = Nvshmem::locate_in(None, None, vec![tmp("empty"), a.clone()], a.clone()).unwrap();
+        let n = Nvshmem::locate_in(None, None, vec![tmp("empty"), a.clone()]).unwrap();
         assert_eq!(n.root, a.join("nvidia/nvshmem"));
         assert_eq!(
             n.bitcode(crate::Arch::Sm90).unwrap(),

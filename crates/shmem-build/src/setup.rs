@@ -1,9 +1,10 @@
-//! `cargo xtask setup`: installs, idempotently, what building and checking kernels needs —
-//! the toolchain components and, into the project-local `.shmem/`, NVSHMEM's pip wheels and
-//! (for `ptxas`) the CUDA compiler wheel. Nothing is installed system-wide.
+//! `shmem setup` (and `cargo xtask setup`): installs, idempotently, what building and
+//! checking kernels needs — the toolchain components and, into the per-user directory
+//! [`crate::locate::deps_dir`], NVSHMEM's pip wheels and (for `ptxas`) the CUDA compiler
+//! wheel. Nothing is installed system-wide or into a project; offline once installed.
 
 use crate::error::{Error, IoContext, Result};
-use crate::locate::{Nvshmem, local_deps_dir};
+use crate::locate::{Nvshmem, deps_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -85,9 +86,9 @@ pub fn pip_install(requirement: &str, dir: &Path) -> Result<bool> {
     Ok(true)
 }
 
-/// Installs NVSHMEM `version` into `.shmem/nvshmem-<version>`; returns its directory.
-pub fn nvshmem(project_root: &Path, version: &str) -> Result<PathBuf> {
-    let dir = local_deps_dir(project_root).join(format!("nvshmem-{version}"));
+/// Installs NVSHMEM `version` into `<deps_dir>/nvshmem-<version>`; returns its directory.
+pub fn nvshmem(version: &str) -> Result<PathBuf> {
+    let dir = deps_dir().join(format!("nvshmem-{version}"));
     pip_install(&format!("nvidia-nvshmem-cu13=={version}"), &dir)?;
     Nvshmem::at(&dir).map(|n| n.root).ok_or_else(|| {
         Error::Setup(format!(
@@ -97,9 +98,9 @@ pub fn nvshmem(project_root: &Path, version: &str) -> Result<PathBuf> {
     })
 }
 
-/// Installs `ptxas` into `.shmem/cuda-nvcc`; returns its path.
-pub fn ptxas(project_root: &Path) -> Result<PathBuf> {
-    let dir = local_deps_dir(project_root).join("cuda-nvcc");
+/// Installs `ptxas` into `<deps_dir>/cuda-nvcc`; returns its path.
+pub fn ptxas() -> Result<PathBuf> {
+    let dir = deps_dir().join("cuda-nvcc");
     pip_install(NVCC_WHEEL, &dir)?;
     let p = dir.join("nvidia/cu13/bin/ptxas");
     if p.is_file() {
@@ -110,4 +111,47 @@ pub fn ptxas(project_root: &Path) -> Result<PathBuf> {
             p.display()
         )))
     }
+}
+
+/// What [`all`] installed or found.
+#[derive(Clone, Debug)]
+pub struct Installed {
+    /// The toolchain whose components are present (`nightly`, or `stable` as a fallback).
+    pub toolchain: String,
+    /// Each NVSHMEM version and its root.
+    pub nvshmem: Vec<(String, PathBuf)>,
+    /// `ptxas`, unless not asked for.
+    pub ptxas: Option<PathBuf>,
+}
+
+/// Everything building kernels needs, for `toolchain` (default `nightly`, falling back to
+/// `stable` with a note when there is no nightly), NVSHMEM `versions` (default
+/// [`DEFAULT_NVSHMEM`]) and, with `with_ptxas`, `ptxas`. Idempotent: what is installed is
+/// not installed again, and nothing is downloaded then.
+pub fn all(toolchain: Option<&str>, versions: &[String], with_ptxas: bool) -> Result<Installed> {
+    let tc = match toolchain_components(toolchain.unwrap_or("nightly")) {
+        Ok(()) => toolchain.unwrap_or("nightly").to_string(),
+        Err(e) if toolchain.is_none() => {
+            eprintln!("note: {e}; trying the stable toolchain");
+            toolchain_components("stable")?;
+            "stable".into()
+        }
+        Err(e) => return Err(e),
+    };
+    let default = [DEFAULT_NVSHMEM.to_string()];
+    let versions = if versions.is_empty() {
+        &default[..]
+    } else {
+        versions
+    };
+    let nvshmem = versions
+        .iter()
+        .map(|v| nvshmem(v).map(|d| (v.clone(), d)))
+        .collect::<Result<_>>()?;
+    let ptxas = if with_ptxas { Some(ptxas()?) } else { None };
+    Ok(Installed {
+        toolchain: tc,
+        nvshmem,
+        ptxas,
+    })
 }

@@ -98,6 +98,8 @@ pub struct ParamInfo {
 pub trait Kernel: 'static {
     /// The PTX entry name (the function's name; it is `#[no_mangle]`).
     const NAME: &'static str;
+    /// The package name of the kernel crate that defines it (the module it is loaded from).
+    const CRATE: &'static str;
     /// The parameter types, as a tuple in order.
     type Params: Copy + 'static;
     /// The parameters, described.

@@ -78,7 +78,8 @@ impl fmt::Display for Error {
                 }
                 write!(
                     f,
-                    "  fix: `pip install nvidia-nvshmem-cu13` (3.4 – 3.8), or set NVSHMEM_HOME to a directory with lib/libnvshmem_host.so.3"
+                    "  fix: `shmem setup` (installs NVSHMEM 3.4.5 into ~/.cache/shmem-rs), `pip install nvidia-nvshmem-cu13` (3.4 – 3.8), \
+                     or set NVSHMEM_HOME to an NVSHMEM (or wheel) directory with lib/libnvshmem_host.so.3"
                 )
             }
             Error::Cuda(m) => write!(f, "CUDA: {m}"),

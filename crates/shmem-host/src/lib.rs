@@ -48,5 +48,7 @@ pub use buffer::{SymAt, SymBuffer};
 /// The CUDA driver bindings the runtime is built on (contexts, streams, events).
 pub use cudarc;
 pub use error::{Error, Result};
-pub use module::{Implementation, KernelFn, LaunchConfig, Module, ModuleKind};
+pub use module::{
+    EmbeddedBuild, EmbeddedKernels, Implementation, KernelFn, LaunchConfig, Module, ModuleKind,
+};
 pub use runtime::{BackendKind, Mark, Shmem};

@@ -235,6 +235,75 @@ impl Shmem {
         )
     }
 
+    /// Loads kernels embedded in the program ([`crate::include_kernels!`]): the build for
+    /// this GPU's architecture (its cubin), else the newest older one's PTX, which the driver
+    /// compiles for this GPU; checked against this runtime as [`Shmem::load_module`] checks.
+    /// The program needs no files beside it. Under the simulator nothing is loaded (the
+    /// kernels run from the program's own build). Collective.
+    pub fn load_embedded(&self, kernels: &EmbeddedKernels) -> Result<Module<'_>> {
+        if self.is_simulated() {
+            return self.simulated_module(kernels.crate_name);
+        }
+        if kernels.builds.is_empty() {
+            return Err(Error::Module(format!(
+                "`{}` was built for the CPU simulator only (SHMEM_KERNELS=simulator when the program was built): \
+                 rebuild without it to run on a GPU",
+                kernels.crate_name
+            )));
+        }
+        let cc = compute_capability(self)?;
+        let mut builds = kernels
+            .builds
+            .iter()
+            .map(|b| {
+                let m = Manifest::from_json(b.manifest).map_err(|e| {
+                    Error::Module(format!(
+                        "embedded manifest of `{}`: {e}",
+                        kernels.crate_name
+                    ))
+                })?;
+                let arch = m.target_arch().map_err(|e| Error::Module(e.0))?.number();
+                Ok((arch, m, b))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        builds.sort_by_key(|(arch, _, _)| *arch);
+        let found = builds
+            .iter()
+            .map(|(a, _, _)| format!("sm_{a}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (_, manifest, build) = builds
+            .into_iter()
+            .rev()
+            .find(|(a, _, _)| *a <= cc)
+            .ok_or_else(|| {
+                Error::Module(format!(
+                    "`{}` embeds builds for {found}, none of which runs on this sm_{cc} GPU: rebuild the program with SHMEM_ARCHS=sm_{cc}",
+                    kernels.crate_name
+                ))
+            })?;
+        let use_cubin = check_compatible(&manifest, self.version(), cc)?;
+        let image = match (use_cubin, build.cubin) {
+            (true, Some(cubin)) => cubin,
+            _ => build.ptx,
+        };
+        let origin = PathBuf::from(format!(
+            "<embedded {} {}, {}>",
+            kernels.crate_name,
+            manifest.arch,
+            if std::ptr::eq(image, build.ptx) {
+                "PTX"
+            } else {
+                "cubin"
+            }
+        ));
+        self.register(
+            ModuleKind::Built(Box::new(manifest)),
+            image.to_vec(),
+            origin,
+        )
+    }
+
     /// Loads a module that was *not* built by shmem-rs: a cubin (or PTX) of CUDA C++ kernels
     /// linked with NVSHMEM's device library, as `nvcc -rdc=true -c k.cu && nvcc -dlink -cubin
     /// k.o libnvshmem_device.a -o k.cubin` makes it. It is registered with NVSHMEM like a Rust
@@ -278,6 +347,43 @@ impl Shmem {
             origin,
         })
     }
+}
+
+/// A kernel crate embedded in the program by `shmem_build::embed_kernels` (in `build.rs`)
+/// and [`crate::include_kernels!`]: one build per architecture. [`Shmem::load_embedded`]
+/// loads the right one for the GPU at hand.
+#[derive(Clone, Copy, Debug)]
+pub struct EmbeddedKernels {
+    /// The kernel crate's package name.
+    pub crate_name: &'static str,
+    /// Its builds (none when it was built for the simulator only, `SHMEM_KERNELS=simulator`).
+    pub builds: &'static [EmbeddedBuild],
+}
+
+/// One architecture's build of an [`EmbeddedKernels`].
+#[derive(Clone, Copy, Debug)]
+pub struct EmbeddedBuild {
+    /// The manifest (JSON).
+    pub manifest: &'static str,
+    /// The PTX.
+    pub ptx: &'static [u8],
+    /// The cubin `ptxas` made for exactly this architecture, if it ran.
+    pub cubin: Option<&'static [u8]>,
+}
+
+/// The kernels a `build.rs` built with `shmem_build::embed_kernels`, embedded in the program:
+/// `static KERNELS: EmbeddedKernels = shmem_host::include_kernels!("my-kernels");`, then
+/// [`Shmem::load_embedded`]`(&KERNELS)`. The name is the kernel crate's package name.
+#[macro_export]
+macro_rules! include_kernels {
+    ($crate_name:literal) => {
+        include!(concat!(
+            env!("OUT_DIR"),
+            "/shmem-kernels/",
+            $crate_name,
+            ".rs"
+        ))
+    };
 }
 
 /// Whose kernels a program runs: a kernel crate built by shmem-rs, or a CUDA C++ cubin whose
@@ -344,6 +450,21 @@ impl<'rt> Module<'rt> {
     /// signature has now (a stale build is an error). In a CUDA C++ module it is looked up
     /// by name (its parameters are the loader's promise).
     pub fn kernel<K: Kernel>(&self) -> Result<KernelFn<'_, K>> {
+        let module_crate = match &self.kind {
+            ModuleKind::Built(m) => Some(m.crate_name.as_str()),
+            ModuleKind::Simulated(name) => Some(name.as_str()),
+            ModuleKind::Cuda => None,
+        };
+        if let Some(name) = module_crate
+            && name != K::CRATE
+        {
+            return Err(Error::Module(format!(
+                "kernel `{}` is defined in crate `{}`, but this module is `{name}`: load `{}` for it",
+                K::NAME,
+                K::CRATE,
+                K::CRATE
+            )));
+        }
         let (collective, max_threads) = match &self.kind {
             ModuleKind::Built(manifest) => {
                 let entry = manifest.kernel(K::NAME).ok_or_else(|| {

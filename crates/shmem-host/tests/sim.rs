@@ -88,7 +88,7 @@ fn three_dimensional_grids_number_threads_as_cuda_does() {
     let got = sim::run(2, || {
         let rt = Shmem::init()?;
         let out = rt.alloc::<u32>(threads * 12)?;
-        let m = rt.load_module(no_ptx(), "tests")?;
+        let m = rt.load_module(no_ptx(), env!("CARGO_PKG_NAME"))?;
         let k = m.kernel::<positions>()?;
         let cfg = LaunchConfig {
             grid,
@@ -233,7 +233,7 @@ fn a_deadlocked_launch_reports_the_site_and_how_to_rerun_it() {
     let got = sim::run(2, || {
         let rt = Shmem::init()?;
         let sig = rt.alloc::<u64>(1)?;
-        let m = rt.load_module(no_ptx(), "tests")?;
+        let m = rt.load_module(no_ptx(), env!("CARGO_PKG_NAME"))?;
         let k = m.kernel::<waits_forever>()?;
         // SAFETY: a symmetric word.
         let e = unsafe { k.launch(LaunchConfig::linear(1, 32), (&sig,)) }.unwrap_err();
@@ -257,7 +257,7 @@ fn a_pe_out_of_range_in_a_kernel_fails_the_launch() {
         let rt = Shmem::init()?;
         assert!(rt.check_pe(2).is_err() && rt.check_pe(1).is_ok());
         let dst = rt.alloc::<u32>(1)?;
-        let m = rt.load_module(no_ptx(), "tests")?;
+        let m = rt.load_module(no_ptx(), env!("CARGO_PKG_NAME"))?;
         let k = m.kernel::<put_to>()?;
         // SAFETY: a symmetric word; PE 5 does not exist, which is the point.
         let e = unsafe { k.launch(LaunchConfig::linear(1, 32), (&dst, 5)) }.unwrap_err();
@@ -276,7 +276,7 @@ fn launches_with_different_shapes_are_an_error() {
     let got = sim::run(2, || {
         let rt = Shmem::init()?;
         let dst = rt.alloc::<u32>(1)?;
-        let m = rt.load_module(no_ptx(), "tests")?;
+        let m = rt.load_module(no_ptx(), env!("CARGO_PKG_NAME"))?;
         let k = m.kernel::<put_to>()?;
         let blocks = 1 + rt.my_pe() as u32;
         // SAFETY: a symmetric word, a valid PE.
@@ -328,4 +328,23 @@ fn timing_marks_and_min_max_work_on_the_simulator() {
     })
     .unwrap();
     assert_eq!(got, vec![(-5, 15); 3]);
+}
+
+/// A typo in the crate name, or a kernel asked of the wrong module, fails on the simulator
+/// as it would on a GPU (where the manifest would not list it).
+#[test]
+fn a_kernel_of_another_crate_is_refused() {
+    let got = sim::run(1, || {
+        let rt = Shmem::init()?;
+        let m = rt.load_module(no_ptx(), "ring-kernelz")?;
+        Ok(m.kernel::<ring_kernels::ring>()
+            .err()
+            .map(|e| e.to_string()))
+    })
+    .unwrap();
+    let e = got[0].clone().expect("refused");
+    assert!(
+        e.contains("defined in crate `ring-kernels`") && e.contains("`ring-kernelz`"),
+        "{e}"
+    );
 }

@@ -58,6 +58,7 @@ pub(crate) fn generate(k: &Kernel) -> TokenStream {
 
         impl ::shmem_device::kernel::Kernel for #name {
             const NAME: &'static str = #name_str;
+            const CRATE: &'static str = ::core::env!("CARGO_PKG_NAME");
             type Params = (#(#tys,)*);
             const PARAMS: &'static [::shmem_device::kernel::ParamInfo] = &[#(#infos),*];
 

@@ -1,7 +1,10 @@
-//! Where NVSHMEM's pip wheels are installed: the places both the kernel builder (device
-//! bitcode) and the runtime (host library) look, so that the two agree.
+//! Where NVSHMEM's pip wheels and `ptxas` are installed: the places both the kernel builder
+//! (device bitcode, `ptxas`) and the runtime (host library) look, so that the two agree.
 //!
-//! - project-local installs made by `cargo xtask setup`: `<root>/.shmem/nvshmem-<version>/`;
+//! - the per-user install that `shmem setup` (or `cargo xtask setup`) makes, [`deps_dir`]:
+//!   `$SHMEM_HOME`, else `$XDG_CACHE_HOME/shmem-rs`, else `~/.cache/shmem-rs`, holding
+//!   `nvshmem-<version>/` and `cuda-nvcc/` (not in any project's tree, so every project of
+//!   the user, and programs started from any directory, find them);
 //! - Python's site-packages (the wheel `nvidia-nvshmem-cu13`, as in a PyTorch virtualenv).
 //!
 //! A wheel install root holds `nvidia/nvshmem/{lib,include}`.
@@ -12,9 +15,24 @@ use std::process::Command;
 /// The NVSHMEM release the GPU machines run; the default to link against.
 pub const DEFAULT_NVSHMEM: &str = "3.4.5";
 
-/// Where the project-local dependencies live: `<root>/.shmem`.
-pub fn local_deps_dir(project_root: &Path) -> PathBuf {
-    project_root.join(".shmem")
+/// Where `shmem setup` installs NVSHMEM and `ptxas` for this user: `$SHMEM_HOME`, else
+/// `$XDG_CACHE_HOME/shmem-rs`, else `$HOME/.cache/shmem-rs` (`./.shmem-rs` without a home).
+pub fn deps_dir() -> PathBuf {
+    deps_dir_from(|k| std::env::var_os(k).filter(|v| !v.is_empty()))
+}
+
+/// [`deps_dir`] with the environment given (for tests).
+pub fn deps_dir_from(get: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    if let Some(h) = get("SHMEM_HOME") {
+        return PathBuf::from(h);
+    }
+    if let Some(c) = get("XDG_CACHE_HOME") {
+        return PathBuf::from(c).join("shmem-rs");
+    }
+    match get("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache/shmem-rs"),
+        None => PathBuf::from(".shmem-rs"),
+    }
 }
 
 /// The NVSHMEM root inside a wheel install root.
@@ -22,11 +40,15 @@ pub fn wheel_nvshmem_root(install: &Path) -> PathBuf {
     install.join("nvidia/nvshmem")
 }
 
-/// `.shmem/nvshmem-*` installs (wheel install roots), the default version
+/// The `nvshmem-*` installs (wheel install roots) in [`deps_dir`], the default version
 /// ([`DEFAULT_NVSHMEM`]) first.
-pub fn local_nvshmem_installs(project_root: &Path) -> Vec<PathBuf> {
-    let deps = local_deps_dir(project_root);
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&deps)
+pub fn nvshmem_installs() -> Vec<PathBuf> {
+    nvshmem_installs_in(&deps_dir())
+}
+
+/// The `nvshmem-*` installs in `deps`, the default version first.
+pub fn nvshmem_installs_in(deps: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(deps)
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.path())
@@ -86,19 +108,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn local_installs_default_version_first() {
+    fn installs_default_version_first() {
         let root = std::env::temp_dir().join(format!("shmem-search-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         for v in ["3.3.0", DEFAULT_NVSHMEM, "3.8.0"] {
-            std::fs::create_dir_all(local_deps_dir(&root).join(format!("nvshmem-{v}"))).unwrap();
+            std::fs::create_dir_all(root.join(format!("nvshmem-{v}"))).unwrap();
         }
-        std::fs::create_dir_all(local_deps_dir(&root).join("cuda-nvcc")).unwrap();
-        let got = local_nvshmem_installs(&root);
+        std::fs::create_dir_all(root.join("cuda-nvcc")).unwrap();
+        let got = nvshmem_installs_in(&root);
         assert_eq!(got.len(), 3, "{got:?}");
         assert!(
             got[0].ends_with(format!("nvshmem-{DEFAULT_NVSHMEM}")),
             "{got:?}"
         );
-        assert!(local_nvshmem_installs(&root.join("none")).is_empty());
+        assert!(nvshmem_installs_in(&root.join("none")).is_empty());
+    }
+
+    #[test]
+    fn the_user_install_directory() {
+        use std::ffi::OsString;
+        let env = |pairs: &'static [(&str, &str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        };
+        const HOME: &[(&str, &str)] = &[("HOME", "/home/u")];
+        assert_eq!(
+            deps_dir_from(env(HOME)),
+            PathBuf::from("/home/u/.cache/shmem-rs")
+        );
+        const XDG: &[(&str, &str)] = &[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/c")];
+        assert_eq!(deps_dir_from(env(XDG)), PathBuf::from("/c/shmem-rs"));
+        const OWN: &[(&str, &str)] = &[("HOME", "/home/u"), ("SHMEM_HOME", "/opt/s")];
+        assert_eq!(deps_dir_from(env(OWN)), PathBuf::from("/opt/s"));
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! Search order: `NVSHMEM_HOME/lib`, each `LD_LIBRARY_PATH` directory, Python's site-packages
 //! (`nvidia/nvshmem/lib`, pip's `nvidia-nvshmem-cu13`, PyTorch virtualenvs included), the
-//! project-local `.shmem/nvshmem-*` of `cargo xtask setup`, then the system loader by name.
+//! per-user installs of `shmem setup` (`~/.cache/shmem-rs/nvshmem-*`), then the system loader
+//! by name.
 
 #![allow(missing_docs)]
 
@@ -148,8 +149,12 @@ const LIB_NAME: &str = "libnvshmem_host.so.3";
 /// The directories that may hold NVSHMEM's host library, in search order.
 pub fn candidate_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
+    // NVSHMEM_HOME means what it means to the builder: an NVSHMEM root, or a wheel's
+    // install root that holds one.
     if let Some(home) = std::env::var_os("NVSHMEM_HOME").filter(|h| !h.is_empty()) {
-        dirs.push(PathBuf::from(home).join("lib"));
+        let home = PathBuf::from(home);
+        dirs.push(home.join("lib"));
+        dirs.push(shmem_manifest::search::wheel_nvshmem_root(&home).join("lib"));
     }
     if let Some(ld) = std::env::var_os("LD_LIBRARY_PATH") {
         dirs.extend(std::env::split_paths(&ld).filter(|p| !p.as_os_str().is_empty()));
@@ -157,16 +162,11 @@ pub fn candidate_dirs() -> Vec<PathBuf> {
     for sp in shmem_manifest::search::site_packages() {
         dirs.push(shmem_manifest::search::wheel_nvshmem_root(&sp).join("lib"));
     }
-    if let Ok(cwd) = std::env::current_dir() {
-        for root in cwd.ancestors() {
-            let installs = shmem_manifest::search::local_nvshmem_installs(root);
-            dirs.extend(
-                installs
-                    .iter()
-                    .map(|d| shmem_manifest::search::wheel_nvshmem_root(d).join("lib")),
-            );
-        }
-    }
+    dirs.extend(
+        shmem_manifest::search::nvshmem_installs()
+            .iter()
+            .map(|d| shmem_manifest::search::wheel_nvshmem_root(d).join("lib")),
+    );
     dirs
 }
 

@@ -32,6 +32,7 @@ pub(crate) struct halo {
 }
 impl ::shmem_device::kernel::Kernel for halo {
     const NAME: &'static str = "halo";
+    const CRATE: &'static str = ::core::env!("CARGO_PKG_NAME");
     type Params = (SymSlice<f32>, DeviceSlice<f32>, Sym<u64>, u32, Team);
     const PARAMS: &'static [::shmem_device::kernel::ParamInfo] = &[
         ::shmem_device::kernel::ParamInfo {

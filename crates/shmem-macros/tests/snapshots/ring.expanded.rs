@@ -22,6 +22,7 @@ pub struct ring {
 }
 impl ::shmem_device::kernel::Kernel for ring {
     const NAME: &'static str = "ring";
+    const CRATE: &'static str = ::core::env!("CARGO_PKG_NAME");
     type Params = (Sym<i32>,);
     const PARAMS: &'static [::shmem_device::kernel::ParamInfo] = &[
         ::shmem_device::kernel::ParamInfo {
