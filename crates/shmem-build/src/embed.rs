@@ -74,6 +74,7 @@ pub fn try_embed_kernels(crate_dir: impl AsRef<Path>) -> Result<Embedded> {
         "PTXAS",
         "NVSHMEM_HOME",
         "SHMEM_HOME",
+        "SHMEM_TOOLCHAIN",
         "CUDA_HOME",
     ] {
         println!("cargo:rerun-if-env-changed={v}");

@@ -41,7 +41,7 @@ impl Toolchain {
         }
         Err(last.unwrap_or_else(|| Error::Toolchain {
             problem: "no Rust toolchain found".into(),
-            fix: "install rustup (https://rustup.rs), then run `cargo xtask setup`".into(),
+            fix: "install rustup (https://rustup.rs), then run `shmem setup` (`cargo xtask setup` in the shmem-rs checkout)".into(),
         }))
     }
 
@@ -53,13 +53,13 @@ impl Toolchain {
                 .output()
                 .map_err(|e| Error::Toolchain {
                     problem: format!("cannot run rustup ({e})"),
-                    fix: "install rustup (https://rustup.rs), then run `cargo xtask setup`".into(),
+                    fix: "install rustup (https://rustup.rs), then run `shmem setup` (`cargo xtask setup` in the shmem-rs checkout)".into(),
                 })?;
             if !out.status.success() {
                 return Err(Error::Toolchain {
                     problem: format!("the Rust toolchain `{name}` is not installed"),
                     fix: format!(
-                        "rustup toolchain install {name} --component rust-src,llvm-tools   (or `cargo xtask setup`)"
+                        "rustup toolchain install {name} --component rust-src,llvm-tools   (or `shmem setup`)"
                     ),
                 });
             }
@@ -99,9 +99,7 @@ pub fn check_components(name: &str, sysroot: &Path, host: &str) -> Result<PathBu
             problem: format!(
                 "toolchain `{name}` lacks the `rust-src` component (needed to build `core` for nvptx64)"
             ),
-            fix: format!(
-                "rustup component add rust-src --toolchain {name}   (or `cargo xtask setup`)"
-            ),
+            fix: format!("rustup component add rust-src --toolchain {name}   (or `shmem setup`)"),
         });
     }
     let llvm_bin = sysroot.join("lib/rustlib").join(host).join("bin");
@@ -113,7 +111,7 @@ pub fn check_components(name: &str, sysroot: &Path, host: &str) -> Result<PathBu
                     llvm_bin.display()
                 ),
                 fix: format!(
-                    "rustup component add llvm-tools --toolchain {name}   (or `cargo xtask setup`)"
+                    "rustup component add llvm-tools --toolchain {name}   (or `shmem setup`)"
                 ),
             });
         }

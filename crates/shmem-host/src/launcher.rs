@@ -223,13 +223,26 @@ pub fn choose_backend(sim_var: Option<&str>, gpus: &Result<usize>) -> Result<Cho
     })
 }
 
+/// The PE count `SHMEM_PES` asks for, if set.
+pub fn pes_from_env(v: Option<&str>) -> Result<Option<usize>> {
+    match v.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(Error::Invalid(format!(
+                "SHMEM_PES={v:?} is not a positive number of PEs"
+            ))),
+        },
+    }
+}
+
 /// Runs a program's per-PE code `pe` on every PE, wherever this process stands:
 ///
 /// - in a PE (started by [`launch`], `shmem-run`, `mpirun` or `srun`): runs `pe` once;
-/// - started directly, with GPUs: re-runs this program once per PE (`n`, default one per
-///   visible GPU) under [`launch`], and reports how that went;
-/// - started directly without a GPU (or with `SHMEM_SIM=1`): runs `pe` on `n` PEs (default
-///   [`SIM_DEFAULT_PES`]) as threads of this process on the CPU simulator
+/// - started directly, with GPUs: re-runs this program once per PE (`n`, else `SHMEM_PES`,
+///   else one per visible GPU) under [`launch`], and reports how that went;
+/// - started directly without a GPU (or with `SHMEM_SIM=1`): runs `pe` on `n` PEs (else
+///   `SHMEM_PES`, else [`SIM_DEFAULT_PES`]) as threads of this process on the CPU simulator
 ///   ([`crate::sim::run`]), after saying so on standard error.
 ///
 /// In every case `pe` starts the runtime with [`crate::Shmem::init`]. `Ok` when every PE's
@@ -237,6 +250,13 @@ pub fn choose_backend(sim_var: Option<&str>, gpus: &Result<usize>) -> Result<Cho
 pub fn run(n: Option<usize>, pe: impl Fn() -> Result<()> + Sync) -> Result<()> {
     if crate::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
         return pe();
+    }
+    let n = match n {
+        Some(n) => Some(n),
+        None => pes_from_env(std::env::var("SHMEM_PES").ok().as_deref())?,
+    };
+    if n == Some(0) {
+        return Err(Error::Invalid("cannot run 0 PEs".into()));
     }
     let sim_var = std::env::var("SHMEM_SIM").ok();
     let gpus = match sim_var.as_deref().map(str::trim) {
@@ -602,6 +622,18 @@ mod tests {
         let e = launch(&s).unwrap_err().to_string();
         assert!(e.contains("CUDA MPS"), "{e}");
         assert!(!marker.exists(), "a PE was started");
+    }
+
+    #[test]
+    fn pe_count_from_the_environment() {
+        assert_eq!(pes_from_env(None).unwrap(), None);
+        assert_eq!(pes_from_env(Some("4")).unwrap(), Some(4));
+        for bad in ["0", "four", "-1"] {
+            let e = pes_from_env(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("SHMEM_PES"), "{e}");
+        }
+        let e = run(Some(0), || Ok(())).unwrap_err().to_string();
+        assert!(e.contains("cannot run 0 PEs"), "{e}");
     }
 
     #[test]

@@ -96,8 +96,15 @@ pub enum ModuleKind {
     /// A cubin (or PTX) of CUDA C++ kernels linked with NVSHMEM's device library; nothing
     /// records its kernels' signatures (see [`Shmem::load_cuda_module`]).
     Cuda,
-    /// Under the CPU simulator: the kernels of crate `0` run from this program's own build.
-    Simulated(String),
+    /// Under the CPU simulator: the kernels of crate `crate_name` run from this program's own
+    /// build. An embedded module keeps its manifest, and its kernels are checked against it
+    /// as on a GPU.
+    Simulated {
+        /// The kernel crate's package name.
+        crate_name: String,
+        /// The manifest of an embedded build, if there was one.
+        manifest: Option<Box<Manifest>>,
+    },
 }
 
 /// A kernel module loaded on this PE and registered with NVSHMEM (`nvshmemx_cumodule_init`),
@@ -159,7 +166,7 @@ impl Shmem {
     /// (their host build), so `build-ptx` is not needed.
     pub fn load_module(&self, ptx_dir: &Path, krate: &str) -> Result<Module<'_>> {
         if self.is_simulated() {
-            return self.simulated_module(krate);
+            return self.simulated_module(krate, None);
         }
         let cc = compute_capability(self)?;
         let mut archs: Vec<(u32, PathBuf)> = std::fs::read_dir(ptx_dir)
@@ -217,7 +224,8 @@ impl Shmem {
         let manifest = Manifest::from_json(manifest_json)
             .map_err(|e| Error::Module(format!("embedded manifest: {e}")))?;
         if self.is_simulated() {
-            return self.simulated_module(&manifest.crate_name);
+            let name = manifest.crate_name.clone();
+            return self.simulated_module(&name, Some(manifest));
         }
         let cc = compute_capability(self)?;
         let cubin_ok = check_compatible(&manifest, self.version(), cc)?;
@@ -241,8 +249,20 @@ impl Shmem {
     /// The program needs no files beside it. Under the simulator nothing is loaded (the
     /// kernels run from the program's own build). Collective.
     pub fn load_embedded(&self, kernels: &EmbeddedKernels) -> Result<Module<'_>> {
+        let first = kernels
+            .builds
+            .first()
+            .map(|b| {
+                Manifest::from_json(b.manifest).map_err(|e| {
+                    Error::Module(format!(
+                        "embedded manifest of `{}`: {e}",
+                        kernels.crate_name
+                    ))
+                })
+            })
+            .transpose()?;
         if self.is_simulated() {
-            return self.simulated_module(kernels.crate_name);
+            return self.simulated_module(kernels.crate_name, first);
         }
         if kernels.builds.is_empty() {
             return Err(Error::Module(format!(
@@ -329,9 +349,13 @@ impl Shmem {
         self.register(ModuleKind::Cuda, image, path.to_path_buf())
     }
 
-    fn simulated_module(&self, krate: &str) -> Result<Module<'_>> {
+    fn simulated_module(&self, krate: &str, manifest: Option<Manifest>) -> Result<Module<'_>> {
         let origin = PathBuf::from(format!("<{krate}, simulated>"));
-        self.register(ModuleKind::Simulated(krate.into()), Vec::new(), origin)
+        let kind = ModuleKind::Simulated {
+            crate_name: krate.into(),
+            manifest: manifest.map(Box::new),
+        };
+        self.register(kind, Vec::new(), origin)
     }
 
     /// Loads `image` and registers it with NVSHMEM (nothing to load under the simulator).
@@ -452,7 +476,7 @@ impl<'rt> Module<'rt> {
     pub fn kernel<K: Kernel>(&self) -> Result<KernelFn<'_, K>> {
         let module_crate = match &self.kind {
             ModuleKind::Built(m) => Some(m.crate_name.as_str()),
-            ModuleKind::Simulated(name) => Some(name.as_str()),
+            ModuleKind::Simulated { crate_name, .. } => Some(crate_name.as_str()),
             ModuleKind::Cuda => None,
         };
         if let Some(name) = module_crate
@@ -465,8 +489,13 @@ impl<'rt> Module<'rt> {
                 K::CRATE
             )));
         }
-        let (collective, max_threads) = match &self.kind {
-            ModuleKind::Built(manifest) => {
+        let manifest = match &self.kind {
+            ModuleKind::Built(m) => Some(m),
+            ModuleKind::Simulated { manifest, .. } => manifest.as_ref(),
+            ModuleKind::Cuda => None,
+        };
+        let (collective, max_threads) = match manifest {
+            Some(manifest) => {
                 let entry = manifest.kernel(K::NAME).ok_or_else(|| {
                     Error::Module(format!(
                         "kernel `{}` is not in module `{}`: rebuild it (`cargo xtask build-ptx`)",
@@ -489,7 +518,13 @@ impl<'rt> Module<'rt> {
                 }
                 (entry.collective, entry.max_threads)
             }
-            ModuleKind::Cuda | ModuleKind::Simulated(_) => (false, None),
+            None => (false, None),
+        };
+        // The simulator runs any grid; occupancy and launch bounds are a GPU's.
+        let (collective, max_threads) = if self.rt.is_simulated() {
+            (false, None)
+        } else {
+            (collective, max_threads)
         };
         let f = self
             .rt

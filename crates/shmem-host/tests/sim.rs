@@ -348,3 +348,36 @@ fn a_kernel_of_another_crate_is_refused() {
         "{e}"
     );
 }
+
+/// An embedded build whose manifest does not match the program's kernel (a stale build) is
+/// refused on the simulator as on a GPU.
+#[test]
+fn an_embedded_build_that_does_not_match_the_kernel_is_refused() {
+    const MANIFEST: &str = r#"{"format": 1, "crate": "ring-kernels", "arch": "sm_90",
+        "ptx_isa": "8.5", "ptx": "ring-kernels.ptx", "nvshmem_version": "3.4.5",
+        "nvshmem_bitcode": "", "toolchain": "", "ptxas_verified": false, "cubin": null,
+        "kernels": [{"name": "ring", "collective": false, "collective_because": [],
+        "params": [{"name": "received", "type": "Sym<i64>", "size": 8, "align": 8}]}],
+        "fingerprint": ""}"#;
+    static STALE: shmem_host::EmbeddedKernels = shmem_host::EmbeddedKernels {
+        crate_name: "ring-kernels",
+        builds: &[shmem_host::EmbeddedBuild {
+            manifest: MANIFEST,
+            ptx: b"",
+            cubin: None,
+        }],
+    };
+    let got = sim::run(1, || {
+        let rt = Shmem::init()?;
+        let m = rt.load_embedded(&STALE)?;
+        Ok(m.kernel::<ring_kernels::ring>()
+            .err()
+            .map(|e| e.to_string()))
+    })
+    .unwrap();
+    let e = got[0].clone().expect("refused");
+    assert!(
+        e.contains("changed since module `ring-kernels` was built") && e.contains("Sym<i64>"),
+        "{e}"
+    );
+}

@@ -1,0 +1,88 @@
+//! `shmem`: the command a user of shmem-rs types outside this repository.
+//!
+//! ```text
+//! shmem setup [--nvshmem-version V]... [--toolchain T] [--no-ptxas]
+//! shmem new PATH [--name NAME] [--shmem-rs DIR]
+//! ```
+//!
+//! Install it from the checkout: `cargo install --path crates/shmem-cli`.
+
+mod new;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// GPU kernels in Rust that communicate by themselves: set up a machine, start a project.
+#[derive(Parser)]
+#[command(name = "shmem", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install what building kernels needs, once per user: the nightly toolchain's rust-src
+    /// and llvm-tools, NVSHMEM's wheel and ptxas, into ~/.cache/shmem-rs (SHMEM_HOME to
+    /// choose). Idempotent; offline once installed.
+    Setup {
+        /// NVSHMEM versions to install (3.4 to 3.8) [default: 3.4.5]
+        #[arg(long = "nvshmem-version", value_name = "V")]
+        nvshmem_versions: Vec<String>,
+        /// The rustup toolchain [default: nightly, else stable with RUSTC_BOOTSTRAP]
+        #[arg(long)]
+        toolchain: Option<String>,
+        /// Do not install ptxas (the driver then compiles PTX when a program loads it)
+        #[arg(long)]
+        no_ptxas: bool,
+    },
+    /// Write a new project at PATH: a kernel crate with one kernel and a program that builds
+    /// it for the GPU, embeds it, launches it on every PE and checks the result.
+    New {
+        /// Where (must not exist, or be empty)
+        path: PathBuf,
+        /// The program's name [default: PATH's last component]
+        #[arg(long)]
+        name: Option<String>,
+        /// The shmem-rs checkout the project depends on (by path) [default: the one this
+        /// command was built from]
+        #[arg(long, value_name = "DIR")]
+        shmem_rs: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Setup {
+            nvshmem_versions,
+            toolchain,
+            no_ptxas,
+        } => shmem_build::setup::all(toolchain.as_deref(), &nvshmem_versions, !no_ptxas)
+            .map(|done| {
+                println!(
+                    "toolchain   {}: rust-src and llvm-tools present",
+                    done.toolchain
+                );
+                for (v, dir) in &done.nvshmem {
+                    println!("nvshmem     {v}: {}", dir.display());
+                }
+                if let Some(p) = &done.ptxas {
+                    println!("ptxas       {}", p.display());
+                }
+            })
+            .map_err(|e| e.to_string()),
+        Command::New {
+            path,
+            name,
+            shmem_rs,
+        } => new::run(&path, name.as_deref(), shmem_rs.as_deref()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shmem: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
