@@ -124,6 +124,18 @@ fn check(a: &Artifact, version: &str, expected: &[(&str, bool)]) {
     assert_eq!(names, want, "kernels of {}", a.ptx.display());
     for (name, collective) in expected {
         let k = m.kernel(name).unwrap();
+        // Every parameter's size is its type's (the last one's too, before `// @name`).
+        for p in &k.params {
+            let want = match p.ty.split('<').next().unwrap_or_default() {
+                "SymSlice" | "DeviceSlice" => Some(16),
+                "Sym" | "DevicePtr" | "u64" | "i64" | "f64" | "usize" => Some(8),
+                "u32" | "i32" | "f32" | "Team" => Some(4),
+                _ => None,
+            };
+            if let Some(want) = want {
+                assert_eq!(p.size, want, "{name}: parameter {} ({})", p.name, p.ty);
+            }
+        }
         assert_eq!(
             k.collective, *collective,
             "{name}: collective because {:?}",

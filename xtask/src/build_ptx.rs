@@ -33,18 +33,33 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
         );
     }
     for name in &f.positional {
+        // A package name, or the name of a kernel crate's directory (`ring` for
+        // examples/ring, whose package is `ring-kernels`).
         let by_name = ws
             .packages
             .iter()
             .find(|p| &p.name == name)
+            .or_else(|| {
+                ws.packages.iter().find(|p| {
+                    p.is_kernel_crate && p.dir.file_name().is_some_and(|d| d == name.as_str())
+                })
+            })
             .map(|p| p.dir.clone());
         let path = PathBuf::from(name);
         match by_name {
             Some(d) => crates.push(d),
             None if path.join("Cargo.toml").is_file() => crates.push(path),
             None => {
+                let kernels: Vec<&str> = ws
+                    .packages
+                    .iter()
+                    .filter(|p| p.is_kernel_crate)
+                    .map(|p| p.name.as_str())
+                    .collect();
                 return Err(format!(
-                    "`{name}` is neither a package of this workspace nor a directory with a Cargo.toml"
+                    "`{name}` is neither a package of this workspace nor a directory with a Cargo.toml; \
+                     the kernel crates are: {}",
+                    kernels.join(", ")
                 ));
             }
         }

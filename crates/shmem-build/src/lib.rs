@@ -1,16 +1,12 @@
 //! Build Rust NVSHMEM kernels to PTX.
 //!
 //! This is the library behind `cargo xtask build-ptx`, and what a user's `build.rs` calls to
-//! build and embed kernels:
+//! build and embed kernels ([`embed_kernels`]):
 //!
 //! ```no_run
-//! // build.rs of a host crate whose kernels live in ../my-kernels;
-//! // main.rs then has include_str!(concat!(env!("OUT_DIR"), "/sm_90/my-kernels.ptx"))
-//! let out = shmem_build::Builder::new("../my-kernels")
-//!     .out_dir(std::env::var("OUT_DIR").unwrap())
-//!     .build()
-//!     .unwrap_or_else(|e| panic!("{e}"));
-//! shmem_build::emit_cargo_directives(&out);
+//! // build.rs of a program whose kernels are the crate in ../my-kernels; main.rs then has
+//! // `static KERNELS: EmbeddedKernels = shmem_host::include_kernels!("my-kernels");`
+//! shmem_build::embed_kernels("../my-kernels");
 //! ```
 //!
 //! # The pipeline
@@ -284,12 +280,16 @@ pub fn emit_cargo_directives(artifacts: &[Artifact]) {
     println!("cargo:rerun-if-env-changed=NVSHMEM_HOME");
 }
 
+/// Bumped when the pipeline's output changes for the same inputs (2: parameter sizes of an
+/// entry's last parameter read right), so that older builds are relinked.
+const PIPELINE_REVISION: u32 = 2;
+
 /// Hash of the build inputs: the kernel bitcode's bytes (rustc may rewrite it unchanged, so
 /// its time says little), the other files' identity (path, size, time: NVSHMEM's bitcode is
 /// large and never edited), and the settings.
 fn fingerprint(kernel_bc: &Path, others: &[&Path], arch: Arch, toolchain: &str) -> String {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    env!("CARGO_PKG_VERSION").hash(&mut h);
+    (env!("CARGO_PKG_VERSION"), PIPELINE_REVISION).hash(&mut h);
     (arch, toolchain).hash(&mut h);
     std::fs::read(kernel_bc).ok().hash(&mut h);
     for f in others {

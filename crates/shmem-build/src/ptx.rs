@@ -98,7 +98,9 @@ fn decl_name(line: &str) -> Option<String> {
 
 /// `(size, align)` of one `.param` declaration.
 fn param_layout(decl: &str) -> (u32, u32) {
-    let decl = decl.trim().trim_end_matches([',', ')', ' ']);
+    // The last declaration runs on to the list's `)` and llc's `// @name` comment after it.
+    let decl = decl.split(['/', ')']).next().unwrap_or(decl);
+    let decl = decl.trim().trim_end_matches([',', ' ']);
     let toks: Vec<&str> = decl.split_whitespace().collect();
     let explicit_align = toks
         .windows(2)
@@ -190,6 +192,13 @@ mod tests {
 {
 }
 ";
+
+    #[test]
+    fn the_last_parameter_before_a_comment() {
+        let ptx = ".visible .entry rma_bulk(\n\t.param .align 8 .b8 rma_bulk_param_0[16],\n\t.param .align 8 .b8 rma_bulk_param_1[16]\n)                                       // @rma_bulk\n{\n\tret;\n}\n";
+        let info = parse(ptx);
+        assert_eq!(info.entries[0].params, vec![(16, 8), (16, 8)]);
+    }
 
     #[test]
     fn reads_entries_externs_globals() {

@@ -31,6 +31,11 @@ macro_rules! identity_args {
 identity_args!(i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 usize isize bool shmem_device::Team);
 
 /// A tuple of host values for a kernel's whole parameter tuple `P`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not match the kernel's parameters `{P}`",
+    label = "pass a tuple with one host value per kernel parameter, in order",
+    note = "the kernel takes `{P}`; a single argument is a one-element tuple: `(&buffer,)`"
+)]
 pub trait HostArgs<P> {
     /// The device-side parameter tuple.
     fn to_params(&self) -> P;

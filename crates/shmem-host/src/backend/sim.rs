@@ -488,9 +488,10 @@ impl Backend for SimPe {
                 })
                 .map_err(|e| {
                     format!(
-                        "simulated launch {index} of `{name}` failed: {e}; the same schedules run \
-                         again with SHMEM_SIM_SEED={:#x}",
-                        sh.seed
+                        "simulated launch {index} of `{name}` failed: {}; rerun with \
+                         SHMEM_SIM_SEED={:#x} for the same schedules (launch {index} runs with \
+                         seed {:#x}, derived from it)",
+                        e.message, sh.seed, e.seed
                     )
                 })
         })
