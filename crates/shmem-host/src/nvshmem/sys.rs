@@ -278,6 +278,18 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_load_reports_once_and_again_the_same() {
+        // Where the library loads (a GPU machine) there is nothing to check.
+        let (Err(first), Err(second)) = (lib(), lib()) else {
+            return;
+        };
+        let (first, second) = (first.to_string(), second.to_string());
+        assert_eq!(first, second);
+        assert_eq!(first.matches("NVSHMEM host library").count(), 1, "{first}");
+        assert_eq!(first.matches("fix:").count(), 1, "{first}");
+    }
+
+    #[test]
     fn attribute_layout_matches_the_headers() {
         let a = InitAttr::new();
         assert_eq!(a.version, (1 << 16) + 144);
