@@ -124,6 +124,24 @@ pub struct Installed {
     pub ptxas: Option<PathBuf>,
 }
 
+impl std::fmt::Display for Installed {
+    /// One line per thing installed or found, as `shmem setup` prints them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "toolchain   {}: rust-src and llvm-tools present",
+            self.toolchain
+        )?;
+        for (v, dir) in &self.nvshmem {
+            write!(f, "\nnvshmem     {v}: {}", dir.display())?;
+        }
+        if let Some(p) = &self.ptxas {
+            write!(f, "\nptxas       {}", p.display())?;
+        }
+        Ok(())
+    }
+}
+
 /// Everything building kernels needs, for `toolchain` (default `nightly`, falling back to
 /// `stable` with a note when there is no nightly), NVSHMEM `versions` (default
 /// [`DEFAULT_NVSHMEM`]) and, with `with_ptxas`, `ptxas`. Idempotent: what is installed is

@@ -330,19 +330,26 @@ fn timing_marks_and_min_max_work_on_the_simulator() {
     assert_eq!(got, vec![(-5, 15); 3]);
 }
 
-/// A typo in the crate name, or a kernel asked of the wrong module, fails on the simulator
-/// as it would on a GPU (where the manifest would not list it).
-#[test]
-fn a_kernel_of_another_crate_is_refused() {
+/// The error of asking the module `load` gives for the ring kernel, on one simulated PE.
+fn ring_refused(
+    load: impl for<'a> Fn(&'a Shmem) -> Result<shmem_host::Module<'a>> + Sync,
+) -> String {
     let got = sim::run(1, || {
         let rt = Shmem::init()?;
-        let m = rt.load_module(no_ptx(), "ring-kernelz")?;
+        let m = load(&rt)?;
         Ok(m.kernel::<ring_kernels::ring>()
             .err()
             .map(|e| e.to_string()))
     })
     .unwrap();
-    let e = got[0].clone().expect("refused");
+    got[0].clone().expect("refused")
+}
+
+/// A typo in the crate name, or a kernel asked of the wrong module, fails on the simulator
+/// as it would on a GPU (where the manifest would not list it).
+#[test]
+fn a_kernel_of_another_crate_is_refused() {
+    let e = ring_refused(|rt| rt.load_module(no_ptx(), "ring-kernelz"));
     assert!(
         e.contains("defined in crate `ring-kernels`") && e.contains("`ring-kernelz`"),
         "{e}"
@@ -367,15 +374,7 @@ fn an_embedded_build_that_does_not_match_the_kernel_is_refused() {
             cubin: None,
         }],
     };
-    let got = sim::run(1, || {
-        let rt = Shmem::init()?;
-        let m = rt.load_embedded(&STALE)?;
-        Ok(m.kernel::<ring_kernels::ring>()
-            .err()
-            .map(|e| e.to_string()))
-    })
-    .unwrap();
-    let e = got[0].clone().expect("refused");
+    let e = ring_refused(|rt| rt.load_embedded(&STALE));
     assert!(
         e.contains("changed since module `ring-kernels` was built") && e.contains("Sym<i64>"),
         "{e}"

@@ -139,61 +139,33 @@ bulk_signal! {
     nvshmem_putmem_signal, nvshmemx_putmem_signal_warp, nvshmemx_putmem_signal_block;
     nvshmem_putmem_signal_nbi, nvshmemx_putmem_signal_nbi_warp, nvshmemx_putmem_signal_nbi_block;
 }
+/// The byte collectives in the three scopes; `root` only for broadcast (`$root` names its
+/// parameter there, `_` elsewhere).
 macro_rules! bytes_coll {
-    ($($t:ident, $w:ident, $b:ident => $kind:literal;)*) => { $(
-        #[track_caller]
-        pub unsafe fn $t(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32 {
-            // SAFETY: NVSHMEM's contract, which the caller upholds.
-            unsafe { s::collect(Group::Thread, $kind, dest, src, bytes, 0) }
-        }
-        #[track_caller]
-        pub unsafe fn $w(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32 {
-            // SAFETY: as above.
-            unsafe { s::collect(Group::Warp, $kind, dest, src, bytes, 0) }
-        }
-        #[track_caller]
-        pub unsafe fn $b(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32 {
-            // SAFETY: as above.
-            unsafe { s::collect(Group::Block, $kind, dest, src, bytes, 0) }
-        }
+    ($($t:ident, $w:ident, $b:ident => $kind:literal $(, $root:ident)?;)*) => { $(
+        bytes_coll!(@one $t, Thread, $kind $(, $root)?);
+        bytes_coll!(@one $w, Warp, $kind $(, $root)?);
+        bytes_coll!(@one $b, Block, $kind $(, $root)?);
     )* };
+    (@one $f:ident, $g:ident, $kind:literal) => {
+        #[track_caller]
+        pub unsafe fn $f(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32 {
+            // SAFETY: NVSHMEM's contract, which the caller upholds.
+            unsafe { s::collect(Group::$g, $kind, dest, src, bytes, 0) }
+        }
+    };
+    (@one $f:ident, $g:ident, $kind:literal, $root:ident) => {
+        #[track_caller]
+        pub unsafe fn $f(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize, $root: i32) -> i32 {
+            // SAFETY: NVSHMEM's contract, which the caller upholds.
+            unsafe { s::collect(Group::$g, $kind, dest, src, bytes, $root) }
+        }
+    };
 }
 bytes_coll! {
     nvshmem_alltoallmem, nvshmemx_alltoallmem_warp, nvshmemx_alltoallmem_block => b'a';
     nvshmem_fcollectmem, nvshmemx_fcollectmem_warp, nvshmemx_fcollectmem_block => b'f';
-}
-#[track_caller]
-pub unsafe fn nvshmem_broadcastmem(
-    _team: Team,
-    dest: *mut c_void,
-    src: *const c_void,
-    bytes: usize,
-    root: i32,
-) -> i32 {
-    // SAFETY: NVSHMEM's contract, which the caller upholds.
-    unsafe { s::collect(Group::Thread, b'b', dest, src, bytes, root) }
-}
-#[track_caller]
-pub unsafe fn nvshmemx_broadcastmem_warp(
-    _team: Team,
-    dest: *mut c_void,
-    src: *const c_void,
-    bytes: usize,
-    root: i32,
-) -> i32 {
-    // SAFETY: as above.
-    unsafe { s::collect(Group::Warp, b'b', dest, src, bytes, root) }
-}
-#[track_caller]
-pub unsafe fn nvshmemx_broadcastmem_block(
-    _team: Team,
-    dest: *mut c_void,
-    src: *const c_void,
-    bytes: usize,
-    root: i32,
-) -> i32 {
-    // SAFETY: as above.
-    unsafe { s::collect(Group::Block, b'b', dest, src, bytes, root) }
+    nvshmem_broadcastmem, nvshmemx_broadcastmem_warp, nvshmemx_broadcastmem_block => b'b', root;
 }
 
 /// The typed functions (`nvshmem_TYPE_OP`), generic over the element type: `crate::sys`'s
