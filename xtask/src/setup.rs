@@ -9,15 +9,6 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
     let toolchain = f.value("toolchain");
     let done = setup::all(toolchain.as_deref(), &versions, !f.has("no-ptxas"))
         .map_err(|e| e.to_string())?;
-    println!(
-        "toolchain   {}: rust-src and llvm-tools present",
-        done.toolchain
-    );
-    for (v, dir) in &done.nvshmem {
-        println!("nvshmem     {v}: {}", dir.display());
-    }
-    if let Some(p) = &done.ptxas {
-        println!("ptxas       {}", p.display());
-    }
+    println!("{done}");
     Ok(())
 }

@@ -59,18 +59,7 @@ fn main() -> ExitCode {
             toolchain,
             no_ptxas,
         } => shmem_build::setup::all(toolchain.as_deref(), &nvshmem_versions, !no_ptxas)
-            .map(|done| {
-                println!(
-                    "toolchain   {}: rust-src and llvm-tools present",
-                    done.toolchain
-                );
-                for (v, dir) in &done.nvshmem {
-                    println!("nvshmem     {v}: {}", dir.display());
-                }
-                if let Some(p) = &done.ptxas {
-                    println!("ptxas       {}", p.display());
-                }
-            })
+            .map(|done| println!("{done}"))
             .map_err(|e| e.to_string()),
         Command::New {
             path,
