@@ -133,6 +133,22 @@ fn compute_capability(rt: &Shmem) -> Result<u32> {
     Ok((major * 10 + minor) as u32)
 }
 
+/// Of builds by architecture number, the newest that a GPU of compute capability `cc` runs
+/// (none newer than it); else the architectures there are, for the error (`none` if none).
+fn newest_runnable<T>(mut builds: Vec<(u32, T)>, cc: u32) -> std::result::Result<T, String> {
+    builds.sort_by_key(|(arch, _)| *arch);
+    let found = builds
+        .iter()
+        .map(|(a, _)| format!("sm_{a}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match builds.into_iter().rev().find(|(a, _)| *a <= cc) {
+        Some((_, b)) => Ok(b),
+        None if found.is_empty() => Err("none".into()),
+        None => Err(found),
+    }
+}
+
 /// Decides whether a module built as `manifest` can run with NVSHMEM `runtime` on a GPU of
 /// compute capability `cc`, and from which file: `Ok(true)` for the cubin, `Ok(false)` for PTX.
 pub fn check_compatible(manifest: &Manifest, runtime: (u32, u32, u32), cc: u32) -> Result<bool> {
@@ -169,7 +185,7 @@ impl Shmem {
             return self.simulated_module(krate, None);
         }
         let cc = compute_capability(self)?;
-        let mut archs: Vec<(u32, PathBuf)> = std::fs::read_dir(ptx_dir)
+        let archs: Vec<(u32, PathBuf)> = std::fs::read_dir(ptx_dir)
             .map_err(|e| {
                 Error::Module(format!(
                     "cannot read {}: {e} (run `cargo xtask build-ptx`)",
@@ -185,19 +201,12 @@ impl Shmem {
                     .then_some((a.number(), e.path()))
             })
             .collect();
-        archs.sort();
-        let dir = archs
-            .iter()
-            .rev()
-            .find(|(a, _)| *a <= cc)
-            .map(|(_, d)| d.clone())
-            .ok_or_else(|| {
-                Error::Module(format!(
-                    "no build of `{krate}` in {} runs on this sm_{cc} GPU (found: {}); run `cargo xtask build-ptx --arch sm_{cc}`",
-                    ptx_dir.display(),
-                    if archs.is_empty() { "none".into() } else { archs.iter().map(|(a, _)| format!("sm_{a}")).collect::<Vec<_>>().join(", ") }
-                ))
-            })?;
+        let dir = newest_runnable(archs, cc).map_err(|found| {
+            Error::Module(format!(
+                "no build of `{krate}` in {} runs on this sm_{cc} GPU (found: {found}); run `cargo xtask build-ptx --arch sm_{cc}`",
+                ptx_dir.display(),
+            ))
+        })?;
         let manifest = Manifest::read(&dir.join(format!("{krate}.json")))
             .map_err(|e| Error::Module(e.to_string()))?;
         let use_cubin = check_compatible(&manifest, self.version(), cc)?;
@@ -272,7 +281,7 @@ impl Shmem {
             )));
         }
         let cc = compute_capability(self)?;
-        let mut builds = kernels
+        let builds = kernels
             .builds
             .iter()
             .map(|b| {
@@ -283,25 +292,15 @@ impl Shmem {
                     ))
                 })?;
                 let arch = m.target_arch().map_err(|e| Error::Module(e.0))?.number();
-                Ok((arch, m, b))
+                Ok((arch, (m, b)))
             })
             .collect::<Result<Vec<_>>>()?;
-        builds.sort_by_key(|(arch, _, _)| *arch);
-        let found = builds
-            .iter()
-            .map(|(a, _, _)| format!("sm_{a}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let (_, manifest, build) = builds
-            .into_iter()
-            .rev()
-            .find(|(a, _, _)| *a <= cc)
-            .ok_or_else(|| {
-                Error::Module(format!(
-                    "`{}` embeds builds for {found}, none of which runs on this sm_{cc} GPU: rebuild the program with SHMEM_ARCHS=sm_{cc}",
-                    kernels.crate_name
-                ))
-            })?;
+        let (manifest, build) = newest_runnable(builds, cc).map_err(|found| {
+            Error::Module(format!(
+                "`{}` embeds builds for {found}, none of which runs on this sm_{cc} GPU: rebuild the program with SHMEM_ARCHS=sm_{cc}",
+                kernels.crate_name
+            ))
+        })?;
         let use_cubin = check_compatible(&manifest, self.version(), cc)?;
         let image = match (use_cubin, build.cubin) {
             (true, Some(cubin)) => cubin,
@@ -702,6 +701,21 @@ mod tests {
             "{e}"
         );
         assert!(check_compatible(&manifest("3.4.5", "sm_90", true), (3, 8, 0), 90).unwrap());
+    }
+
+    #[test]
+    fn the_newest_build_not_newer_than_the_gpu() {
+        let builds = || vec![(90, "b90"), (80, "b80"), (100, "b100")];
+        assert_eq!(newest_runnable(builds(), 90), Ok("b90"));
+        assert_eq!(newest_runnable(builds(), 89), Ok("b80"));
+        assert_eq!(
+            newest_runnable(builds(), 75),
+            Err("sm_80, sm_90, sm_100".into())
+        );
+        assert_eq!(
+            newest_runnable(Vec::<(u32, ())>::new(), 90),
+            Err("none".into())
+        );
     }
 
     #[test]
