@@ -4,15 +4,15 @@
 //! kernel's entry and NVSHMEM's globals are in the PTX; the manifest marks exactly the
 //! kernels that wait or synchronise as collective.
 //!
-//! One exception: NVSHMEM 3.8.0's collectives module is built and verified structurally but
-//! not given to ptxas here. 3.8's bitcode makes it 11 MB of PTX, and ptxas took 9 minutes for
-//! sm_80 and over 20 for sm_90 (9 GB) on this 2-core machine, which CI cannot afford. The
-//! GPUs run 3.4.5, whose collectives module ptxas checks for both archs below.
+//! Modules with much out-of-line code (NVSHMEM 3.8's transport functions, the collectives'
+//! out-of-line reductions) are compiled by ptxas function by function and linked by nvlink
+//! (`link::Compilation`); the matrix checks which modules take that path.
 //!
 //! Needs `cargo xtask setup --nvshmem-version 3.4.5 --nvshmem-version 3.8.0` (CI runs it).
 //! Without it the test says what is missing and passes only if `SHMEM_REQUIRE_PIPELINE` is
 //! unset; CI sets it, so there a missing dependency fails the run.
 
+use shmem_build::link::Compilation::{self, Separate, WholeProgram};
 use shmem_build::{Arch, Artifact, Builder, PtxasCheck, ptx};
 use std::path::{Path, PathBuf};
 
@@ -59,11 +59,6 @@ fn prerequisites() -> bool {
     false
 }
 
-/// Whether CI runs ptxas on this build (see the module documentation).
-fn ptxas_in_ci(krate: &str, version: &str) -> bool {
-    !(krate == "collectives-suite" && version == "3.8.0")
-}
-
 /// Builds `krate` for both archs against `version`, into an output directory of its own
 /// (3.4.5 into `target/ptx`, shared with `cargo xtask build-ptx`, so a CI run that built the
 /// examples first relinks nothing here).
@@ -76,30 +71,28 @@ fn build(krate: &str, version: &str, arch: Arch) -> Artifact {
     let mut a = Builder::new(root().join("examples").join(krate))
         .archs([arch])
         .nvshmem_dir(nvshmem_dir(version).unwrap())
-        .ptxas(if ptxas_in_ci(krate, version) {
-            PtxasCheck::Require
-        } else {
-            PtxasCheck::Skip
-        })
+        .ptxas(PtxasCheck::Require)
         .out_dir(out)
         .build()
         .unwrap_or_else(|e| panic!("{krate} {arch} NVSHMEM {version}: {e}"));
     a.pop().unwrap()
 }
 
+fn compilation(a: &Artifact) -> Compilation {
+    Compilation::for_ptx(&ptx::parse(&std::fs::read_to_string(&a.ptx).unwrap()))
+}
+
 fn check(a: &Artifact, version: &str, expected: &[(&str, bool)]) {
     let m = &a.manifest;
     assert_eq!(m.nvshmem_version, version, "{}", a.ptx.display());
     assert_eq!(m.arch, a.arch.name());
-    if ptxas_in_ci(m.crate_name.trim_end_matches("-kernels"), version) {
-        assert!(m.ptxas_verified, "ptxas did not run on {}", a.ptx.display());
-        let cubin = a.ptx.with_extension("cubin");
-        assert!(
-            cubin.is_file() && std::fs::metadata(&cubin).unwrap().len() > 0,
-            "no cubin beside {}",
-            a.ptx.display()
-        );
-    }
+    assert!(m.ptxas_verified, "ptxas did not run on {}", a.ptx.display());
+    let cubin = a.ptx.with_extension("cubin");
+    assert!(
+        cubin.is_file() && std::fs::metadata(&cubin).unwrap().len() > 0,
+        "no cubin beside {}",
+        a.ptx.display()
+    );
     let text = std::fs::read_to_string(&a.ptx).unwrap();
     let info = ptx::parse(&text);
     assert_eq!(info.target, a.arch.name());
@@ -202,9 +195,22 @@ fn matrix(arch: Arch) {
         return;
     }
     for version in ["3.4.5", "3.8.0"] {
-        check(&build("ring", version, arch), version, RING);
-        check(&build("api-suite", version, arch), version, API);
-        check(&build("collectives-suite", version, arch), version, COLL);
+        let ring = build("ring", version, arch);
+        check(&ring, version, RING);
+        let api = build("api-suite", version, arch);
+        check(&api, version, API);
+        let coll = build("collectives-suite", version, arch);
+        check(&coll, version, COLL);
+        // Small modules compile whole; the collectives (out-of-line reductions) and, with
+        // 3.8, NVSHMEM's large transport functions compile function by function.
+        let api_mode = if version == "3.8.0" {
+            Separate
+        } else {
+            WholeProgram
+        };
+        for (a, mode) in [(&ring, WholeProgram), (&api, api_mode), (&coll, Separate)] {
+            assert_eq!(compilation(a), mode, "{}", a.ptx.display());
+        }
         if version == "3.4.5" {
             let halo = build("halo-exchange", version, arch);
             check(&halo, version, HALO);

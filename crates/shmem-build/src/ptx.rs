@@ -22,13 +22,46 @@ pub struct PtxInfo {
     pub externs: Vec<String>,
     /// Names of `.visible .global` variables.
     pub visible_globals: Vec<String>,
+    /// Lines in the bodies of `.func` definitions: the code kernels call out of line
+    /// (NVSHMEM's transport paths, the device crate's out-of-line collectives).
+    pub func_lines: usize,
 }
 
 /// Parses the parts of PTX that the build checks.
 pub fn parse(ptx: &str) -> PtxInfo {
     let mut info = PtxInfo::default();
     let mut lines = ptx.lines().map(str::trim).peekable();
+    // A `.func` header seen: `Some(0)` before its body, `Some(depth)` inside it (bodies
+    // nest `{ }` blocks: call sequences, inline assembly).
+    let mut func: Option<usize> = None;
     while let Some(line) = lines.next() {
+        match func {
+            Some(depth) if depth > 0 => {
+                info.func_lines += 1;
+                let depth = if line.starts_with('{') {
+                    depth + 1
+                } else if line.starts_with('}') {
+                    depth - 1
+                } else {
+                    depth
+                };
+                func = (depth > 0).then_some(depth);
+                continue;
+            }
+            Some(_) if line.starts_with('{') => {
+                func = Some(1);
+                continue;
+            }
+            Some(_) if line.ends_with(';') => func = None,
+            _ => {}
+        }
+        let is_func_header = !line.starts_with(".extern")
+            && [".func ", ".visible .func ", ".weak .func "]
+                .iter()
+                .any(|p| line.starts_with(p));
+        if is_func_header {
+            func = (!line.ends_with(';')).then_some(0);
+        }
         if let Some(v) = line.strip_prefix(".version ") {
             info.version = v.trim().to_string();
         } else if let Some(t) = line.strip_prefix(".target ") {
@@ -184,6 +217,20 @@ mod tests {
 .visible .global .align 8 .b8 nvshmemi_device_state_d[1024];
 .visible .global .align 4 .b8 nvshmemi_device_lib_version_d[12] = {3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0};
 .global .align 1 .b8 hidden[4];
+.func helper
+(
+\t.param .b64 helper_param_0
+)
+;
+.func helper
+(
+\t.param .b64 helper_param_0
+)
+{
+\t{ // callseq 0
+\t}
+\tret;
+}
 .visible .entry k(
 \t.param .u64 .ptr .align 1 k_param_0,
 \t.param .align 8 .b8 k_param_1[16],
@@ -206,6 +253,10 @@ mod tests {
         assert_eq!(info.version, "8.5");
         assert_eq!(info.target, "sm_90");
         assert_eq!(info.externs, vec!["vprintf"]);
+        assert_eq!(
+            info.func_lines, 4,
+            "the body of `helper`, its nested block included"
+        );
         assert_eq!(
             info.visible_globals,
             vec!["nvshmemi_device_state_d", "nvshmemi_device_lib_version_d"]

@@ -23,6 +23,14 @@
 //! - symmetric operands are valid on every PE, of the sizes stated, and not accessed by
 //!   anything else until the call returns;
 //! - the scope's convergence rule holds.
+//!
+//! # Code size
+//! [`broadcast`], [`alltoall`], [`fcollect`] and [`reduce`] call NVSHMEM from a function of
+//! their own (one per scope, type and operation) that is never inlined. NVSHMEM's
+//! collectives are large (a block-scope reduction is ~19k lines of LLVM IR, marked
+//! `alwaysinline`); inlined, a kernel that calls several becomes one huge PTX function, and
+//! `ptxas` time grows faster than a function's size. A collective costs microseconds, the
+//! call a few instructions. Barriers and syncs, small and often in hot loops, stay inline.
 
 use crate::mem::SymSlice;
 use crate::scope::{Scope, by_scope};
@@ -144,15 +152,32 @@ pub unsafe fn broadcast<S: Scope, T: Copy>(
         src.len() * size_of::<T>(),
     );
     // SAFETY: the caller upholds the module's contract; lengths were checked.
-    status(unsafe {
+    status(unsafe { broadcast_out_of_line::<S>(team.0, d, s, b, root) })
+}
+
+/// `broadcast`'s NVSHMEM call, kept out of line (see [code size](self#code-size)).
+///
+/// # Safety
+/// As the caller's.
+#[inline(never)]
+#[cfg_attr(shmem_sim, track_caller)]
+unsafe fn broadcast_out_of_line<S: Scope>(
+    team: i32,
+    d: *mut c_void,
+    s: *const c_void,
+    b: usize,
+    root: i32,
+) -> i32 {
+    // SAFETY: forwarded obligation of the caller.
+    unsafe {
         by_scope!(
             S,
             sys::nvshmem_broadcastmem,
             sys::nvshmemx_broadcastmem_warp,
             sys::nvshmemx_broadcastmem_block,
-            (team.0, d, s, b, root)
+            (team, d, s, b, root)
         )
-    })
+    }
 }
 
 /// Every member sends block `j` of its `src` to member `j`, which stores it as block `i`
@@ -183,15 +208,31 @@ pub unsafe fn alltoall<S: Scope, T: Copy>(
         src.len() / n * size_of::<T>(),
     );
     // SAFETY: the caller upholds the module's contract; lengths were checked.
-    status(unsafe {
+    status(unsafe { alltoall_out_of_line::<S>(team.0, d, s, b) })
+}
+
+/// `alltoall`'s NVSHMEM call, kept out of line (see [code size](self#code-size)).
+///
+/// # Safety
+/// As the caller's.
+#[inline(never)]
+#[cfg_attr(shmem_sim, track_caller)]
+unsafe fn alltoall_out_of_line<S: Scope>(
+    team: i32,
+    d: *mut c_void,
+    s: *const c_void,
+    b: usize,
+) -> i32 {
+    // SAFETY: forwarded obligation of the caller.
+    unsafe {
         by_scope!(
             S,
             sys::nvshmem_alltoallmem,
             sys::nvshmemx_alltoallmem_warp,
             sys::nvshmemx_alltoallmem_block,
-            (team.0, d, s, b)
+            (team, d, s, b)
         )
-    })
+    }
 }
 
 /// Concatenates every member's `src` into every member's `dest`, in team order
@@ -221,15 +262,31 @@ pub unsafe fn fcollect<S: Scope, T: Copy>(
         src.len() * size_of::<T>(),
     );
     // SAFETY: the caller upholds the module's contract; lengths were checked.
-    status(unsafe {
+    status(unsafe { fcollect_out_of_line::<S>(team.0, d, s, b) })
+}
+
+/// `fcollect`'s NVSHMEM call, kept out of line (see [code size](self#code-size)).
+///
+/// # Safety
+/// As the caller's.
+#[inline(never)]
+#[cfg_attr(shmem_sim, track_caller)]
+unsafe fn fcollect_out_of_line<S: Scope>(
+    team: i32,
+    d: *mut c_void,
+    s: *const c_void,
+    b: usize,
+) -> i32 {
+    // SAFETY: forwarded obligation of the caller.
+    unsafe {
         by_scope!(
             S,
             sys::nvshmem_fcollectmem,
             sys::nvshmemx_fcollectmem_warp,
             sys::nvshmemx_fcollectmem_block,
-            (team.0, d, s, b)
+            (team, d, s, b)
         )
-    })
+    }
 }
 
 /// A reduction operator usable on element type `T`: [`Sum`], [`Prod`], [`Min`], [`Max`] for
@@ -247,7 +304,9 @@ macro_rules! reduce_ops {
         pub struct $op;
         $(
             impl ReduceOp<$t> for $op {
-                #[inline(always)]
+                // Out of line: see the module's "Code size".
+                #[inline(never)]
+                #[cfg_attr(shmem_sim, track_caller)]
                 unsafe fn raw<S: Scope>(team: i32, dest: *mut $t, src: *const $t, n: usize) -> i32 {
                     use sys::reduce::$group::$m as f;
                     // SAFETY: forwarded obligation of the caller (`reduce`).
