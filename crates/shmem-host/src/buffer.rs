@@ -52,6 +52,33 @@ impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
         self.ptr as u64
     }
 
+    /// This PE's copy as a cudarc [`CudaSlice`](cudarc::driver::CudaSlice) on `stream`, for
+    /// cudarc's copies and kernels and for libraries that take one (cuBLAS). The view
+    /// borrows the buffer mutably, so the buffer is neither used through shmem-rs nor freed
+    /// while it lives, and dropping it leaves the memory to the buffer (NVSHMEM's heap is
+    /// never handed to `cuMemFree`). Work enqueued through it is ordered on `stream` only:
+    /// a kernel of this crate that reads what a cudarc copy wrote must be launched on the
+    /// same stream or after a [`Shmem::wait_for`].
+    pub fn as_cuda_slice(
+        &mut self,
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    ) -> Result<CudaView<'_, T>> {
+        let gpu = self.rt.gpu()?;
+        if stream.context().cu_ctx() != gpu.ctx.cu_ctx() {
+            return Err(Error::Invalid(
+                "the stream belongs to another CUDA context than this PE's".into(),
+            ));
+        }
+        // SAFETY: `ptr` is `len` initialised elements of device memory of this context
+        // (the symmetric heap), valid for the view's lifetime (it borrows the buffer); the
+        // view's `Drop` leaks the slice, so cudarc never frees it.
+        let slice = unsafe { stream.upgrade_device_ptr::<T>(self.ptr as u64, self.len) };
+        Ok(CudaView {
+            slice: std::mem::ManuallyDrop::new(slice),
+            _buffer: PhantomData,
+        })
+    }
+
     /// Fills this PE's copy with zero bytes.
     pub fn zero(&self) -> Result<()> {
         // SAFETY: `ptr` is `bytes()` bytes of this PE's symmetric heap.
@@ -158,5 +185,34 @@ impl<T: Copy + 'static> HostArg<Sym<T>> for SymAt<'_, T> {
     fn to_param(&self) -> Sym<T> {
         // SAFETY: an in-bounds element of a live symmetric allocation.
         unsafe { Sym::from_raw(self.ptr) }
+    }
+}
+
+/// A symmetric buffer seen as a cudarc slice ([`SymBuffer::as_cuda_slice`]): derefs to
+/// [`cudarc::driver::CudaSlice`], and gives the memory back to the buffer when dropped.
+pub struct CudaView<'b, T> {
+    slice: std::mem::ManuallyDrop<cudarc::driver::CudaSlice<T>>,
+    _buffer: PhantomData<&'b mut T>,
+}
+
+impl<T> std::ops::Deref for CudaView<'_, T> {
+    type Target = cudarc::driver::CudaSlice<T>;
+    fn deref(&self) -> &Self::Target {
+        &self.slice
+    }
+}
+
+impl<T> std::ops::DerefMut for CudaView<'_, T> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.slice
+    }
+}
+
+impl<T> Drop for CudaView<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `leak` hands back the pointer without freeing it (the
+        // symmetric heap owns the memory) after ordering the stream behind pending work.
+        let slice = unsafe { std::mem::ManuallyDrop::take(&mut self.slice) };
+        let _ = slice.leak();
     }
 }

@@ -63,6 +63,8 @@ pub enum Error {
     /// The CPU simulator cannot do this, or a simulated launch failed (a deadlock, with its
     /// report and seed; a panic in a kernel; PEs whose collective calls do not match).
     Simulator(String),
+    /// A CUDA graph capture failed: what was being captured and why.
+    Capture(String),
 }
 
 impl fmt::Display for Error {
@@ -118,6 +120,10 @@ impl fmt::Display for Error {
             Error::Invalid(m) => write!(f, "{m}"),
             Error::Launch(m) => write!(f, "{m}"),
             Error::Simulator(m) => write!(f, "simulator: {m}"),
+            Error::Capture(m) => write!(
+                f,
+                "graph capture: {m} (a capture takes launches and on-stream barriers only; see shmem_host::stream)"
+            ),
         }
     }
 }

@@ -22,7 +22,8 @@
 //! | `nvshmem_malloc(n * sizeof(T))`, `nvshmem_free` | [`Shmem::alloc`] → [`SymBuffer`], dropped |
 //! | `cuModuleLoadData` + `nvshmemx_cumodule_init` | [`Shmem::load_module`], [`Shmem::load_cuda_module`] |
 //! | `cuLaunchKernel` / `nvshmemx_collective_launch` | [`KernelFn::launch`] with a [`LaunchConfig`] (cooperative when the manifest says collective) |
-//! | `nvshmem_barrier_all()`, `nvshmemx_barrier_all_on_stream(s)` | [`Shmem::barrier_all`], [`Shmem::barrier_all_on_stream`] |
+//! | `nvshmem_barrier_all()`, `nvshmemx_barrier_all_on_stream(s)` | [`Shmem::barrier_all`], [`Shmem::barrier_all_on`] |
+//! | `cudaStreamBeginCapture` … `cudaGraphLaunch` | [`Shmem::capture`] → [`Graph::launch`] |
 //!
 //! NVSHMEM's host library is loaded at run time ([`nvshmem`]); building this crate needs
 //! neither CUDA nor NVSHMEM.
@@ -43,8 +44,9 @@ pub mod runtime;
 #[cfg(feature = "sim")]
 #[path = "backend/sim.rs"]
 pub mod sim;
+pub mod stream;
 
-pub use buffer::{SymAt, SymBuffer};
+pub use buffer::{CudaView, SymAt, SymBuffer};
 /// The CUDA driver bindings the runtime is built on (contexts, streams, events).
 pub use cudarc;
 pub use error::{Error, Result};
@@ -52,3 +54,4 @@ pub use module::{
     EmbeddedBuild, EmbeddedKernels, Implementation, KernelFn, LaunchConfig, Module, ModuleKind,
 };
 pub use runtime::{BackendKind, Mark, Shmem};
+pub use stream::{Capture, Graph, RawStream, StreamRef};

@@ -6,7 +6,8 @@ use crate::args::{HostArgs, ParamPtrs};
 use crate::backend::{Function, LaunchArgs};
 use crate::error::{Error, Result};
 use crate::runtime::Shmem;
-use cudarc::driver::{CudaStream, sys};
+use crate::stream::StreamRef;
+use cudarc::driver::sys;
 use shmem_device::kernel::Kernel;
 use shmem_manifest::{Arch, Manifest};
 use std::ffi::c_void;
@@ -35,8 +36,8 @@ pub struct LaunchConfig<'s> {
     /// blocks or PEs (collective); a CUDA C++ module's kernels are not cooperative unless
     /// asked.
     pub cooperative: Option<bool>,
-    /// The stream to launch on; `None`: the runtime's own ([`Shmem::stream`]).
-    pub stream: Option<&'s CudaStream>,
+    /// The stream to launch on ([`StreamRef::Runtime`] by default: the runtime's own).
+    pub stream: StreamRef<'s>,
 }
 
 impl LaunchConfig<'static> {
@@ -47,7 +48,7 @@ impl LaunchConfig<'static> {
             block: (threads, 1, 1),
             shared_mem_bytes: 0,
             cooperative: None,
-            stream: None,
+            stream: StreamRef::Runtime,
         }
     }
 }
@@ -67,14 +68,15 @@ impl<'s> LaunchConfig<'s> {
             ..self
         }
     }
-    /// On `stream` (of this PE's context) instead of the runtime's.
-    pub fn on_stream<'t>(self, stream: &'t CudaStream) -> LaunchConfig<'t> {
+    /// On `stream` (a cudarc stream of this PE's context, or any [`StreamRef`]) instead of
+    /// the runtime's.
+    pub fn on_stream<'t>(self, stream: impl Into<StreamRef<'t>>) -> LaunchConfig<'t> {
         LaunchConfig {
             grid: self.grid,
             block: self.block,
             shared_mem_bytes: self.shared_mem_bytes,
             cooperative: self.cooperative,
-            stream: Some(stream),
+            stream: stream.into(),
         }
     }
     /// Blocks in the grid.
@@ -589,7 +591,7 @@ where
     #[cfg(feature = "sim")]
     fn host_call(&self) -> crate::backend::HostCall {
         let params = Crossing(self.0);
-        Box::new(move || {
+        std::sync::Arc::new(move || {
             let p = &params;
             // SAFETY: the launch's caller promised the kernel's contract for these
             // parameters (`KernelFn::launch`).

@@ -16,6 +16,7 @@ use crate::backend::gpu::{Gpu, Start};
 use crate::backend::{Backend, PeInfo};
 use crate::error::{Error, Result};
 use crate::nvshmem::{HostSync, Nvshmem, sys::RawUniqueId};
+use crate::stream::StreamRef;
 use cudarc::driver::{CudaContext, CudaStream};
 use std::path::Path;
 use std::sync::Arc;
@@ -222,6 +223,14 @@ impl Mark {
         Mark(MarkAt::Clock(Instant::now()))
     }
 
+    /// The CUDA event, on a GPU.
+    pub(crate) fn cuda_event(&self) -> Option<&cudarc::driver::CudaEvent> {
+        match &self.0 {
+            MarkAt::Event(e) => Some(e),
+            MarkAt::Clock(_) => None,
+        }
+    }
+
     /// Waits until the work before the mark has finished.
     pub fn synchronize(&self) -> Result<()> {
         match &self.0 {
@@ -353,7 +362,7 @@ impl Shmem {
     /// Marks this point of the PE's work, for timing ([`Mark::seconds_since`]): an event
     /// recorded on the stream, or the host clock under the simulator.
     pub fn mark(&self) -> Result<Mark> {
-        self.backend.mark()
+        self.backend.mark_on(crate::StreamRef::Runtime)
     }
 
     /// Checks that `pe` names a PE.
@@ -371,29 +380,29 @@ impl Shmem {
     /// Completes this PE's operations and waits for every PE (host-side, after synchronising
     /// this PE's stream). Collective.
     pub fn barrier_all(&self) -> Result<()> {
-        self.backend.sync(HostSync::BarrierAll)
+        self.backend.sync(HostSync::BarrierAll, StreamRef::Runtime)
     }
     /// Waits for every PE without completing operations. Collective.
     pub fn sync_all(&self) -> Result<()> {
-        self.backend.sync(HostSync::SyncAll)
+        self.backend.sync(HostSync::SyncAll, StreamRef::Runtime)
     }
     /// Completes this PE's host-initiated operations (none are pending under the simulator,
     /// whose launches complete their operations before they return).
     pub fn quiet(&self) -> Result<()> {
-        self.backend.sync(HostSync::Quiet)
+        self.backend.sync(HostSync::Quiet, StreamRef::Runtime)
     }
-    /// [`Shmem::barrier_all`] enqueued on the stream (at once under the simulator).
-    /// Collective.
-    pub fn barrier_all_on_stream(&self) -> Result<()> {
-        self.backend.sync(HostSync::BarrierAllOnStream)
+    /// [`Shmem::barrier_all`] enqueued on `stream` (`StreamRef::Runtime`: the runtime's;
+    /// at once under the simulator). Collective.
+    pub fn barrier_all_on(&self, stream: StreamRef<'_>) -> Result<()> {
+        self.backend.sync(HostSync::BarrierAllOnStream, stream)
     }
-    /// [`Shmem::sync_all`] enqueued on the stream (at once under the simulator). Collective.
-    pub fn sync_all_on_stream(&self) -> Result<()> {
-        self.backend.sync(HostSync::SyncAllOnStream)
+    /// [`Shmem::sync_all`] enqueued on `stream` (at once under the simulator). Collective.
+    pub fn sync_all_on(&self, stream: StreamRef<'_>) -> Result<()> {
+        self.backend.sync(HostSync::SyncAllOnStream, stream)
     }
-    /// [`Shmem::quiet`] enqueued on the stream.
-    pub fn quiet_on_stream(&self) -> Result<()> {
-        self.backend.sync(HostSync::QuietOnStream)
+    /// [`Shmem::quiet`] enqueued on `stream`.
+    pub fn quiet_on(&self, stream: StreamRef<'_>) -> Result<()> {
+        self.backend.sync(HostSync::QuietOnStream, stream)
     }
 
     /// The smallest and largest of every PE's `value`. Collective: every PE calls it; it

@@ -327,7 +327,7 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
         }
         let finish = || -> Result<_> {
             let r = iterate(opts.iters)?;
-            rt.barrier_all_on_stream()?;
+            rt.barrier_all_on(shmem_host::StreamRef::Runtime)?;
             let end = rt.mark()?;
             end.synchronize()?;
             Ok((r, end))

@@ -394,7 +394,7 @@ impl<'rt> Moe<'rt> {
         };
         let rt = self.rt;
         let b = self.bufs;
-        rt.barrier_all_on_stream()?;
+        rt.barrier_all_on(shmem_host::StreamRef::Runtime)?;
         let e0 = rt.mark()?;
         // SAFETY: every PE runs the same rounds with the same shape and grids (collective
         // `round`); the buffers are those `Moe::new` sized for this mode and zeroed, the
@@ -408,7 +408,7 @@ impl<'rt> Moe<'rt> {
         let e1 = rt.mark()?;
         // SAFETY: as above.
         unsafe { k.experts.launch(g[2], (b, s))? };
-        rt.barrier_all_on_stream()?;
+        rt.barrier_all_on(shmem_host::StreamRef::Runtime)?;
         let e2 = rt.mark()?;
         // SAFETY: as above.
         unsafe { k.combine.launch(g[3], (b, s))? };

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::module::LaunchConfig;
 use crate::nvshmem::{HostSync, Nvshmem, sys::RawUniqueId};
 use crate::runtime::Mark;
+use crate::stream::{GraphExec, StreamRef};
 use cudarc::driver::{CudaContext, CudaStream, result, sys};
 use std::ffi::{CString, c_void};
 use std::path::Path;
@@ -23,6 +24,8 @@ pub(crate) struct Gpu {
     pe: PeInfo,
     /// 4 symmetric `i64`s for the runtime's own agreement checks.
     ctl: *mut i64,
+    /// Whether a graph capture runs on this PE (host work is refused meanwhile).
+    capturing: std::cell::Cell<bool>,
 }
 
 /// How NVSHMEM learns who its PEs are.
@@ -105,11 +108,54 @@ impl Gpu {
                 kind: crate::runtime::BackendKind::Gpu,
             },
             ctl,
+            capturing: std::cell::Cell::new(false),
         })
     }
 
     fn cu_stream(&self) -> crate::nvshmem::sys::Stream {
         self.stream.cu_stream().cast()
+    }
+
+    /// [`super::capture_refuses`] while a capture runs.
+    fn not_capturing(&self, what: &str) -> Result<()> {
+        if self.capturing.get() {
+            Err(super::capture_refuses(what))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The driver handle of `stream`, with this context current on the thread; a cudarc
+    /// stream of another context is refused.
+    fn resolve(&self, stream: StreamRef<'_>) -> Result<sys::CUstream> {
+        if let StreamRef::Cuda(s) = stream
+            && s.context().cu_ctx() != self.ctx.cu_ctx()
+        {
+            return Err(Error::Invalid(
+                "the stream belongs to another CUDA context than this PE's".into(),
+            ));
+        }
+        self.ctx.bind_to_thread()?;
+        Ok(stream.cu_stream(&self.stream))
+    }
+}
+
+/// An instantiated CUDA graph and the graph it came from, destroyed on drop.
+pub(crate) struct CudaGraphExec {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    ctx: Arc<CudaContext>,
+}
+
+impl Drop for CudaGraphExec {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: created by `end_capture`, owned here, destroyed once; a replay still in
+        // flight keeps its resources (the driver defers the release).
+        unsafe {
+            let _ = result::graph::exec_destroy(self.exec);
+            let _ = result::graph::destroy(self.graph);
+        }
     }
 }
 
@@ -126,23 +172,110 @@ impl Backend for Gpu {
         Ok(self.stream.synchronize()?)
     }
 
-    fn mark(&self) -> Result<Mark> {
-        Ok(Mark::event(self.stream.record_event(Some(
-            sys::CUevent_flags::CU_EVENT_DEFAULT,
-        ))?))
+    fn mark_on(&self, stream: StreamRef<'_>) -> Result<Mark> {
+        let event = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        // SAFETY: a live event of this context; the stream is this context's (`StreamRef`'s
+        // contract) and alive.
+        unsafe { result::event::record(event.cu_event(), self.resolve(stream)?)? };
+        Ok(Mark::event(event))
     }
 
-    fn sync(&self, op: HostSync) -> Result<()> {
+    fn wait_for(&self, stream: StreamRef<'_>, mark: &Mark) -> Result<()> {
+        let Some(event) = mark.cuda_event() else {
+            return Err(Error::Invalid(
+                "a mark of the simulator cannot order a GPU stream".into(),
+            ));
+        };
+        // SAFETY: as in `mark_on`; the event outlives the call (borrowed).
+        unsafe {
+            result::stream::wait_event(
+                self.resolve(stream)?,
+                event.cu_event(),
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )?
+        };
+        Ok(())
+    }
+
+    fn sync(&self, op: HostSync, stream: StreamRef<'_>) -> Result<()> {
+        let s = self.resolve(stream)?;
         if !op.on_stream() {
+            self.not_capturing(&format!("a host {}", op.name()))?;
             self.stream.synchronize()?;
         }
         // SAFETY: NVSHMEM is running; the stream is this context's; collective calls are
         // made by every PE (the caller's contract, documented on `Shmem`).
-        unsafe { self.nv.sync(op, self.cu_stream()) };
+        unsafe { self.nv.sync(op, s.cast()) };
+        Ok(())
+    }
+
+    fn begin_capture(&self, stream: StreamRef<'_>) -> Result<()> {
+        let s = self.resolve(stream)?;
+        if self.capturing.replace(true) {
+            return Err(Error::Capture(
+                "a capture is already running on this PE".into(),
+            ));
+        }
+        // SAFETY: a live stream of this context, current on this thread (`resolve`).
+        unsafe {
+            result::stream::begin_capture(
+                s,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .map_err(|e| {
+            self.capturing.set(false);
+            Error::Capture(format!("cannot start capturing the stream: {e}"))
+        })
+    }
+
+    fn end_capture(&self, stream: StreamRef<'_>) -> Result<GraphExec> {
+        self.capturing.set(false);
+        let s = self.resolve(stream)?;
+        // SAFETY: the stream is capturing (begin_capture); ending it returns the graph, or
+        // an error when the capture was invalidated.
+        let graph = unsafe { result::stream::end_capture(s) }.map_err(|e| {
+            Error::Capture(format!(
+                "the driver invalidated the capture ({e}): something in it cannot be captured"
+            ))
+        })?;
+        if graph.is_null() {
+            return Err(Error::Capture("the capture recorded no graph".into()));
+        }
+        // SAFETY: a graph the capture just produced, owned here.
+        match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
+            Ok(exec) => Ok(GraphExec::Cuda(CudaGraphExec {
+                graph,
+                exec,
+                ctx: self.ctx.clone(),
+            })),
+            Err(e) => {
+                // SAFETY: owned here and not instantiated.
+                let _ = unsafe { result::graph::destroy(graph) };
+                Err(Error::Capture(format!(
+                    "the driver cannot instantiate the graph: {e}"
+                )))
+            }
+        }
+    }
+
+    fn launch_graph(&self, graph: &GraphExec, stream: StreamRef<'_>) -> Result<()> {
+        #[allow(irrefutable_let_patterns)]
+        let GraphExec::Cuda(g) = graph else {
+            return Err(Error::Invalid(
+                "a graph of the simulator cannot run on a GPU".into(),
+            ));
+        };
+        // SAFETY: an instantiated graph of this context; the stream is live (the graph
+        // borrows it) and this context's.
+        unsafe { result::graph::launch(g.exec, self.resolve(stream)?)? };
         Ok(())
     }
 
     fn min_max(&self, value: i64) -> Result<(i64, i64)> {
+        self.not_capturing("an agreement between PEs")?;
         let ctl = self.ctl as sys::CUdeviceptr;
         // SAFETY: `ctl` holds 4 i64s of this PE's symmetric heap; the copies are synchronous
         // and no kernel uses the control block; every PE makes this call (collective).
@@ -174,6 +307,7 @@ impl Backend for Gpu {
     }
 
     unsafe fn write(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
+        self.not_capturing("a copy to symmetric memory")?;
         self.stream.synchronize()?;
         // SAFETY: the caller's contract; the stream is idle, so no kernel touches `dst`.
         unsafe {
@@ -186,6 +320,7 @@ impl Backend for Gpu {
     }
 
     unsafe fn read(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
+        self.not_capturing("a copy from symmetric memory")?;
         self.stream.synchronize()?;
         // SAFETY: the caller's contract; the stream is idle.
         unsafe {
@@ -198,6 +333,7 @@ impl Backend for Gpu {
     }
 
     unsafe fn fill_zero(&self, p: *mut u8, bytes: usize) -> Result<()> {
+        self.not_capturing("a fill of symmetric memory")?;
         // SAFETY: the caller's contract.
         unsafe { result::memset_d8_sync(p as sys::CUdeviceptr, 0, bytes)? };
         Ok(())
@@ -272,8 +408,7 @@ impl Backend for Gpu {
         cooperative: bool,
         args: &mut dyn LaunchArgs,
     ) -> Result<()> {
-        let stream = cfg.stream.unwrap_or(&self.stream).cu_stream();
-        self.ctx.bind_to_thread()?;
+        let stream = self.resolve(cfg.stream)?;
         let mut ptrs: Vec<*mut c_void> = args.param_ptrs();
         // SAFETY: `ptrs` point at the fields of `args` (alive until the call returns, the
         // driver copies them), whose types are `f`'s parameters (the caller's contract).

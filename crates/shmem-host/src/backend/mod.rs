@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::module::LaunchConfig;
 use crate::nvshmem::HostSync;
 use crate::runtime::Mark;
+use crate::stream::{GraphExec, StreamRef};
 use cudarc::driver::sys::{CUfunction, CUmodule};
 use std::ffi::c_void;
 use std::path::Path;
@@ -38,7 +39,7 @@ pub(crate) trait LaunchArgs {
 
 /// A kernel body with its arguments bound, run by every simulated thread of one PE.
 #[cfg(feature = "sim")]
-pub(crate) type HostCall = Box<dyn Fn() + Send + Sync>;
+pub(crate) type HostCall = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// Where a kernel of a module lives: a `CUfunction`, or (simulator) nothing, because the
 /// kernel runs from the program's own host build.
@@ -52,8 +53,19 @@ pub(crate) trait Backend {
     fn gpu(&self) -> Result<&gpu::Gpu>;
     /// Waits for the work launched on this PE.
     fn synchronize(&self) -> Result<()>;
-    fn mark(&self) -> Result<Mark>;
-    fn sync(&self, op: HostSync) -> Result<()>;
+    /// An event recorded on `stream` (the host clock under the simulator).
+    fn mark_on(&self, stream: StreamRef<'_>) -> Result<Mark>;
+    /// Makes `stream` wait for `mark` on the device.
+    fn wait_for(&self, stream: StreamRef<'_>, mark: &Mark) -> Result<()>;
+    /// A host synchronisation; the on-stream ones go on `stream`.
+    fn sync(&self, op: HostSync, stream: StreamRef<'_>) -> Result<()>;
+    /// Starts capturing `stream` (thread-local mode: host work on this thread that the
+    /// capture cannot hold is refused by the driver).
+    fn begin_capture(&self, stream: StreamRef<'_>) -> Result<()>;
+    /// Ends the capture of `stream` and instantiates what it recorded.
+    fn end_capture(&self, stream: StreamRef<'_>) -> Result<GraphExec>;
+    /// Replays a graph on `stream`.
+    fn launch_graph(&self, graph: &GraphExec, stream: StreamRef<'_>) -> Result<()>;
     fn min_max(&self, value: i64) -> Result<(i64, i64)>;
     /// A collective allocation of `bytes`, zero-filled; [`unequal`] when the PEs asked for
     /// different sizes (on every PE, and nothing is allocated).
@@ -99,6 +111,14 @@ pub(crate) trait Backend {
         cooperative: bool,
         args: &mut dyn LaunchArgs,
     ) -> Result<()>;
+}
+
+/// The error for host work asked for while this PE captures a graph: the same on every
+/// backend (the GPU's driver would refuse it, or worse, run it at capture time).
+pub(crate) fn capture_refuses(what: &str) -> crate::Error {
+    crate::Error::Capture(format!(
+        "{what} during a capture: host work cannot be part of a graph"
+    ))
 }
 
 /// The error of a collective allocation in which PEs asked for sizes `min..=max`, or `Ok`

@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::module::LaunchConfig;
 use crate::nvshmem::HostSync;
 use crate::runtime::Mark;
+use crate::stream::{GraphExec, StreamRef};
 use cudarc::driver::sys::CUmodule;
 use shmem_device::sim::{Shape, World};
 use std::any::Any;
@@ -59,6 +60,20 @@ const DEFAULT_HEAP: usize = 1 << 30;
 pub(crate) struct SimPe {
     pe: u32,
     shared: Arc<Shared>,
+    /// The steps of the graph being captured, while a capture runs.
+    capture: RefCell<Option<Vec<Step>>>,
+}
+
+/// One step of a simulated graph ([`crate::Graph`]), replayed in order.
+pub(crate) enum Step {
+    /// A launch: every PE's grid, as an eager launch runs it.
+    Launch {
+        name: &'static str,
+        shape: Shape,
+        call: HostCall,
+    },
+    /// An on-stream barrier, sync or quiet.
+    Sync(HostSync),
 }
 
 /// What the PEs of one [`run`] share.
@@ -191,6 +206,7 @@ pub fn run<R: Send>(n_pes: u32, pe: impl Fn() -> Result<R> + Sync) -> Result<Vec
                             *p.borrow_mut() = Some(SimPe {
                                 pe: i,
                                 shared: shared.clone(),
+                                capture: RefCell::new(None),
                             })
                         });
                         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(pe));
@@ -354,13 +370,64 @@ impl Backend for SimPe {
         Ok(())
     }
 
-    fn mark(&self) -> Result<Mark> {
+    fn mark_on(&self, stream: StreamRef<'_>) -> Result<Mark> {
+        only_runtime_stream(stream, "an event")?;
         Ok(Mark::clock())
+    }
+
+    /// Work on the runtime's stream is done when its call returns: nothing to wait for.
+    fn wait_for(&self, stream: StreamRef<'_>, _mark: &Mark) -> Result<()> {
+        only_runtime_stream(stream, "a wait for an event")
+    }
+
+    fn begin_capture(&self, stream: StreamRef<'_>) -> Result<()> {
+        only_runtime_stream(stream, "a capture")?;
+        let mut c = self.capture.borrow_mut();
+        if c.is_some() {
+            return Err(Error::Capture(
+                "a capture is already running on this PE".into(),
+            ));
+        }
+        *c = Some(Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self, _stream: StreamRef<'_>) -> Result<GraphExec> {
+        let steps = self.capture.borrow_mut().take();
+        steps
+            .map(GraphExec::Sim)
+            .ok_or_else(|| Error::Capture("no capture is running on this PE".into()))
+    }
+
+    fn launch_graph(&self, graph: &GraphExec, stream: StreamRef<'_>) -> Result<()> {
+        only_runtime_stream(stream, "a graph launch")?;
+        let GraphExec::Sim(steps) = graph else {
+            return Err(Error::Invalid(
+                "a CUDA graph cannot run on the simulator".into(),
+            ));
+        };
+        for step in steps {
+            match step {
+                Step::Launch { name, shape, call } => {
+                    self.run_launch(name, *shape, call.clone())?
+                }
+                Step::Sync(op) => self.sync(*op, StreamRef::Runtime)?,
+            }
+        }
+        Ok(())
     }
 
     /// Barriers meet every PE's host code; quiet has nothing to complete (launches complete
     /// their operations before they return).
-    fn sync(&self, op: HostSync) -> Result<()> {
+    fn sync(&self, op: HostSync, stream: StreamRef<'_>) -> Result<()> {
+        only_runtime_stream(stream, op.name())?;
+        if let Some(steps) = self.capture.borrow_mut().as_mut() {
+            if !op.on_stream() {
+                return Err(backend::capture_refuses(&format!("a host {}", op.name())));
+            }
+            steps.push(Step::Sync(op));
+            return Ok(());
+        }
         if op.is_collective() {
             self.collective(op.name(), (), |_| Ok(()))
         } else {
@@ -369,6 +436,7 @@ impl Backend for SimPe {
     }
 
     fn min_max(&self, value: i64) -> Result<(i64, i64)> {
+        self.not_capturing("an agreement between PEs")?;
         self.collective("min_max", value, |v| {
             Ok((
                 v.iter().copied().min().unwrap_or(0),
@@ -379,6 +447,7 @@ impl Backend for SimPe {
 
     /// One offset in every PE's heap, or the error that the heap is full.
     fn alloc(&self, bytes: usize) -> Result<*mut u8> {
+        self.not_capturing("an allocation")?;
         let world = self.shared.world.clone();
         let offset = self.collective("alloc", bytes, move |sizes| {
             let range = (
@@ -412,6 +481,7 @@ impl Backend for SimPe {
     }
 
     unsafe fn write(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
+        self.not_capturing("a copy to symmetric memory")?;
         // SAFETY: the caller's contract; no kernel runs while a PE's host code does
         // (launches are collective and return when the grid has finished).
         unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
@@ -419,6 +489,7 @@ impl Backend for SimPe {
     }
 
     unsafe fn read(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
+        self.not_capturing("a copy from symmetric memory")?;
         // SAFETY: as in `write`.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
         Ok(())
@@ -459,18 +530,43 @@ impl Backend for SimPe {
         _cooperative: bool,
         args: &mut dyn LaunchArgs,
     ) -> Result<()> {
-        if cfg.stream.is_some() {
-            return Err(Error::Simulator(format!(
-                "a launch of `{name}` on a CUDA stream: the simulator has no streams"
-            )));
-        }
+        only_runtime_stream(cfg.stream, &format!("a launch of `{name}`"))?;
         let shape = Shape {
             grid: cfg.grid,
             block: cfg.block,
         };
+        let call = args.host_call();
+        if let Some(steps) = self.capture.borrow_mut().as_mut() {
+            steps.push(Step::Launch { name, shape, call });
+            return Ok(());
+        }
+        self.run_launch(name, shape, call)
+    }
+}
+
+/// The simulator's one stream is the runtime's.
+fn only_runtime_stream(stream: StreamRef<'_>, what: &str) -> Result<()> {
+    match stream {
+        StreamRef::Runtime => Ok(()),
+        _ => Err(Error::Simulator(format!(
+            "{what} on a CUDA stream: the simulator has only the runtime's stream"
+        ))),
+    }
+}
+
+impl SimPe {
+    fn not_capturing(&self, what: &str) -> Result<()> {
+        match *self.capture.borrow() {
+            Some(_) => Err(backend::capture_refuses(what)),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs every PE's grid of one launch (collective).
+    fn run_launch(&self, name: &'static str, shape: Shape, call: HostCall) -> Result<()> {
         let what = format!("a launch of `{name}`");
         let sh = self.shared.clone();
-        self.collective(&what, (shape, args.host_call()), move |all| {
+        self.collective(&what, (shape, call), move |all| {
             if let Some((pe, (other, _))) = all.iter().enumerate().find(|(_, (s, _))| *s != shape) {
                 return Err(format!(
                     "PE {pe} launched `{name}` with {other:?} and another PE with {shape:?}: the \

@@ -226,6 +226,7 @@ pub(crate) enum HostSync {
 
 impl HostSync {
     /// The C function's name.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub(crate) fn name(self) -> &'static str {
         match self {
             HostSync::BarrierAll => "barrier_all",
@@ -238,6 +239,7 @@ impl HostSync {
     }
 
     /// Whether every PE takes part.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub(crate) fn is_collective(self) -> bool {
         !matches!(self, HostSync::Quiet | HostSync::QuietOnStream)
     }

@@ -5,7 +5,7 @@
 
 #![allow(dead_code, unused_macros, unused_imports)]
 
-use shmem_host::{Error, LaunchConfig, Shmem, SymBuffer};
+use shmem_host::{Error, LaunchConfig, Shmem, StreamRef, SymBuffer};
 use std::path::PathBuf;
 use suite_common::expect;
 use suite_common::*;
@@ -43,6 +43,7 @@ macro_rules! simulated_cases {
             collectives: 1,
             peer_memory: 1,
             unequal_allocation_fails_on_every_pe: 2,
+            graph_replays_launches_and_barriers: 1,
         }
     };
 }
@@ -56,6 +57,7 @@ macro_rules! gpu_only_cases {
             bad_input_is_refused: 2,
             embedded_module: 2,
             kernel_panic_traps_and_is_reported: 2,
+            user_streams_cudarc_copies_and_events: 2,
         }
     };
 }
@@ -462,4 +464,116 @@ pub fn kernel_panic_traps_and_is_reported(rt: &Shmem) {
     println!("PE {}: kernel trapped as expected: {e}", rt.my_pe());
     // The context is unusable after a trap; NVSHMEM cannot be finalized cleanly.
     std::process::exit(0);
+}
+
+/// A stream of the program's own on a GPU; the runtime's (the simulator's only one) else.
+fn user_stream(rt: &Shmem) -> Option<std::sync::Arc<shmem_host::cudarc::driver::CudaStream>> {
+    (!rt.is_simulated()).then(|| rt.context().unwrap().new_stream().unwrap())
+}
+
+/// Three launches of `count_next` and an on-stream barrier, captured on a user stream and
+/// replayed 10 times, add 30 to every PE's counter, as 30 eager launches would; nothing
+/// runs during the capture; host work inside a capture is `Error::Capture`, and the runtime
+/// works normally after it.
+pub fn graph_replays_launches_and_barriers(rt: &Shmem) {
+    let counter = filled(rt, 1, |_| 0u64);
+    let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
+    let k = m.kernel::<host_suite_kernels::count_next>().unwrap();
+    let cfg = LaunchConfig::linear(1, 32);
+    rt.barrier_all().unwrap();
+    for _ in 0..3 {
+        // SAFETY: every PE launches it; `counter` is a symmetric word.
+        unsafe { k.launch(cfg, (&counter,)).unwrap() };
+    }
+    rt.barrier_all().unwrap();
+    assert_eq!(counter.to_vec().unwrap(), vec![3], "eager");
+
+    let own = user_stream(rt);
+    let stream = own.as_ref().map_or(StreamRef::Runtime, StreamRef::from);
+    let graph = rt
+        .capture(stream, |c| {
+            for _ in 0..3 {
+                // SAFETY: every PE captures and replays the same launches; `counter`
+                // outlives the graph.
+                unsafe { c.launch(&k, cfg, (&counter,))? };
+            }
+            c.barrier_all()
+        })
+        .unwrap();
+    assert_eq!(graph.len(), 4);
+    assert_eq!(
+        counter.to_vec().unwrap(),
+        vec![3],
+        "nothing runs at capture"
+    );
+    for _ in 0..10 {
+        graph.launch().unwrap();
+    }
+    rt.wait_for(StreamRef::Runtime, &rt.mark_on(stream).unwrap())
+        .unwrap();
+    rt.barrier_all().unwrap();
+    assert_eq!(
+        counter.to_vec().unwrap(),
+        vec![33],
+        "10 replays of 3 launches"
+    );
+
+    let e = rt
+        .capture(stream, |c| {
+            // SAFETY: as above.
+            unsafe { c.launch(&k, cfg, (&counter,))? };
+            counter.copy_from(&[0])
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Capture(m) if m.contains("copy to symmetric memory")),
+        "{e}"
+    );
+    let e = rt.capture(stream, |_| rt.barrier_all()).unwrap_err();
+    assert!(
+        matches!(&e, Error::Capture(m) if m.contains("host barrier_all")),
+        "{e}"
+    );
+    drop(graph);
+    rt.barrier_all().unwrap();
+    assert_eq!(
+        counter.to_vec().unwrap(),
+        vec![33],
+        "refused captures ran nothing"
+    );
+}
+
+/// On two streams of the program's own: a cudarc copy into a symmetric buffer (viewed as a
+/// `CudaSlice`), then a launch on the same stream that forwards it to the next PE; a second
+/// stream waits for the first through an event and runs the on-stream barrier.
+pub fn user_streams_cudarc_copies_and_events(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let len = 1000;
+    let mut src = filled(rt, len, |_| 0u64);
+    let dst = filled(rt, len, |_| 0u64);
+    let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
+    let k = m.kernel::<host_suite_kernels::forward>().unwrap();
+    let ctx = rt.context().unwrap();
+    let (a, b) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let value = |pe: i32, i: usize| (pe as u64) << 32 | i as u64;
+    let mine: Vec<u64> = (0..len).map(|i| value(me, i)).collect();
+    rt.barrier_all().unwrap();
+    {
+        let mut view = src.as_cuda_slice(&a).unwrap();
+        a.memcpy_htod(&mine, &mut *view).unwrap();
+    }
+    // SAFETY: every PE launches it; `src`/`dst` are symmetric, of equal length.
+    unsafe {
+        k.launch(LaunchConfig::linear(4, 256).on_stream(&a), (&src, &dst))
+            .unwrap()
+    };
+    let done = rt.mark_on((&a).into()).unwrap();
+    rt.wait_for((&b).into(), &done).unwrap();
+    rt.barrier_all_on((&b).into()).unwrap();
+    b.synchronize().unwrap();
+    let prev = (me + n - 1) % n;
+    let got = dst.to_vec().unwrap();
+    for (i, v) in got.into_iter().enumerate() {
+        assert_eq!(v, 2 * value(prev, i) + 1, "dst[{i}] from PE {prev}");
+    }
 }
