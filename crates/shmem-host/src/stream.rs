@@ -2,7 +2,7 @@
 //!
 //! - [`StreamRef`] names a stream: the runtime's own (the default), a cudarc
 //!   [`CudaStream`] the program owns, or a raw `CUstream` from another library
-//!   ([`StreamRef::from_raw`], `unsafe`). A [`LaunchConfig`](crate::LaunchConfig) carries
+//!   ([`StreamRef::from_raw`], `unsafe`). A [`LaunchConfig`] carries
 //!   one, and so do the stream-ordered host operations ([`Shmem::barrier_all_on`],
 //!   [`Shmem::sync_all_on`], [`Shmem::quiet_on`]).
 //! - Events order streams: [`Shmem::mark_on`] records a [`Mark`] on a stream,
