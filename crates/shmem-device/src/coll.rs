@@ -125,6 +125,32 @@ pub unsafe fn team_sync<S: Scope>(_scope: S, team: Team) -> Result<(), CollError
     })
 }
 
+/// One never-inlined function per `*mem` collective (see [code size](self#code-size)),
+/// generic over the scope: `name(params) => thread, warp, block`.
+macro_rules! out_of_line {
+    ($($name:ident($($p:ident: $t:ty),*) => $thread:path, $warp:path, $block:path;)*) => { $(
+        /// The NVSHMEM call of its collective, kept out of line.
+        ///
+        /// # Safety
+        /// As the caller's.
+        #[inline(never)]
+        #[cfg_attr(shmem_sim, track_caller)]
+        unsafe fn $name<S: Scope>($($p: $t),*) -> i32 {
+            // SAFETY: forwarded obligation of the caller.
+            unsafe { by_scope!(S, $thread, $warp, $block, ($($p),*)) }
+        }
+    )* };
+}
+
+out_of_line! {
+    broadcast_out_of_line(team: i32, d: *mut c_void, s: *const c_void, b: usize, root: i32) =>
+        sys::nvshmem_broadcastmem, sys::nvshmemx_broadcastmem_warp, sys::nvshmemx_broadcastmem_block;
+    alltoall_out_of_line(team: i32, d: *mut c_void, s: *const c_void, b: usize) =>
+        sys::nvshmem_alltoallmem, sys::nvshmemx_alltoallmem_warp, sys::nvshmemx_alltoallmem_block;
+    fcollect_out_of_line(team: i32, d: *mut c_void, s: *const c_void, b: usize) =>
+        sys::nvshmem_fcollectmem, sys::nvshmemx_fcollectmem_warp, sys::nvshmemx_fcollectmem_block;
+}
+
 /// Copies `root`'s `src` into every team member's `dest` (the root's `dest` too).
 /// `root` is numbered in `team`. NVSHMEM: `nvshmem_broadcastmem` and forms.
 ///
@@ -153,31 +179,6 @@ pub unsafe fn broadcast<S: Scope, T: Copy>(
     );
     // SAFETY: the caller upholds the module's contract; lengths were checked.
     status(unsafe { broadcast_out_of_line::<S>(team.0, d, s, b, root) })
-}
-
-/// `broadcast`'s NVSHMEM call, kept out of line (see [code size](self#code-size)).
-///
-/// # Safety
-/// As the caller's.
-#[inline(never)]
-#[cfg_attr(shmem_sim, track_caller)]
-unsafe fn broadcast_out_of_line<S: Scope>(
-    team: i32,
-    d: *mut c_void,
-    s: *const c_void,
-    b: usize,
-    root: i32,
-) -> i32 {
-    // SAFETY: forwarded obligation of the caller.
-    unsafe {
-        by_scope!(
-            S,
-            sys::nvshmem_broadcastmem,
-            sys::nvshmemx_broadcastmem_warp,
-            sys::nvshmemx_broadcastmem_block,
-            (team, d, s, b, root)
-        )
-    }
 }
 
 /// Every member sends block `j` of its `src` to member `j`, which stores it as block `i`
@@ -211,30 +212,6 @@ pub unsafe fn alltoall<S: Scope, T: Copy>(
     status(unsafe { alltoall_out_of_line::<S>(team.0, d, s, b) })
 }
 
-/// `alltoall`'s NVSHMEM call, kept out of line (see [code size](self#code-size)).
-///
-/// # Safety
-/// As the caller's.
-#[inline(never)]
-#[cfg_attr(shmem_sim, track_caller)]
-unsafe fn alltoall_out_of_line<S: Scope>(
-    team: i32,
-    d: *mut c_void,
-    s: *const c_void,
-    b: usize,
-) -> i32 {
-    // SAFETY: forwarded obligation of the caller.
-    unsafe {
-        by_scope!(
-            S,
-            sys::nvshmem_alltoallmem,
-            sys::nvshmemx_alltoallmem_warp,
-            sys::nvshmemx_alltoallmem_block,
-            (team, d, s, b)
-        )
-    }
-}
-
 /// Concatenates every member's `src` into every member's `dest`, in team order
 /// (`dest.len() == src.len() * team.n_pes()`). NVSHMEM: `nvshmem_fcollectmem` and forms.
 ///
@@ -263,30 +240,6 @@ pub unsafe fn fcollect<S: Scope, T: Copy>(
     );
     // SAFETY: the caller upholds the module's contract; lengths were checked.
     status(unsafe { fcollect_out_of_line::<S>(team.0, d, s, b) })
-}
-
-/// `fcollect`'s NVSHMEM call, kept out of line (see [code size](self#code-size)).
-///
-/// # Safety
-/// As the caller's.
-#[inline(never)]
-#[cfg_attr(shmem_sim, track_caller)]
-unsafe fn fcollect_out_of_line<S: Scope>(
-    team: i32,
-    d: *mut c_void,
-    s: *const c_void,
-    b: usize,
-) -> i32 {
-    // SAFETY: forwarded obligation of the caller.
-    unsafe {
-        by_scope!(
-            S,
-            sys::nvshmem_fcollectmem,
-            sys::nvshmemx_fcollectmem_warp,
-            sys::nvshmemx_fcollectmem_block,
-            (team, d, s, b)
-        )
-    }
 }
 
 /// A reduction operator usable on element type `T`: [`Sum`], [`Prod`], [`Min`], [`Max`] for

@@ -34,7 +34,6 @@ use crate::nvshmem::HostSync;
 use crate::runtime::{Mark, Shmem};
 use cudarc::driver::{CudaStream, sys};
 use shmem_device::kernel::Kernel;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// A stream: where a launch or a stream-ordered host operation is enqueued.
@@ -111,7 +110,6 @@ pub struct Graph<'b> {
     stream: StreamRef<'b>,
     exec: GraphExec,
     steps: usize,
-    _uses: PhantomData<&'b ()>,
 }
 
 impl Graph<'_> {
@@ -266,7 +264,6 @@ impl Shmem {
             stream,
             exec,
             steps: cap.steps.get(),
-            _uses: PhantomData,
         })
     }
 
