@@ -38,6 +38,16 @@ impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
         self.len * std::mem::size_of::<T>()
     }
 
+    /// This PE's address of the buffer.
+    pub(crate) fn raw(&self) -> *mut T {
+        self.ptr
+    }
+
+    /// The runtime it was allocated from.
+    pub(crate) fn runtime(&self) -> &'rt Shmem {
+        self.rt
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len
@@ -214,5 +224,79 @@ impl<T> Drop for CudaView<'_, T> {
         // symmetric heap owns the memory) after ordering the stream behind pending work.
         let slice = unsafe { std::mem::ManuallyDrop::take(&mut self.slice) };
         let _ = slice.leak();
+    }
+}
+
+/// Device memory the program allocated (a cudarc [`CudaSlice`](cudarc::driver::CudaSlice)),
+/// registered with NVSHMEM ([`Shmem::register_buffer`]) so that kernels may use it as the *local*
+/// side of puts and gets: it passes for a `DeviceSlice<T>` kernel parameter. It is not
+/// symmetric (no other PE can address it).
+///
+/// It borrows the slice mutably, so the slice is neither freed nor moved while registered;
+/// dropping it unregisters the memory (`nvshmemx_buffer_unregister`) after waiting for this
+/// PE's work, so do not drop it while a kernel that uses it runs on another stream.
+pub struct Registered<'s, 'rt, T> {
+    rt: &'rt Shmem,
+    ptr: *mut T,
+    len: usize,
+    _slice: PhantomData<&'s mut cudarc::driver::CudaSlice<T>>,
+}
+
+impl Shmem {
+    /// Registers `slice` with NVSHMEM (`nvshmemx_buffer_register`); see [`Registered`].
+    /// On a GPU only: the simulator has no device memory ([`Error::Simulator`]).
+    pub fn register_buffer<'s, T>(
+        &self,
+        slice: &'s mut cudarc::driver::CudaSlice<T>,
+    ) -> Result<Registered<'s, '_, T>> {
+        use cudarc::driver::DevicePtr;
+        let gpu = self.gpu()?;
+        if slice.context().cu_ctx() != gpu.ctx.cu_ctx() {
+            return Err(Error::Invalid(
+                "the slice belongs to another CUDA context than this PE's".into(),
+            ));
+        }
+        let len = slice.len();
+        let bytes = std::mem::size_of::<T>() * len;
+        let (ptr, _sync) = slice.device_ptr(&gpu.stream);
+        let ptr = ptr as *mut T;
+        gpu.ctx.bind_to_thread()?;
+        // SAFETY: `bytes` of device memory of this context, kept allocated while registered
+        // (the registration borrows the slice).
+        unsafe { gpu.nv.buffer_register(ptr.cast(), bytes.max(1))? };
+        Ok(Registered {
+            rt: self,
+            ptr,
+            len,
+            _slice: PhantomData,
+        })
+    }
+}
+
+impl<T> Registered<'_, '_, T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<T> Drop for Registered<'_, '_, T> {
+    fn drop(&mut self) {
+        if let Ok(gpu) = self.rt.gpu() {
+            let _ = self.rt.synchronize();
+            // SAFETY: registered in `Shmem::register_buffer`, once; this PE's work is done.
+            let _ = unsafe { gpu.nv.buffer_unregister(self.ptr.cast()) };
+        }
+    }
+}
+
+impl<T: Copy + 'static> HostArg<shmem_device::DeviceSlice<T>> for &Registered<'_, '_, T> {
+    fn to_param(&self) -> shmem_device::DeviceSlice<T> {
+        // SAFETY: `len` elements of registered device memory, alive while `self` is.
+        unsafe { shmem_device::DeviceSlice::from_raw_parts(self.ptr, self.len) }
     }
 }

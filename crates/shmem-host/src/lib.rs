@@ -23,6 +23,7 @@
 //! | `cuModuleLoadData` + `nvshmemx_cumodule_init` | [`Shmem::load_module`], [`Shmem::load_cuda_module`] |
 //! | `cuLaunchKernel` / `nvshmemx_collective_launch` | [`KernelFn::launch`] with a [`LaunchConfig`] (cooperative when the manifest says collective) |
 //! | `nvshmem_barrier_all()`, `nvshmemx_barrier_all_on_stream(s)` | [`Shmem::barrier_all`], [`Shmem::barrier_all_on`] |
+//! | `nvshmem_team_split_strided`, `_split_2d`, `nvshmemx_barrier_on_stream`, `nvshmemx_TYPE_OP_reduce_on_stream` | [`Team::split_strided`], [`Team::split_2d`], [`Team::barrier_on`], [`Team::reduce_on`] |
 //! | `cudaStreamBeginCapture` … `cudaGraphLaunch` | [`Shmem::capture`] → [`Graph::launch`] |
 //!
 //! NVSHMEM's host library is loaded at run time ([`nvshmem`]); building this crate needs
@@ -45,8 +46,9 @@ pub mod runtime;
 #[path = "backend/sim.rs"]
 pub mod sim;
 pub mod stream;
+pub mod team;
 
-pub use buffer::{CudaView, SymAt, SymBuffer};
+pub use buffer::{CudaView, Registered, SymAt, SymBuffer};
 /// The CUDA driver bindings the runtime is built on (contexts, streams, events).
 pub use cudarc;
 pub use error::{Error, Result};
@@ -55,3 +57,4 @@ pub use module::{
 };
 pub use runtime::{BackendKind, Mark, Shmem};
 pub use stream::{Capture, Graph, RawStream, StreamRef};
+pub use team::{HostReduce, Team};

@@ -29,3 +29,15 @@ macro_rules! sim_tests {
 }
 
 suite::simulated_cases!(sim_tests);
+
+/// Teams at 8 PEs too (the suite's cases run at 1, 2 and 4): strided splits of more than
+/// two, 2D splits into four rows.
+#[test]
+fn teams_at_8_pes() {
+    sim::run(8, || {
+        let rt = Shmem::init()?;
+        suite::teams(&rt);
+        rt.barrier_all()
+    })
+    .unwrap_or_else(|e| panic!("teams on 8 simulated PEs: {e}"));
+}

@@ -5,6 +5,8 @@
 //! |---|---|
 //! | [`forward`](forward()) | a launch on a user stream runs after a copy enqueued before it |
 //! | [`count_next`](count_next()) | a graph replays every captured launch, once per replay |
+//! | [`put_from`](put_from()) | device memory registered with NVSHMEM is the local side of a put |
+//! | [`team_ops`](team_ops()) | a team split on the host numbers its PEs, meets and reduces in a kernel |
 
 #![no_std]
 
@@ -44,5 +46,50 @@ pub unsafe fn count_next(counter: Sym<u64>) {
     let (next, _) = neighbours(my_pe(), n_pes());
     // SAFETY: a symmetric word (contract); `next` is a PE.
     unsafe { atomic_add(counter, 1u64, next) };
+    quiet();
+}
+
+/// Thread 0 of each PE writes `info = [team.my_pe(), team.n_pes(), world number of the
+/// team's PE 0]`; on the team's members it then meets the others in a team barrier and sums
+/// `x` over the team into `sum` (thread scope).
+///
+/// # Safety
+/// `info` holds 3 `i32`s, `x` and `sum` are symmetric and of equal length; every member of
+/// `team` launches it (the others may: they only write `info`).
+#[shmem_kernel]
+pub unsafe fn team_ops(team: Team, info: SymSlice<i32>, x: SymSlice<i64>, sum: SymSlice<i64>) {
+    if global_idx_x() != 0 {
+        return;
+    }
+    let me = team.my_pe();
+    // SAFETY: `info` has 3 elements (contract); only this thread writes it.
+    unsafe {
+        info.write(0, me);
+        info.write(1, team.n_pes());
+        info.write(2, team.translate_pe(0, Team::WORLD));
+    }
+    if me < 0 {
+        return;
+    }
+    // SAFETY: every member makes the same two calls (contract); `x` and `sum` are symmetric
+    // and of equal length.
+    unsafe {
+        let _ = barrier(Thread, team);
+        let _ = reduce(Thread, team, Sum, sum, x);
+    }
+}
+
+/// Block 0 puts all of `src` (this PE's device memory, not symmetric) into `dst` of the next
+/// PE.
+///
+/// # Safety
+/// `src` is registered with NVSHMEM (or symmetric) and as long as `dst`, which is symmetric;
+/// one block.
+#[shmem_kernel]
+pub unsafe fn put_from(src: DeviceSlice<u64>, dst: SymSlice<u64>) {
+    let (next, _) = neighbours(my_pe(), n_pes());
+    // SAFETY: the contract: registered local source, symmetric destination, equal lengths;
+    // every thread of the block calls the block-scoped put.
+    unsafe { put(Block, dst, src, next) };
     quiet();
 }

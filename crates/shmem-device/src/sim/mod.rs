@@ -88,8 +88,8 @@ struct State {
     turn: usize,
     /// Remote operations issued and not yet delivered (see [`shmem`]).
     pending: Vec<shmem::Pending>,
-    /// Threads waiting at a barrier of all PEs (one per PE).
-    pe_barrier: Vec<usize>,
+    /// Per team handle: the threads waiting in a barrier of that team.
+    pe_barrier: Vec<(i32, Vec<usize>)>,
     /// Per thread: fences issued (orders its pending operations to one PE).
     fences: Vec<u32>,
     threads: Vec<Run>,

@@ -35,7 +35,18 @@ pub struct World {
     words: usize,
     /// Live allocations, `(offset, bytes)`, by offset (the same in every heap).
     live: Mutex<Vec<(usize, usize)>>,
+    /// Teams split from others, by handle minus [`FIRST_SPLIT_TEAM`]: their members (world
+    /// PE numbers, in team order) and how many members have not destroyed it yet.
+    teams: Mutex<Vec<Option<SplitTeam>>>,
 }
+
+/// A team's members (world numbers, in team order) and how many have not destroyed it.
+type SplitTeam = (Arc<[u32]>, u32);
+
+/// The first handle of a team split on the host; the handles below are NVSHMEM's
+/// predefined teams, of which `WORLD` (0), `SHARED` (1) and `NODE` (2) hold every simulated
+/// PE (they share one node) and the others are invalid here.
+pub const FIRST_SPLIT_TEAM: i32 = 8;
 
 // SAFETY: the heaps are plain memory owned by the `World` until it drops; simulated threads
 // reach them one at a time (the simulator's turn), and the host only between runs.
@@ -71,6 +82,7 @@ impl World {
             heaps,
             words,
             live: Mutex::new(Vec::new()),
+            teams: Mutex::new(Vec::new()),
         })
     }
 
@@ -117,6 +129,59 @@ impl World {
     /// PEs.
     pub fn n_pes(&self) -> u32 {
         self.heaps.len() as u32
+    }
+
+    /// The members of team `team` (world PE numbers, in team order), or `None` for a handle
+    /// that names no team (invalid, destroyed, or a predefined team the simulator lacks).
+    pub fn team_members(&self, team: i32) -> Option<Arc<[u32]>> {
+        match team {
+            0..=2 => Some((0..self.n_pes()).collect()),
+            t if t >= FIRST_SPLIT_TEAM => {
+                let teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+                let i = (t - FIRST_SPLIT_TEAM) as usize;
+                teams.get(i)?.as_ref().map(|(m, _)| m.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// A new team of `members` (world PE numbers, in team order, non-empty); its handle.
+    pub fn add_team(&self, members: Vec<u32>) -> i32 {
+        assert!(
+            !members.is_empty() && members.iter().all(|&p| p < self.n_pes()),
+            "a team of PEs {members:?} among {}",
+            self.n_pes()
+        );
+        let mut teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+        let n = members.len() as u32;
+        let slot = teams
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(teams.len());
+        let def = Some((Arc::<[u32]>::from(members), n));
+        if slot == teams.len() {
+            teams.push(def);
+        } else {
+            teams[slot] = def;
+        }
+        FIRST_SPLIT_TEAM + slot as i32
+    }
+
+    /// One member's `nvshmem_team_destroy`: the handle is freed when every member has
+    /// destroyed it. Predefined and unknown handles are left alone.
+    pub fn destroy_team(&self, team: i32) {
+        if team < FIRST_SPLIT_TEAM {
+            return;
+        }
+        let mut teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = teams.get_mut((team - FIRST_SPLIT_TEAM) as usize)
+            && let Some((_, live)) = entry
+        {
+            *live -= 1;
+            if *live == 0 {
+                *entry = None;
+            }
+        }
     }
 
     /// Reserves `len` `T`s (256-byte aligned) at the same offset in every PE's heap, until
@@ -476,13 +541,27 @@ pub(crate) unsafe fn wait_until<T: Copy + PartialOrd>(addr: *const T, cmp: i32, 
     }
 }
 
-/// A barrier of all PEs, one caller per PE (the group's leader); `quiet_first` completes the
-/// PE's writes first (`barrier` as against `sync`).
+/// The members of `team` and the calling PE's number in it; a kernel bug (an invalid team,
+/// or a PE outside it) panics with the operation's name.
 #[track_caller]
-pub(crate) fn pe_barrier(g: Group, quiet_first: bool, what: &'static str) {
+fn team_of(w: &World, pe: u32, team: i32, what: &str) -> (Arc<[u32]>, usize) {
+    let members = w
+        .team_members(team)
+        .unwrap_or_else(|| panic!("{what} on team {team}, which is not a valid team"));
+    let me = members.iter().position(|&m| m == pe).unwrap_or_else(|| {
+        panic!("PE {pe} calls {what} on team {team}, of which it is not a member")
+    });
+    (members, me)
+}
+
+/// A barrier of the PEs of `team`, one caller per PE (the group's leader); `quiet_first`
+/// completes the PE's writes first (`barrier` as against `sync`).
+#[track_caller]
+pub(crate) fn pe_barrier(g: Group, team: i32, quiet_first: bool, what: &'static str) {
     let loc = Location::caller();
     as_group(g, || {
         let (c, w) = here();
+        let (members, _) = team_of(&w, c.pe, team, what);
         let e: &Engine = &c.engine;
         let mut st = e.state.lock().unwrap_or_else(|x| x.into_inner());
         if quiet_first {
@@ -494,10 +573,17 @@ pub(crate) fn pe_barrier(g: Group, quiet_first: bool, what: &'static str) {
                 deliver_issued_by(&mut st, id);
             }
         }
-        st.pe_barrier.push(c.id);
+        let slot = match st.pe_barrier.iter().position(|(t, _)| *t == team) {
+            Some(i) => i,
+            None => {
+                st.pe_barrier.push((team, Vec::new()));
+                st.pe_barrier.len() - 1
+            }
+        };
+        st.pe_barrier[slot].1.push(c.id);
         st.threads[c.id] = Run::Blocked(what, loc);
-        if st.pe_barrier.len() == w.n_pes() as usize {
-            for id in core::mem::take(&mut st.pe_barrier) {
+        if st.pe_barrier[slot].1.len() == members.len() {
+            for id in st.pe_barrier.remove(slot).1 {
                 st.threads[id] = Run::Ready;
             }
         }
@@ -549,24 +635,27 @@ pub(crate) unsafe fn atomic<T: Word>(dest: *const T, pe: i32, f: impl FnOnce(T) 
     })
 }
 
-/// A reduction over all PEs: `dest[k] = op(src[k] of every PE)` in PE order.
+/// A reduction over the PEs of `team`: `dest[k] = op(src[k] of every member)` in team
+/// order.
 #[track_caller]
 pub(crate) unsafe fn reduce<T: Word>(
     g: Group,
+    team: i32,
     op: &str,
     dest: *mut T,
     src: *const T,
     n: usize,
 ) -> i32 {
-    pe_barrier(g, false, "a reduction");
+    pe_barrier(g, team, false, "a reduction");
     as_group(g, || {
         let (c, w) = here();
+        let (members, _) = team_of(&w, c.pe, team, "a reduction");
         for k in 0..n {
             // SAFETY: `src` and `dest` are symmetric arrays of `n` (NVSHMEM's contract).
             unsafe {
                 let at = |pe: u32| *(w.translate(src.add(k) as usize, c.pe, pe) as *const T);
-                let mut acc = at(0);
-                for pe in 1..w.n_pes() {
+                let mut acc = at(members[0]);
+                for &pe in &members[1..] {
                     let v = at(pe);
                     acc = match op {
                         "sum" => acc.add(v),
@@ -583,46 +672,69 @@ pub(crate) unsafe fn reduce<T: Word>(
             }
         }
     });
-    pe_barrier(g, false, "a reduction");
+    pe_barrier(g, team, false, "a reduction");
     0
 }
 
-/// Byte collectives over all PEs: `kind` b'b' broadcast (from `root`), b'f' fcollect,
-/// b'a' alltoall; `bytes` per PE.
+/// Byte collectives over the PEs of `team`: `kind` b'b' broadcast (from `root`, numbered in
+/// the team), b'f' fcollect, b'a' alltoall; `bytes` per PE.
 #[track_caller]
+#[allow(clippy::too_many_arguments)] // NVSHMEM's signature, and the group and kind
 pub(crate) unsafe fn collect(
     g: Group,
+    team: i32,
     kind: u8,
     dest: *mut c_void,
     src: *const c_void,
     bytes: usize,
     root: i32,
 ) -> i32 {
-    pe_barrier(g, false, "a collective");
+    pe_barrier(g, team, false, "a collective");
     as_group(g, || {
         let (c, w) = here();
-        let n = w.n_pes();
-        let from = |pe: u32, off: usize| (w.translate(src as usize, c.pe, pe) + off) as *const u8;
+        let (members, me) = team_of(&w, c.pe, team, "a collective");
+        let from =
+            |j: usize, off: usize| (w.translate(src as usize, c.pe, members[j]) + off) as *const u8;
         let to = dest.cast::<u8>();
         // SAFETY: symmetric buffers of the sizes NVSHMEM's contract gives.
         unsafe {
             match kind {
-                b'b' => core::ptr::copy(from(root as u32, 0), to, bytes),
-                b'f' => (0..n).for_each(|pe| {
-                    core::ptr::copy(from(pe, 0), to.add(pe as usize * bytes), bytes)
-                }),
-                _ => (0..n).for_each(|pe| {
-                    core::ptr::copy(
-                        from(pe, c.pe as usize * bytes),
-                        to.add(pe as usize * bytes),
-                        bytes,
-                    )
-                }),
+                b'b' => core::ptr::copy(from(root as usize, 0), to, bytes),
+                b'f' => (0..members.len())
+                    .for_each(|j| core::ptr::copy(from(j, 0), to.add(j * bytes), bytes)),
+                _ => (0..members.len())
+                    .for_each(|j| core::ptr::copy(from(j, me * bytes), to.add(j * bytes), bytes)),
             }
         }
     });
-    pe_barrier(g, false, "a collective");
+    pe_barrier(g, team, false, "a collective");
     0
+}
+
+/// This PE's number in `team`, or -1 (not a member, or not a team).
+pub(crate) fn team_my_pe(team: i32) -> i32 {
+    let (c, w) = here();
+    w.team_members(team)
+        .and_then(|m| m.iter().position(|&p| p == c.pe))
+        .map_or(-1, |i| i as i32)
+}
+
+/// The number of PEs in `team`, or -1.
+pub(crate) fn team_n_pes(team: i32) -> i32 {
+    here().1.team_members(team).map_or(-1, |m| m.len() as i32)
+}
+
+/// The number in `dst` of the PE numbered `pe` in `src`, or -1.
+pub(crate) fn team_translate(src: i32, pe: i32, dst: i32) -> i32 {
+    let w = here().1;
+    let (Some(from), Some(to)) = (w.team_members(src), w.team_members(dst)) else {
+        return -1;
+    };
+    usize::try_from(pe)
+        .ok()
+        .and_then(|i| from.get(i))
+        .and_then(|world| to.iter().position(|p| p == world))
+        .map_or(-1, |i| i as i32)
 }
 
 /// The typed C functions (`nvshmem_TYPE_OP`), generic over the element type.

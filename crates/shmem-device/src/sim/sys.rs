@@ -19,17 +19,13 @@ pub unsafe fn nvshmem_n_pes() -> i32 {
     s::n_pes()
 }
 pub unsafe fn nvshmem_team_my_pe(team: Team) -> i32 {
-    if team < 0 { -1 } else { s::my_pe() }
+    s::team_my_pe(team)
 }
 pub unsafe fn nvshmem_team_n_pes(team: Team) -> i32 {
-    if team < 0 { -1 } else { s::n_pes() }
+    s::team_n_pes(team)
 }
 pub unsafe fn nvshmem_team_translate_pe(src: Team, pe: i32, dst: Team) -> i32 {
-    if src < 0 || dst < 0 || pe < 0 || pe >= s::n_pes() {
-        -1
-    } else {
-        pe
-    }
+    s::team_translate(src, pe, dst)
 }
 pub unsafe fn nvshmem_ptr(dest: *const c_void, pe: i32) -> *mut c_void {
     s::ptr(dest, pe)
@@ -46,7 +42,7 @@ pub unsafe fn nvshmem_quiet() {
 macro_rules! barriers {
     ($($f:ident: $g:ident, $quiet:literal, $ret:ty;)*) => { $(
         #[track_caller]
-        pub unsafe fn $f() -> $ret { s::pe_barrier(Group::$g, $quiet, stringify!($f)); Default::default() }
+        pub unsafe fn $f() -> $ret { s::pe_barrier(Group::$g, 0, $quiet, stringify!($f)); Default::default() }
     )* };
 }
 barriers! {
@@ -60,7 +56,7 @@ barriers! {
 macro_rules! team_barriers {
     ($($f:ident: $g:ident, $quiet:literal;)*) => { $(
         #[track_caller]
-        pub unsafe fn $f(_team: Team) -> i32 { s::pe_barrier(Group::$g, $quiet, stringify!($f)); 0 }
+        pub unsafe fn $f(team: Team) -> i32 { s::pe_barrier(Group::$g, team, $quiet, stringify!($f)); 0 }
     )* };
 }
 team_barriers! {
@@ -149,16 +145,16 @@ macro_rules! bytes_coll {
     )* };
     (@one $f:ident, $g:ident, $kind:literal) => {
         #[track_caller]
-        pub unsafe fn $f(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32 {
+        pub unsafe fn $f(team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32 {
             // SAFETY: NVSHMEM's contract, which the caller upholds.
-            unsafe { s::collect(Group::$g, $kind, dest, src, bytes, 0) }
+            unsafe { s::collect(Group::$g, team, $kind, dest, src, bytes, 0) }
         }
     };
     (@one $f:ident, $g:ident, $kind:literal, $root:ident) => {
         #[track_caller]
-        pub unsafe fn $f(_team: Team, dest: *mut c_void, src: *const c_void, bytes: usize, $root: i32) -> i32 {
+        pub unsafe fn $f(team: Team, dest: *mut c_void, src: *const c_void, bytes: usize, $root: i32) -> i32 {
             // SAFETY: NVSHMEM's contract, which the caller upholds.
-            unsafe { s::collect(Group::$g, $kind, dest, src, bytes, $root) }
+            unsafe { s::collect(Group::$g, team, $kind, dest, src, bytes, $root) }
         }
     };
 }
@@ -175,7 +171,7 @@ pub mod typed {
 }
 
 /// Reductions (`nvshmem_TYPE_OP_reduce` and the warp and block forms), generic over the
-/// element type; the team is the world team.
+/// element type.
 pub mod reduce {
     use super::super::shmem::{Group, Word, reduce};
     use crate::sys::Team;
@@ -183,19 +179,19 @@ pub mod reduce {
     macro_rules! reductions {
         ($($op:literal => $thread:ident, $warp:ident, $block:ident;)*) => { $(
             #[track_caller]
-            pub unsafe fn $thread<T: Word>(_team: Team, dest: *mut T, src: *const T, n: usize) -> i32 {
+            pub unsafe fn $thread<T: Word>(team: Team, dest: *mut T, src: *const T, n: usize) -> i32 {
                 // SAFETY: NVSHMEM's contract, which the caller upholds.
-                unsafe { reduce(Group::Thread, $op, dest, src, n) }
+                unsafe { reduce(Group::Thread, team, $op, dest, src, n) }
             }
             #[track_caller]
-            pub unsafe fn $warp<T: Word>(_team: Team, dest: *mut T, src: *const T, n: usize) -> i32 {
+            pub unsafe fn $warp<T: Word>(team: Team, dest: *mut T, src: *const T, n: usize) -> i32 {
                 // SAFETY: as above.
-                unsafe { reduce(Group::Warp, $op, dest, src, n) }
+                unsafe { reduce(Group::Warp, team, $op, dest, src, n) }
             }
             #[track_caller]
-            pub unsafe fn $block<T: Word>(_team: Team, dest: *mut T, src: *const T, n: usize) -> i32 {
+            pub unsafe fn $block<T: Word>(team: Team, dest: *mut T, src: *const T, n: usize) -> i32 {
                 // SAFETY: as above.
-                unsafe { reduce(Group::Block, $op, dest, src, n) }
+                unsafe { reduce(Group::Block, team, $op, dest, src, n) }
             }
         )* };
     }

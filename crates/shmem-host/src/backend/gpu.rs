@@ -274,6 +274,48 @@ impl Backend for Gpu {
         Ok(())
     }
 
+    fn team_split(&self, parent: i32, how: super::Split) -> Result<(i32, i32)> {
+        self.not_capturing("a team split")?;
+        self.ctx.bind_to_thread()?;
+        // SAFETY: NVSHMEM is running; collective by the caller's contract (documented on
+        // `Team`).
+        unsafe { self.nv.team_split(parent, how) }
+    }
+
+    fn team_n_pes(&self, team: i32) -> i32 {
+        // SAFETY: NVSHMEM is running; an invalid handle yields -1.
+        unsafe { self.nv.team_pe_and_size(team).1 }
+    }
+
+    fn team_translate(&self, src: i32, pe: i32, dst: i32) -> i32 {
+        // SAFETY: NVSHMEM is running.
+        unsafe { self.nv.team_translate(src, pe, dst) }
+    }
+
+    unsafe fn team_destroy(&self, team: i32) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the caller's contract.
+            unsafe { self.nv.team_destroy(team) }
+        }
+    }
+
+    unsafe fn team_coll(
+        &self,
+        team: i32,
+        op: super::TeamColl,
+        dest: *mut u8,
+        src: *const u8,
+        bytes: usize,
+        stream: StreamRef<'_>,
+    ) -> Result<()> {
+        let s = self.resolve(stream)?;
+        // SAFETY: the caller's contract; `s` is this context's (`resolve`).
+        unsafe {
+            self.nv
+                .team_coll(team, op, dest.cast(), src.cast(), bytes, s.cast())
+        }
+    }
+
     fn min_max(&self, value: i64) -> Result<(i64, i64)> {
         self.not_capturing("an agreement between PEs")?;
         let ctl = self.ctl as sys::CUdeviceptr;

@@ -98,6 +98,33 @@ pub(crate) trait Backend {
     /// Blocks of `cfg`'s shape of `f` that can be resident at once (what a cooperative
     /// launch may have).
     fn coresident_blocks(&self, f: Function, cfg: &LaunchConfig) -> Result<u32>;
+    /// Splits `parent` (collective over its PEs): the new team, and for [`Split::TwoD`] the
+    /// column team too (`-1` where this PE is not a member, and as the second for strided).
+    fn team_split(&self, parent: i32, how: Split) -> Result<(i32, i32)>;
+    /// `nvshmem_team_n_pes`: the size of `team`, or -1 for an invalid team.
+    fn team_n_pes(&self, team: i32) -> i32;
+    /// `nvshmem_team_translate_pe`: the number in `dst` of `src`'s PE `pe`, or -1.
+    fn team_translate(&self, src: i32, pe: i32, dst: i32) -> i32;
+    /// `nvshmem_team_destroy` (by every member, in the same order).
+    ///
+    /// # Safety
+    /// `team` came from [`Backend::team_split`], this PE is a member, and it is destroyed
+    /// once; no kernel that uses it is in flight.
+    unsafe fn team_destroy(&self, team: i32);
+    /// A collective of `team`'s PEs on `stream`.
+    ///
+    /// # Safety
+    /// `dest` and `src` are symmetric and hold what `op` reads and writes for `bytes` and the
+    /// team's size; every member makes the same call.
+    unsafe fn team_coll(
+        &self,
+        team: i32,
+        op: TeamColl,
+        dest: *mut u8,
+        src: *const u8,
+        bytes: usize,
+        stream: StreamRef<'_>,
+    ) -> Result<()>;
     /// Launches `f` (cooperatively when `cooperative`), after the checks common to every
     /// backend (in `crate::module`).
     ///
@@ -111,6 +138,56 @@ pub(crate) trait Backend {
         cooperative: bool,
         args: &mut dyn LaunchArgs,
     ) -> Result<()>;
+}
+
+/// How [`Backend::team_split`] splits a team (NVSHMEM's two ways).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// `nvshmem_team_split_strided`: the parent's PEs `start, start + stride, …`, `size` of
+    /// them.
+    Strided { start: i32, stride: i32, size: i32 },
+    /// `nvshmem_team_split_2d`: rows of `xrange` consecutive parent PEs (x) and the columns
+    /// across them (y).
+    TwoD { xrange: i32 },
+}
+
+/// A collective operation of a team, enqueued on a stream (`nvshmemx_*_on_stream`). Sizes
+/// are in bytes: the whole buffer for `Broadcast` and `Reduce`, one PE's block for
+/// `Fcollect` and `Alltoall`.
+#[derive(Clone, Copy)]
+pub(crate) enum TeamColl {
+    Barrier,
+    Sync,
+    Broadcast { root: i32 },
+    Fcollect,
+    Alltoall,
+    Reduce(ReduceSpec),
+}
+
+impl TeamColl {
+    /// The C function's name (for errors and the simulator's meetings).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            TeamColl::Barrier => "nvshmemx_barrier_on_stream",
+            TeamColl::Sync => "nvshmemx_team_sync_on_stream",
+            TeamColl::Broadcast { .. } => "nvshmemx_broadcastmem_on_stream",
+            TeamColl::Fcollect => "nvshmemx_fcollectmem_on_stream",
+            TeamColl::Alltoall => "nvshmemx_alltoallmem_on_stream",
+            TeamColl::Reduce(_) => "nvshmemx_TYPE_OP_reduce_on_stream",
+        }
+    }
+}
+
+/// A reduction: NVSHMEM's names for its type and operation, the element size, and (for the
+/// simulator) the operation folding one array of elements into another, as bytes.
+#[derive(Clone, Copy)]
+pub(crate) struct ReduceSpec {
+    pub ty: &'static str,
+    pub op: &'static str,
+    /// Bytes per element.
+    pub elem: usize,
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub fold: fn(&mut [u8], &[u8]),
 }
 
 /// The error for host work asked for while this PE captures a graph: the same on every

@@ -27,7 +27,9 @@
 //! Not available: what needs a GPU (a CUDA context or stream, device pointers, CUDA C++
 //! cubins); each is an [`Error::Simulator`].
 
-use crate::backend::{self as backend, Backend, Function, HostCall, LaunchArgs, PeInfo, gpu::Gpu};
+use crate::backend::{
+    self as backend, Backend, Function, HostCall, LaunchArgs, PeInfo, Split, TeamColl, gpu::Gpu,
+};
 use crate::error::{Error, Result};
 use crate::module::LaunchConfig;
 use crate::nvshmem::HostSync;
@@ -74,6 +76,14 @@ pub(crate) enum Step {
     },
     /// An on-stream barrier, sync or quiet.
     Sync(HostSync),
+    /// A team collective ([`Backend::team_coll`]'s arguments).
+    Team {
+        team: i32,
+        op: TeamColl,
+        dest: *mut u8,
+        src: *const u8,
+        bytes: usize,
+    },
 }
 
 /// What the PEs of one [`run`] share.
@@ -82,23 +92,30 @@ struct Shared {
     n: u32,
     seed: u64,
     launches: AtomicU64,
-    state: Mutex<Meeting>,
+    state: Mutex<Meetings>,
     changed: Condvar,
     /// Failures in the order they happened: `(pe, what)`.
     failures: Mutex<Vec<(u32, String)>>,
 }
 
-/// The collective call being gathered.
+/// The collective calls being gathered, one per team, and how each PE's code ended.
+struct Meetings {
+    /// By team handle (the world team is 0).
+    by_team: std::collections::HashMap<i32, Meeting>,
+    /// Per PE: how its code ended, once it has.
+    ended: Vec<Option<String>>,
+}
+
+/// The collective call being gathered among the members of one team.
+#[derive(Default)]
 struct Meeting {
-    /// Per PE: the call it waits in and what it brought.
+    /// Per member (in team order): the call it waits in and what it brought.
     waiting: Vec<Option<(String, Box<dyn Any + Send>)>>,
     /// Completed calls.
     generation: u64,
     /// The last completed call's result: `R`, or what went wrong (for every PE, whatever
     /// type its call expected).
     result: Option<std::result::Result<Box<dyn Any + Send>, String>>,
-    /// Per PE: how its code ended, once it has.
-    ended: Vec<Option<String>>,
 }
 
 std::thread_local! {
@@ -184,10 +201,8 @@ pub fn run<R: Send>(n_pes: u32, pe: impl Fn() -> Result<R> + Sync) -> Result<Vec
         n: n_pes,
         seed: base_seed(env("SHMEM_SIM_SEED"))?,
         launches: AtomicU64::new(0),
-        state: Mutex::new(Meeting {
-            waiting: (0..n_pes).map(|_| None).collect(),
-            generation: 0,
-            result: None,
+        state: Mutex::new(Meetings {
+            by_team: Default::default(),
             ended: vec![None; n_pes as usize],
         }),
         changed: Condvar::new(),
@@ -267,37 +282,58 @@ impl SimPe {
         p as usize - self.world().address(self.pe, 0) as usize
     }
 
-    /// Another PE's code has ended while this one waits in `what`.
-    fn ended_error(&self, st: &Meeting, what: &str) -> Option<Error> {
-        let (k, how) = st
-            .ended
+    /// A member of the meeting (`members`, world PE numbers) has ended while this PE waits
+    /// in `what`.
+    fn ended_error(&self, st: &Meetings, members: &[u32], what: &str) -> Option<Error> {
+        let (k, how) = members
             .iter()
-            .enumerate()
-            .find_map(|(k, e)| e.as_ref().map(|h| (k, h)))?;
+            .find_map(|&k| st.ended[k as usize].as_ref().map(|h| (k, h)))?;
         Some(Error::Simulator(format!(
             "PE {k} {how} while PE {} waits for every PE in {what}",
             self.pe
         )))
     }
 
-    /// A collective call: every PE brings `value` to the call named `what`; when all have,
-    /// the last to arrive computes `f(values in PE order)` and every PE gets the result.
-    /// Different calls on different PEs, or a PE that has ended, are errors.
+    /// A collective call of every PE: see [`SimPe::collective_in`].
     fn collective<T: Send + 'static, R: Clone + Send + 'static>(
         &self,
         what: &str,
         value: T,
         f: impl FnOnce(Vec<T>) -> std::result::Result<R, String>,
     ) -> Result<R> {
+        let all: Vec<u32> = (0..self.shared.n).collect();
+        self.collective_in(0, &all, what, value, f)
+    }
+
+    /// A collective call of the members of team `team` (`members`, world PE numbers in team
+    /// order, this PE among them): every member brings `value` to the call named `what`;
+    /// when all have, the last to arrive computes `f(values in team order)` and every member
+    /// gets the result. Different calls on different members, or a member that has ended,
+    /// are errors. Calls of different teams meet apart.
+    fn collective_in<T: Send + 'static, R: Clone + Send + 'static>(
+        &self,
+        team: i32,
+        members: &[u32],
+        what: &str,
+        value: T,
+        f: impl FnOnce(Vec<T>) -> std::result::Result<R, String>,
+    ) -> Result<R> {
+        let me = members.iter().position(|&p| p == self.pe).ok_or_else(|| {
+            Error::Invalid(format!("PE {} is not a member of team {team}", self.pe))
+        })?;
         let sh = &self.shared;
         let mut st = lock(&sh.state);
-        if let Some(e) = self.ended_error(&st, what) {
+        if let Some(e) = self.ended_error(&st, members, what) {
             return Err(e);
         }
-        let generation = st.generation;
-        st.waiting[self.pe as usize] = Some((what.to_string(), Box::new(value)));
-        if st.waiting.iter().all(Option::is_some) {
-            let brought: Vec<(String, Box<dyn Any + Send>)> = st
+        let m = st.by_team.entry(team).or_default();
+        if m.waiting.len() != members.len() {
+            m.waiting = members.iter().map(|_| None).collect();
+        }
+        let generation = m.generation;
+        m.waiting[me] = Some((what.to_string(), Box::new(value)));
+        if m.waiting.iter().all(Option::is_some) {
+            let brought: Vec<(String, Box<dyn Any + Send>)> = m
                 .waiting
                 .iter_mut()
                 .map(|w| w.take().expect("all"))
@@ -308,8 +344,8 @@ impl SimPe {
                      collective calls (allocations, launches, barriers) in the same order",
                     brought
                         .iter()
-                        .enumerate()
-                        .map(|(pe, (w, _))| format!("PE {pe} in {w}"))
+                        .zip(members)
+                        .map(|((w, _), pe)| format!("PE {pe} in {w}"))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ))
@@ -323,19 +359,26 @@ impl SimPe {
                     None => Err(format!("the PEs brought different things to {what}")),
                 }
             };
-            st.result = Some(result);
-            st.generation += 1;
+            m.result = Some(result);
+            m.generation += 1;
             sh.changed.notify_all();
         } else {
-            while st.generation == generation {
-                if let Some(e) = self.ended_error(&st, what) {
-                    st.waiting[self.pe as usize] = None;
+            loop {
+                let m = st.by_team.get_mut(&team).expect("the meeting stays");
+                if m.generation != generation {
+                    break;
+                }
+                if let Some(e) = self.ended_error(&st, members, what) {
+                    st.by_team
+                        .get_mut(&team)
+                        .expect("the meeting stays")
+                        .waiting[me] = None;
                     return Err(e);
                 }
                 st = sh.changed.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         }
-        match &st.result {
+        match &st.by_team[&team].result {
             Some(Ok(r)) => r
                 .downcast_ref::<R>()
                 .cloned()
@@ -412,6 +455,17 @@ impl Backend for SimPe {
                     self.run_launch(name, *shape, call.clone())?
                 }
                 Step::Sync(op) => self.sync(*op, StreamRef::Runtime)?,
+                &Step::Team {
+                    team,
+                    op,
+                    dest,
+                    src,
+                    bytes,
+                } => {
+                    // SAFETY: the arguments of a call whose contract the capture's caller
+                    // upheld; the graph borrows the buffers (`Capture`'s lifetime).
+                    unsafe { self.team_coll(team, op, dest, src, bytes, StreamRef::Runtime)? }
+                }
             }
         }
         Ok(())
@@ -505,6 +559,140 @@ impl Backend for SimPe {
         Some(self.world().address(pe as u32, self.offset(p)) as u64)
     }
 
+    /// The last member to arrive makes every team of the split (identical on every member).
+    fn team_split(&self, parent: i32, how: Split) -> Result<(i32, i32)> {
+        self.not_capturing("a team split")?;
+        let parents = self.team_members(parent)?;
+        let world = self.shared.world.clone();
+        let p = parents.clone();
+        let all = self.collective_in(parent, &parents, "a team split", how, move |hows| {
+            if hows.iter().any(|h| *h != how) {
+                return Err(format!(
+                    "the PEs of team {parent} split it differently: {hows:?}"
+                ));
+            }
+            split(&p, how).map(|teams| {
+                teams
+                    .into_iter()
+                    .map(|m| world.add_team(m))
+                    .collect::<Vec<i32>>()
+            })
+        })?;
+        // Which of the new teams hold this PE: the one of a strided split, or the row and
+        // column of a 2D split (rows come first in `split`'s order).
+        let world = self.world();
+        let mine = |hs: &[i32]| {
+            hs.iter()
+                .copied()
+                .find(|&h| world.team_members(h).is_some_and(|m| m.contains(&self.pe)))
+                .unwrap_or(-1)
+        };
+        Ok(match how {
+            Split::Strided { .. } => (mine(&all), -1),
+            Split::TwoD { xrange } => {
+                let rows = parents
+                    .len()
+                    .div_ceil(xrange.clamp(1, parents.len() as i32) as usize);
+                (mine(&all[..rows]), mine(&all[rows..]))
+            }
+        })
+    }
+
+    fn team_n_pes(&self, team: i32) -> i32 {
+        self.world()
+            .team_members(team)
+            .map_or(-1, |m| m.len() as i32)
+    }
+
+    fn team_translate(&self, src: i32, pe: i32, dst: i32) -> i32 {
+        let w = self.world();
+        let (Some(from), Some(to)) = (w.team_members(src), w.team_members(dst)) else {
+            return -1;
+        };
+        usize::try_from(pe)
+            .ok()
+            .and_then(|i| from.get(i))
+            .and_then(|p| to.iter().position(|q| q == p))
+            .map_or(-1, |i| i as i32)
+    }
+
+    unsafe fn team_destroy(&self, team: i32) {
+        self.world().destroy_team(team);
+    }
+
+    /// The last member to arrive does the whole collective, from every member's heap.
+    unsafe fn team_coll(
+        &self,
+        team: i32,
+        op: TeamColl,
+        dest: *mut u8,
+        src: *const u8,
+        bytes: usize,
+        stream: StreamRef<'_>,
+    ) -> Result<()> {
+        only_runtime_stream(stream, op.name())?;
+        if let Some(steps) = self.capture.borrow_mut().as_mut() {
+            steps.push(Step::Team {
+                team,
+                op,
+                dest,
+                src,
+                bytes,
+            });
+            return Ok(());
+        }
+        let members = self.team_members(team)?;
+        let world = self.shared.world.clone();
+        let off = |p: *const u8| if p.is_null() { 0 } else { self.offset(p) };
+        let (d, s) = (off(dest), off(src));
+        let m = members.clone();
+        self.collective_in(team, &members, op.name(), (), move |_| {
+            let at = |pe: u32, off: usize| world.address(pe, off);
+            let n = m.len();
+            // SAFETY: symmetric buffers of the sizes `op` needs (the caller's contract), in
+            // heaps no other thread touches during the call (every member waits in it).
+            unsafe {
+                match op {
+                    TeamColl::Barrier | TeamColl::Sync => {}
+                    TeamColl::Broadcast { root } => {
+                        let from = at(m[root as usize], s);
+                        for &pe in m.iter() {
+                            std::ptr::copy(from, at(pe, d), bytes);
+                        }
+                    }
+                    TeamColl::Fcollect => {
+                        for &to in m.iter() {
+                            for (j, &from) in m.iter().enumerate() {
+                                std::ptr::copy(at(from, s), at(to, d + j * bytes), bytes);
+                            }
+                        }
+                    }
+                    TeamColl::Alltoall => {
+                        for (i, &to) in m.iter().enumerate() {
+                            for (j, &from) in m.iter().enumerate() {
+                                std::ptr::copy(
+                                    at(from, s + i * bytes),
+                                    at(to, d + j * bytes),
+                                    bytes,
+                                );
+                            }
+                        }
+                    }
+                    TeamColl::Reduce(r) => {
+                        let mut acc = std::slice::from_raw_parts(at(m[0], s), bytes).to_vec();
+                        for &pe in &m[1..n] {
+                            (r.fold)(&mut acc, std::slice::from_raw_parts(at(pe, s), bytes));
+                        }
+                        for &pe in m.iter() {
+                            std::ptr::copy_nonoverlapping(acc.as_ptr(), at(pe, d), bytes);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Nothing is loaded: the kernels run from the program's own host build.
     fn load(&self, _image: Vec<u8>, _origin: &Path) -> Result<Option<CUmodule>> {
         Ok(None)
@@ -554,7 +742,52 @@ fn only_runtime_stream(stream: StreamRef<'_>, what: &str) -> Result<()> {
     }
 }
 
+/// The member lists (parent team numbers mapped to world PEs) of the teams `how` splits
+/// `parent` into: one for a strided split; rows then columns for a 2D one. Bad arguments
+/// are the error NVSHMEM would return, in words.
+fn split(parent: &[u32], how: Split) -> std::result::Result<Vec<Vec<u32>>, String> {
+    let n = parent.len() as i32;
+    match how {
+        Split::Strided {
+            start,
+            stride,
+            size,
+        } => {
+            let last = start as i64 + stride as i64 * (size as i64 - 1);
+            if size < 1 || start < 0 || start >= n || last < 0 || last >= n as i64 {
+                return Err(format!(
+                    "a strided split (start {start}, stride {stride}, size {size}) of a team \
+                     of {n} PEs reaches outside it"
+                ));
+            }
+            Ok(vec![
+                (0..size)
+                    .map(|k| parent[(start + k * stride) as usize])
+                    .collect(),
+            ])
+        }
+        Split::TwoD { xrange } => {
+            if xrange < 1 {
+                return Err(format!(
+                    "a 2D split with xrange {xrange}: it must be at least 1"
+                ));
+            }
+            let x = xrange.min(n) as usize;
+            let rows = parent.chunks(x).map(<[u32]>::to_vec);
+            let cols = (0..x).map(|c| parent.iter().skip(c).step_by(x).copied().collect());
+            Ok(rows.chain(cols).collect())
+        }
+    }
+}
+
 impl SimPe {
+    /// The members of `team`, or the error that it is no team.
+    fn team_members(&self, team: i32) -> Result<Arc<[u32]>> {
+        self.world()
+            .team_members(team)
+            .ok_or_else(|| Error::Invalid(format!("team {team} is not a valid team")))
+    }
+
     fn not_capturing(&self, what: &str) -> Result<()> {
         match *self.capture.borrow() {
             Some(_) => Err(backend::capture_refuses(what)),

@@ -184,6 +184,127 @@ impl Nvshmem {
         })
     }
 
+    /// `nvshmem_team_split_strided` or `nvshmem_team_split_2d` of `parent`, default
+    /// configuration: the new team (and the column team of a 2D split), `-1`
+    /// (`NVSHMEM_TEAM_INVALID`) where this PE is not a member.
+    ///
+    /// # Safety
+    /// NVSHMEM is running; every PE of `parent` makes the same call (collective).
+    pub(crate) unsafe fn team_split(
+        self,
+        parent: i32,
+        how: crate::backend::Split,
+    ) -> Result<(i32, i32)> {
+        use crate::backend::Split;
+        let null = std::ptr::null();
+        let (mut x, mut y) = (-1, -1);
+        // SAFETY: the caller's contract; no configuration (NULL, mask 0); the out-pointers
+        // are valid.
+        unsafe {
+            match how {
+                Split::Strided {
+                    start,
+                    stride,
+                    size,
+                } => check(
+                    "nvshmem_team_split_strided",
+                    (self.lib.nvshmem_team_split_strided)(
+                        parent, start, stride, size, null, 0, &mut x,
+                    ),
+                )?,
+                Split::TwoD { xrange } => check(
+                    "nvshmem_team_split_2d",
+                    (self.lib.nvshmem_team_split_2d)(
+                        parent, xrange, null, 0, &mut x, null, 0, &mut y,
+                    ),
+                )?,
+            }
+        }
+        Ok((x, y))
+    }
+
+    /// `nvshmem_team_translate_pe`.
+    ///
+    /// # Safety
+    /// NVSHMEM is running.
+    pub(crate) unsafe fn team_translate(self, src: i32, pe: i32, dst: i32) -> i32 {
+        // SAFETY: the caller's contract; invalid handles and numbers yield -1.
+        unsafe { (self.lib.nvshmem_team_translate_pe)(src, pe, dst) }
+    }
+
+    /// `nvshmem_team_destroy`.
+    ///
+    /// # Safety
+    /// NVSHMEM is running; `team` was split and is destroyed once, by every member.
+    pub(crate) unsafe fn team_destroy(self, team: i32) {
+        // SAFETY: the caller's contract.
+        unsafe { (self.lib.nvshmem_team_destroy)(team) }
+    }
+
+    /// A team collective on `stream` (`nvshmemx_*_on_stream`); sizes as
+    /// [`crate::backend::TeamColl`] says.
+    ///
+    /// # Safety
+    /// NVSHMEM is running; `dest` and `src` are symmetric with the sizes `op` needs; every
+    /// member of `team` makes the same call; `stream` is of the current context.
+    pub(crate) unsafe fn team_coll(
+        self,
+        team: i32,
+        op: crate::backend::TeamColl,
+        dest: *mut c_void,
+        src: *const c_void,
+        bytes: usize,
+        stream: sys::Stream,
+    ) -> Result<()> {
+        use crate::backend::TeamColl;
+        let l = self.lib;
+        // SAFETY: the caller's contract.
+        let status = unsafe {
+            match op {
+                TeamColl::Barrier => (l.nvshmemx_barrier_on_stream)(team, stream),
+                TeamColl::Sync => (l.nvshmemx_team_sync_on_stream)(team, stream),
+                TeamColl::Broadcast { root } => {
+                    (l.nvshmemx_broadcastmem_on_stream)(team, dest, src, bytes, root, stream)
+                }
+                TeamColl::Fcollect => {
+                    (l.nvshmemx_fcollectmem_on_stream)(team, dest, src, bytes, stream)
+                }
+                TeamColl::Alltoall => {
+                    (l.nvshmemx_alltoallmem_on_stream)(team, dest, src, bytes, stream)
+                }
+                TeamColl::Reduce(r) => {
+                    let f = l.reduce_on_stream(r.ty, r.op)?;
+                    f(team, dest, src, bytes / r.elem, stream)
+                }
+            }
+        };
+        check(op.name(), status)
+    }
+
+    /// `nvshmemx_buffer_register`: makes `bytes` of device memory at `p` usable as the local
+    /// side of NVSHMEM operations.
+    ///
+    /// # Safety
+    /// NVSHMEM is running; `p..p+bytes` is device memory of this PE's context that stays
+    /// allocated until [`Nvshmem::buffer_unregister`].
+    pub(crate) unsafe fn buffer_register(self, p: *mut c_void, bytes: usize) -> Result<()> {
+        // SAFETY: the caller's contract.
+        check("nvshmemx_buffer_register", unsafe {
+            (self.lib.nvshmemx_buffer_register)(p, bytes)
+        })
+    }
+
+    /// `nvshmemx_buffer_unregister`.
+    ///
+    /// # Safety
+    /// `p` was registered and no operation that uses it is in flight.
+    pub(crate) unsafe fn buffer_unregister(self, p: *mut c_void) -> Result<()> {
+        // SAFETY: the caller's contract.
+        check("nvshmemx_buffer_unregister", unsafe {
+            (self.lib.nvshmemx_buffer_unregister)(p)
+        })
+    }
+
     /// `nvshmemx_cumodule_init`: registers a loaded module's NVSHMEM state.
     ///
     /// # Safety

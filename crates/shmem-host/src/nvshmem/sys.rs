@@ -11,7 +11,7 @@
 #![allow(missing_docs)]
 
 use crate::error::{Error, Result};
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_int, c_long, c_uint, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -142,6 +142,34 @@ nvshmem_lib! {
     nvshmemx_cumodule_init: fn(*mut c_void) -> c_int;
     nvshmemx_cumodule_finalize: fn(*mut c_void) -> c_int;
     nvshmem_global_exit: fn(c_int);
+    nvshmem_team_split_strided: fn(c_int, c_int, c_int, c_int, *const c_void, c_long, *mut c_int) -> c_int;
+    nvshmem_team_split_2d: fn(c_int, c_int, *const c_void, c_long, *mut c_int, *const c_void, c_long, *mut c_int) -> c_int;
+    nvshmem_team_destroy: fn(c_int);
+    nvshmem_team_translate_pe: fn(c_int, c_int, c_int) -> c_int;
+    nvshmemx_barrier_on_stream: fn(c_int, Stream) -> c_int;
+    nvshmemx_team_sync_on_stream: fn(c_int, Stream) -> c_int;
+    nvshmemx_broadcastmem_on_stream: fn(c_int, *mut c_void, *const c_void, usize, c_int, Stream) -> c_int;
+    nvshmemx_fcollectmem_on_stream: fn(c_int, *mut c_void, *const c_void, usize, Stream) -> c_int;
+    nvshmemx_alltoallmem_on_stream: fn(c_int, *mut c_void, *const c_void, usize, Stream) -> c_int;
+    nvshmemx_buffer_register: fn(*mut c_void, usize) -> c_int;
+    nvshmemx_buffer_unregister: fn(*mut c_void) -> c_int;
+}
+
+/// `nvshmemx_TYPE_OP_reduce_on_stream(team, dest, src, nreduce, stream)`, for any `TYPE`.
+pub type ReduceOnStream =
+    unsafe extern "C" fn(c_int, *mut c_void, *const c_void, usize, Stream) -> c_int;
+
+impl Lib {
+    /// `nvshmemx_{ty}_{op}_reduce_on_stream` (`ty` as NVSHMEM names it: `int32`, `float`…),
+    /// looked up by name: the library has one per type and operation.
+    pub fn reduce_on_stream(&self, ty: &str, op: &str) -> Result<ReduceOnStream> {
+        let name = format!("nvshmemx_{ty}_{op}_reduce_on_stream");
+        // SAFETY: every `nvshmemx_*_reduce_on_stream` has this signature, with `TYPE *` for
+        // the two pointers (NVSHMEM's `nvshmemx_coll_api.h`).
+        unsafe { self._lib.get::<ReduceOnStream>(name.as_bytes()) }
+            .map(|f| *f)
+            .map_err(|e| Error::Invalid(format!("{} has no {name}: {e}", self.path.display())))
+    }
 }
 
 const LIB_NAME: &str = "libnvshmem_host.so.3";

@@ -44,6 +44,7 @@ macro_rules! simulated_cases {
             peer_memory: 1,
             unequal_allocation_fails_on_every_pe: 2,
             graph_replays_launches_and_barriers: 1,
+            teams: 1,
         }
     };
 }
@@ -58,6 +59,7 @@ macro_rules! gpu_only_cases {
             embedded_module: 2,
             kernel_panic_traps_and_is_reported: 2,
             user_streams_cudarc_copies_and_events: 2,
+            registered_device_memory_is_a_put_source: 2,
         }
     };
 }
@@ -576,4 +578,187 @@ pub fn user_streams_cudarc_copies_and_events(rt: &Shmem) {
     for (i, v) in got.into_iter().enumerate() {
         assert_eq!(v, 2 * value(prev, i) + 1, "dst[{i}] from PE {prev}");
     }
+}
+
+/// What `team_ops` reports on one PE for `team` (`None`: not a member): its
+/// `[team.my_pe(), n_pes, world PE of team PE 0]` and the team-wide sum of `pe + 1`.
+fn check_team_kernel(rt: &Shmem, team: Option<&shmem_host::Team<'_>>, members: &[i32], what: &str) {
+    let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
+    let k = m.kernel::<host_suite_kernels::team_ops>().unwrap();
+    let info = filled(rt, 3, |_| i32::MIN);
+    let x = filled(rt, 2, |i| (rt.my_pe() as i64 + 1) * (i as i64 + 1));
+    let sum = filled(rt, 2, |_| -1i64);
+    let handle = team.map_or(shmem_device::Team::INVALID, |t| t.handle());
+    rt.barrier_all().unwrap();
+    // SAFETY: every PE launches it, members with their team's handle and the others with
+    // `INVALID`; `info` holds 3, `x` and `sum` 2 each.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 32), (handle, &info, &x, &sum))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let me = rt.my_pe();
+    let (info, sum) = (info.to_vec().unwrap(), sum.to_vec().unwrap());
+    match members.iter().position(|&p| p == me) {
+        Some(i) => {
+            let total: i64 = members.iter().map(|&p| p as i64 + 1).sum();
+            assert_eq!(
+                info,
+                [i as i32, members.len() as i32, members[0]],
+                "{what}: kernel's view"
+            );
+            assert_eq!(sum, [total, 2 * total], "{what}: kernel's reduction");
+        }
+        None => {
+            assert_eq!(info, [-1, -1, -1], "{what}: a non-member's view");
+            assert_eq!(sum, [-1, -1], "{what}: a non-member's sum is untouched");
+        }
+    }
+}
+
+/// Teams split on the host: the even PEs (strided) and a 2D split into rows of 2 and their
+/// columns; each team's numbering and size on the host and in a kernel (the handle passed as
+/// an argument), a team barrier, and team reductions, broadcast, fcollect and alltoall
+/// enqueued on the runtime's stream, checked against the members' values.
+pub fn teams(rt: &Shmem) {
+    use shmem_host::team::{Max, Sum};
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let world = rt.team_world();
+    assert_eq!((world.my_pe(), world.n_pes()), (me, n));
+
+    let evens_members: Vec<i32> = (0..n).step_by(2).collect();
+    let evens = world
+        .split_strided(0, 2, evens_members.len() as i32)
+        .unwrap();
+    assert_eq!(
+        evens.is_some(),
+        me % 2 == 0,
+        "only the even PEs are in the team"
+    );
+    let x = rt.alloc::<i64>(3).unwrap();
+    x.copy_from(&[me as i64 + 1, -(me as i64), 7]).unwrap();
+    let sum = filled(rt, 3, |_| 0i64);
+    let max = filled(rt, 3, |_| 0i64);
+    let from_root = filled(rt, 3, |_| 0i64);
+    let one = filled(rt, 1, |_| me as i64);
+    if let Some(t) = &evens {
+        assert_eq!((t.my_pe(), t.n_pes()), (me / 2, evens_members.len() as i32));
+        assert_eq!(t.world_pe(t.n_pes() - 1), evens_members.last().copied());
+        assert_eq!(t.translate_pe(t.my_pe(), &world), Some(me));
+        assert_eq!(t.world_pe(t.n_pes()), None, "out of range");
+        let s = StreamRef::Runtime;
+        t.barrier().unwrap();
+        t.reduce_on(Sum, &sum, &x, s).unwrap();
+        t.reduce_on(Max, &max, &x, s).unwrap();
+        t.broadcast_on(&from_root, &x, t.n_pes() - 1, s).unwrap();
+        let g = rt.alloc::<i64>(t.n_pes() as usize).unwrap();
+        t.fcollect_on(&g, &one, s).unwrap();
+        t.sync_on(s).unwrap();
+        rt.synchronize().unwrap();
+        let last = *evens_members.last().unwrap() as i64;
+        let k = evens_members.len() as i64;
+        let total: i64 = evens_members.iter().map(|&p| p as i64 + 1).sum();
+        assert_eq!(
+            sum.to_vec().unwrap(),
+            [total, -(total - k), 7 * k],
+            "team sum"
+        );
+        assert_eq!(max.to_vec().unwrap(), [last + 1, 0, 7], "team max");
+        assert_eq!(
+            from_root.to_vec().unwrap(),
+            [last + 1, -last, 7],
+            "team broadcast"
+        );
+        let want: Vec<i64> = evens_members.iter().map(|&p| p as i64).collect();
+        assert_eq!(g.to_vec().unwrap(), want, "team fcollect");
+        assert!(
+            t.broadcast_on(&from_root, &x, t.n_pes(), s).is_err(),
+            "root out of range"
+        );
+        assert!(t.alltoall_on(&sum, &one, s).is_err(), "unequal lengths");
+    } else {
+        // The collective allocation the members made inside their branch.
+        let _g = rt.alloc::<i64>(evens_members.len()).unwrap();
+        assert_eq!(
+            sum.to_vec().unwrap(),
+            [0, 0, 0],
+            "a non-member's buffer is untouched"
+        );
+    }
+    rt.barrier_all().unwrap();
+    check_team_kernel(rt, evens.as_ref(), &evens_members, "even PEs");
+
+    let xrange = n.min(2);
+    let (row, col) = world.split_2d(xrange).unwrap();
+    let row_members: Vec<i32> =
+        (me / xrange * xrange..((me / xrange + 1) * xrange).min(n)).collect();
+    let col_members: Vec<i32> = (me % xrange..n).step_by(xrange as usize).collect();
+    assert_eq!(
+        (row.my_pe(), row.n_pes()),
+        (me % xrange, row_members.len() as i32),
+        "row"
+    );
+    assert_eq!(
+        (col.my_pe(), col.n_pes()),
+        (me / xrange, col_members.len() as i32),
+        "column"
+    );
+    let row_first_in_col = col_members.iter().position(|&p| p == row_members[0]);
+    assert_eq!(
+        row.translate_pe(0, &col),
+        row_first_in_col.map(|i| i as i32)
+    );
+    let a2a_src = filled(rt, 2 * row.n_pes() as usize, |i| me as i64 * 100 + i as i64);
+    let a2a_dst = filled(rt, 2 * row.n_pes() as usize, |_| -1i64);
+    row.alltoall_on(&a2a_dst, &a2a_src, StreamRef::Runtime)
+        .unwrap();
+    row.reduce_on(Sum, &sum, &x, StreamRef::Runtime).unwrap();
+    rt.synchronize().unwrap();
+    let want: Vec<i64> = row_members
+        .iter()
+        .flat_map(|&p| (0..2).map(move |j| p as i64 * 100 + (2 * (me % xrange) + j) as i64))
+        .collect();
+    assert_eq!(a2a_dst.to_vec().unwrap(), want, "row alltoall");
+    let row_total: i64 = row_members.iter().map(|&p| p as i64 + 1).sum();
+    assert_eq!(sum.to_vec().unwrap()[0], row_total, "row sum");
+    rt.barrier_all().unwrap();
+    check_team_kernel(rt, Some(&col), &col_members, "column of a 2D split");
+    drop((row, col));
+    drop(evens);
+    assert!(
+        world.split_strided(0, 1, n + 1).is_err(),
+        "a split larger than the team"
+    );
+    rt.barrier_all().unwrap();
+}
+
+/// A cudarc allocation registered with NVSHMEM (`Shmem::register_buffer`) is the source
+/// of a block-scoped put to the next PE (GPU only: the simulator has no device memory).
+pub fn registered_device_memory_is_a_put_source(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let len = 4096;
+    let stream = rt.stream().unwrap();
+    let mine: Vec<u64> = (0..len as u64).map(|i| (me as u64) << 40 | i).collect();
+    let mut slice = stream.clone_htod(&mine).unwrap();
+    let dst = filled(rt, len, |_| 0u64);
+    let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
+    let k = m.kernel::<host_suite_kernels::put_from>().unwrap();
+    {
+        let reg = rt.register_buffer(&mut slice).unwrap();
+        assert_eq!(reg.len(), len);
+        rt.barrier_all().unwrap();
+        // SAFETY: every PE launches it; `reg` is registered and as long as `dst`; one block.
+        unsafe {
+            k.launch(LaunchConfig::linear(1, 256), (&reg, &dst))
+                .unwrap()
+        };
+        rt.barrier_all().unwrap();
+    }
+    let prev = (me + n - 1) % n;
+    let want: Vec<u64> = (0..len as u64).map(|i| (prev as u64) << 40 | i).collect();
+    assert_eq!(
+        dst.to_vec().unwrap(),
+        want,
+        "what the previous PE's registered memory held"
+    );
 }
