@@ -96,7 +96,12 @@ fn check(a: &Artifact, version: &str, expected: &[(&str, bool)]) {
     let text = std::fs::read_to_string(&a.ptx).unwrap();
     let info = ptx::parse(&text);
     assert_eq!(info.target, a.arch.name());
-    for g in ["nvshmemi_device_state_d", "nvshmemi_device_lib_version_d"] {
+    // The host writes the last one at load (bounded waits: shmem_device::bound).
+    for g in [
+        "nvshmemi_device_state_d",
+        "nvshmemi_device_lib_version_d",
+        "shmem_rs_wait_config",
+    ] {
         assert!(
             info.visible_globals.iter().any(|v| v == g),
             "{g} not visible in {}",

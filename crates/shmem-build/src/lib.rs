@@ -282,8 +282,9 @@ pub fn emit_cargo_directives(artifacts: &[Artifact]) {
 
 /// Bumped when the pipeline's output changes for the same inputs (2: parameter sizes of an
 /// entry's last parameter read right; 3: large modules compiled separately, see
-/// [`link::Compilation`]), so that older builds are relinked.
-const PIPELINE_REVISION: u32 = 3;
+/// [`link::Compilation`]; 4: the wait configuration kept visible), so that older builds are
+/// relinked.
+const PIPELINE_REVISION: u32 = 4;
 
 /// Hash of the build inputs: the kernel bitcode's bytes (rustc may rewrite it unchanged, so
 /// its time says little), the other files' identity (path, size, time: NVSHMEM's bitcode is

@@ -10,13 +10,16 @@ use crate::{ir, ptx};
 use std::path::Path;
 use std::process::Command;
 
-/// NVSHMEM's device-state globals: `nvshmemx_cumodule_init` fills them, so they must stay
-/// visible in the PTX. The IBGDA/GPUNetIO ones exist from NVSHMEM 3.8 on.
-pub const STATE_GLOBALS: [&str; 4] = [
+/// The globals the host writes, so they must stay visible in the PTX: NVSHMEM's device
+/// state, which `nvshmemx_cumodule_init` fills (the IBGDA/GPUNetIO ones exist from NVSHMEM
+/// 3.8 on), and shmem-rs's wait configuration (`shmem_device::bound::CONFIG_SYMBOL`,
+/// written by `shmem-host` at load).
+pub const STATE_GLOBALS: [&str; 5] = [
     "nvshmemi_device_state_d",
     "nvshmemi_ibgda_device_state_d",
     "nvshmemi_gpunetio_device_state_d",
     "nvshmemi_device_lib_version_d",
+    "shmem_rs_wait_config",
 ];
 
 /// Globals every module must export, whatever the NVSHMEM version.

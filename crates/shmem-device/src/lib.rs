@@ -34,6 +34,7 @@
 //! | `nvshmem_putmem_signal_nbi(d, s, b, sig, v, NVSHMEM_SIGNAL_ADD, pe)` | [`signal::put_signal_nbi`]`(Thread, d, s, sig, v, SignalOp::Add, pe)` |
 //! | `nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, v)` | [`signal::signal_wait_until`]`(sig, Cmp::Ge, v)` |
 //! | `nvshmem_uint64_wait_until(ivar, NVSHMEM_CMP_EQ, v)` | [`p2p::wait_until`]`(ivar, Cmp::Eq, v)` |
+//! | (a wait that gives up: none in NVSHMEM) | [`p2p::wait_until_within`]`(ivar, Cmp::Eq, v, bound)`, or any wait under a program-wide bound ([`bound`]) |
 //! | `nvshmem_int_atomic_fetch_add(dst, v, pe)` | [`amo::atomic_fetch_add`]`(dst, v, pe)` |
 //! | `nvshmem_fence()`, `nvshmem_quiet()` | [`fence`], [`quiet`] |
 //! | `nvshmem_barrier_all()`, `nvshmemx_sync_all_block()` | [`coll::barrier_all`]`(Thread)`, [`coll::sync_all`]`(Block)` |
@@ -61,6 +62,7 @@ mod host;
 mod panic;
 
 pub mod amo;
+pub mod bound;
 pub mod coll;
 pub mod kernel;
 pub mod mem;
@@ -98,12 +100,14 @@ pub mod prelude {
     };
     pub use crate::order::{fence, quiet};
     pub use crate::p2p::{
-        Cmp, test, test_all, test_any, wait_until, wait_until_all, wait_until_any,
+        Cmp, test, test_all, test_any, wait_until, wait_until_all, wait_until_all_within,
+        wait_until_any, wait_until_any_within, wait_until_within,
     };
     pub use crate::rma::{g, get, get_nbi, p, put, put_nbi};
     pub use crate::scope::{Block, Thread, Warp};
     pub use crate::signal::{
         SignalOp, put_signal, put_signal_nbi, signal_fetch, signal_op, signal_wait_until,
+        signal_wait_until_within,
     };
     pub use crate::team::{Team, my_pe, n_pes};
     pub use crate::thread::*;

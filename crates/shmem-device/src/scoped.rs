@@ -364,18 +364,36 @@ pub fn fence_acq_rel<S: MemScope>(_scope: S) {
 ///   calls from 1;
 /// - `counter` is a `u32` in global memory, zero at the launch, that nothing else touches
 ///   during it.
+///
+/// The wait obeys the program-wide bound ([`crate::bound`]): a grid that is not resident at
+/// once ends in a report rather than a hang when a bound is set.
 #[inline(always)]
+#[track_caller]
 pub unsafe fn grid_barrier(counter: impl ScopedTarget<u32>, k: u32) {
     crate::thread::sync_threads();
     if crate::thread::thread_idx_x() == 0 {
         let target = k * crate::thread::grid_dim_x();
         // SAFETY: the caller's contract; the counter is only touched atomically.
-        unsafe {
-            fetch_add(Gpu, counter, 1u32);
-            while load_acquire(Gpu, counter) < target {}
-        }
+        unsafe { fetch_add(Gpu, counter, 1u32) };
+        crate::bound::poll(
+            crate::bound::program_bound_ns(),
+            // SAFETY: as above.
+            || unsafe { load_acquire(Gpu, counter) } >= target,
+            || grid_waiting(counter.addr(), crate::p2p::Cmp::Ge, target),
+        );
     }
     crate::thread::sync_threads();
+}
+
+/// What a grid barrier waits for (its report).
+fn grid_waiting(p: *mut u32, cmp: crate::p2p::Cmp, value: u32) -> crate::bound::Waiting {
+    crate::bound::Waiting {
+        kind: crate::bound::WaitKind::GridBarrier,
+        cmp,
+        addr: p.cast(),
+        elem_bytes: 4,
+        expected: value as u64,
+    }
 }
 
 /// A reusable barrier of the whole grid on two words that persist across launches: `count`
@@ -390,7 +408,10 @@ pub unsafe fn grid_barrier(counter: impl ScopedTarget<u32>, k: u32) {
 /// - every thread of every block calls it the same number of times;
 /// - `count` and `generation` are `u32`s in global memory, `count` zero before the first use,
 ///   touched by nothing else, and by one grid at a time.
+///
+/// The wait obeys the program-wide bound, as [`grid_barrier`]'s does.
 #[inline(always)]
+#[track_caller]
 pub unsafe fn grid_sync(count: impl ScopedTarget<u32>, generation: impl ScopedTarget<u32>) {
     crate::thread::sync_threads();
     if crate::thread::thread_idx_x() == 0 {
@@ -402,7 +423,11 @@ pub unsafe fn grid_sync(count: impl ScopedTarget<u32>, generation: impl ScopedTa
                 store_relaxed(Gpu, count, 0u32);
                 fetch_add(Gpu, generation, 1u32);
             } else {
-                while load_acquire(Gpu, generation) == g {}
+                crate::bound::poll(
+                    crate::bound::program_bound_ns(),
+                    || load_acquire(Gpu, generation) != g,
+                    || grid_waiting(generation.addr(), crate::p2p::Cmp::Ne, g),
+                );
             }
         }
     }

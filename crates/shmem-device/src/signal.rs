@@ -119,12 +119,54 @@ pub unsafe fn signal_fetch(sig: Sym<u64>) -> u64 {
 /// Waits until this PE's `sig` compares to `value` by `cmp`; returns the value seen.
 /// Data put with that signal is visible when it returns. NVSHMEM: `nvshmem_signal_wait_until`.
 ///
+/// Bounded by the program-wide bound when one is set ([`crate::bound`]).
+///
 /// # Safety
 /// `sig` is a valid symmetric `u64`, and some PE eventually makes the condition true
-/// (otherwise the kernel never finishes).
+/// (otherwise the kernel never finishes, or stops at its bound).
 #[inline(always)]
-#[cfg_attr(shmem_sim, track_caller)]
+#[track_caller]
 pub unsafe fn signal_wait_until(sig: Sym<u64>, cmp: Cmp, value: u64) -> u64 {
-    // SAFETY: the caller guarantees `sig` is valid.
-    unsafe { sys::nvshmem_signal_wait_until(sig.as_ptr(), cmp as i32, value) }
+    // SAFETY: the caller's contract.
+    unsafe { signal_wait_bounded(sig, cmp, value, crate::bound::bound_ns(None)) }
+}
+
+/// [`signal_wait_until`] that stops the kernel with a report after `bound`
+/// ([`crate::bound`]).
+///
+/// # Safety
+/// `sig` is a valid symmetric `u64`.
+#[inline(always)]
+#[track_caller]
+pub unsafe fn signal_wait_until_within(
+    sig: Sym<u64>,
+    cmp: Cmp,
+    value: u64,
+    bound: core::time::Duration,
+) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe { signal_wait_bounded(sig, cmp, value, crate::bound::bound_ns(Some(bound))) }
+}
+
+#[inline(always)]
+#[track_caller]
+unsafe fn signal_wait_bounded(sig: Sym<u64>, cmp: Cmp, value: u64, ns: u64) -> u64 {
+    let p = sig.as_ptr();
+    if ns != 0 {
+        crate::bound::poll(
+            ns,
+            // SAFETY: the caller guarantees `sig` is valid.
+            || cmp.holds(unsafe { sys::nvshmem_signal_fetch(p) }, value),
+            || crate::bound::Waiting {
+                kind: crate::bound::WaitKind::SignalWaitUntil,
+                cmp,
+                addr: p.cast(),
+                elem_bytes: 8,
+                expected: value,
+            },
+        );
+    }
+    // SAFETY: the caller guarantees `sig` is valid (returns at once after a bounded poll
+    // succeeded, with NVSHMEM's ordering of the data put with the signal).
+    unsafe { sys::nvshmem_signal_wait_until(p, cmp as i32, value) }
 }

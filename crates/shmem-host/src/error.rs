@@ -65,6 +65,14 @@ pub enum Error {
     Simulator(String),
     /// A CUDA graph capture failed: what was being captured and why.
     Capture(String),
+    /// A kernel's wait outlived its bound ([`shmem_device::bound`]) and stopped the kernel;
+    /// the CUDA context is unusable afterwards (end the process).
+    WaitTimedOut {
+        /// The kernel(s) in flight on this PE when it stopped.
+        kernels: String,
+        /// What the device wrote.
+        report: Box<shmem_device::bound::WaitReport>,
+    },
 }
 
 impl fmt::Display for Error {
@@ -85,6 +93,9 @@ impl fmt::Display for Error {
                 )
             }
             Error::Cuda(m) => write!(f, "CUDA: {m}"),
+            Error::WaitTimedOut { kernels, report } => {
+                write!(f, "a wait outlived its bound in {kernels}: {report}")
+            }
             Error::Nvshmem { call, status } => {
                 write!(f, "NVSHMEM: {call} failed (status {status})")
             }

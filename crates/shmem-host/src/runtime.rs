@@ -252,9 +252,25 @@ impl Mark {
 }
 
 impl Shmem {
-    fn with(backend: Box<dyn Backend>) -> Shmem {
+    fn with(backend: Box<dyn Backend>) -> Result<Shmem> {
         let pe = backend.pe();
-        Shmem { backend, pe }
+        let rt = Shmem { backend, pe };
+        if let Some(bound) = wait_bound_from(std::env::var("SHMEM_WAIT_TIMEOUT").ok())? {
+            rt.set_wait_bound(Some(bound));
+        }
+        Ok(rt)
+    }
+
+    /// Bounds every wait of the kernels of modules loaded from now on
+    /// ([`shmem_device::bound`]): a wait that lasts longer stops its kernel, and the next
+    /// synchronisation returns [`Error::WaitTimedOut`] with the report. `None`: unbounded
+    /// (the default). `SHMEM_WAIT_TIMEOUT` (`2s`, `500ms`, `1.5`) sets it at start-up, so
+    /// a program can be run bounded without a change. On a GPU the bound is written into
+    /// each module as it loads, so modules loaded earlier keep theirs; on the simulator it
+    /// holds from the next launch.
+    pub fn set_wait_bound(&self, bound: Option<Duration>) {
+        let ns = bound.map_or(0, |d| (d.as_nanos().min(u64::MAX as u128) as u64).max(1));
+        self.backend.set_wait_bound(ns);
     }
 
     /// Starts NVSHMEM as the environment says (see the module documentation). On a thread
@@ -262,7 +278,7 @@ impl Shmem {
     pub fn init() -> Result<Shmem> {
         #[cfg(feature = "sim")]
         if let Some(pe) = crate::sim::take_thread_pe()? {
-            return Ok(Shmem::with(Box::new(pe)));
+            return Shmem::with(Box::new(pe));
         }
         match Bootstrap::from_env(|k| std::env::var(k).ok())? {
             Bootstrap::Launcher {
@@ -291,7 +307,7 @@ impl Shmem {
             nranks,
             uid: &uid.0,
         };
-        Ok(Shmem::with(Box::new(Gpu::start(device, how)?)))
+        Shmem::with(Box::new(Gpu::start(device, how)?))
     }
 
     /// Starts NVSHMEM through its own PMI/PMIx/MPI bootstrap, on GPU `device`.
@@ -301,10 +317,7 @@ impl Shmem {
             // reads it during init.
             unsafe { std::env::set_var(var, value) };
         }
-        Ok(Shmem::with(Box::new(Gpu::start(
-            device,
-            Start::Bootstrapped,
-        )?)))
+        Shmem::with(Box::new(Gpu::start(device, Start::Bootstrapped)?))
     }
 
     /// The GPU backend, or the error that says this PE runs on the simulator.
@@ -419,6 +432,24 @@ impl Shmem {
     }
 }
 
+/// A bound from `SHMEM_WAIT_TIMEOUT`: seconds (`2`, `1.5`, `2s`) or milliseconds
+/// (`500ms`); `0` or unset: none.
+pub(crate) fn wait_bound_from(v: Option<String>) -> Result<Option<Duration>> {
+    let Some(v) = v else { return Ok(None) };
+    let t = v.trim();
+    let (num, scale) = match t.strip_suffix("ms") {
+        Some(n) => (n, 1e-3),
+        None => (t.strip_suffix('s').unwrap_or(t), 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(0.0) => Ok(None),
+        Ok(x) if x > 0.0 && x.is_finite() => Ok(Some(Duration::from_secs_f64(x * scale))),
+        _ => Err(Error::Invalid(format!(
+            "SHMEM_WAIT_TIMEOUT={v:?} is not a duration (seconds, as `2`, `1.5s`, or `500ms`)"
+        ))),
+    }
+}
+
 impl std::fmt::Debug for Shmem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shmem")
@@ -441,6 +472,20 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn wait_bounds_from_the_environment() {
+        let b = |v: &str| wait_bound_from(Some(v.into()));
+        assert_eq!(b("2s").unwrap(), Some(Duration::from_secs(2)));
+        assert_eq!(b("1.5").unwrap(), Some(Duration::from_millis(1500)));
+        assert_eq!(b("500ms").unwrap(), Some(Duration::from_millis(500)));
+        assert_eq!(b("0").unwrap(), None);
+        assert_eq!(wait_bound_from(None).unwrap(), None);
+        for bad in ["soon", "-1", "2h"] {
+            let e = b(bad).unwrap_err().to_string();
+            assert!(e.contains("SHMEM_WAIT_TIMEOUT"), "{e}");
+        }
     }
 
     #[test]

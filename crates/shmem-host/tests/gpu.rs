@@ -41,3 +41,65 @@ macro_rules! gpu_tests {
 
 suite::simulated_cases!(gpu_tests);
 suite::gpu_only_cases!(gpu_tests);
+
+/// One PE's wait outlives its 2 s bound while the others wait for it in a barrier: the PE
+/// exits non-zero with the report, and the launcher stops every PE and fails naming it,
+/// within seconds. The runner's part checks the launch; each PE's part is below.
+#[test]
+fn a_timed_out_pe_fails_the_job_quickly() {
+    use shmem_host::launcher::{LaunchSpec, launch};
+    const NAME: &str = "a_timed_out_pe_fails_the_job_quickly";
+    if std::env::var("SHMEM_GPU_TESTS").as_deref() != Ok("1") {
+        eprintln!("skipped {NAME}: set SHMEM_GPU_TESTS=1 on a machine with GPUs");
+        return;
+    }
+    if shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
+        let rt = Shmem::init().expect("NVSHMEM starts");
+        let waiter = rt.n_pes() - 1;
+        let sig = rt.alloc::<u64>(1).unwrap();
+        let m = rt
+            .load_module(&suite::ptx_dir(), "host-suite-kernels")
+            .unwrap();
+        let k = m.kernel::<host_suite_kernels::wait_for_nobody>().unwrap();
+        rt.barrier_all().unwrap();
+        // SAFETY: every PE launches it; `sig` is symmetric; the wait is bounded.
+        let r = unsafe {
+            k.launch(
+                shmem_host::LaunchConfig::linear(1, 32),
+                (&sig, waiter, 2000u64),
+            )
+        }
+        .and_then(|()| rt.synchronize());
+        if let Err(e) = r {
+            eprintln!("PE {}: {e}", rt.my_pe());
+            std::process::exit(3);
+        }
+        // The others wait here for the waiter, which never comes.
+        rt.barrier_all().unwrap();
+        unreachable!("PE {} passed a barrier its peer never reached", rt.my_pe());
+    }
+    let gpus = visible_gpus().expect("a CUDA driver");
+    let n = std::env::var("SHMEM_GPU_PES").map_or(gpus, |v| v.parse().unwrap_or(gpus));
+    let start = std::time::Instant::now();
+    let e = launch(&LaunchSpec {
+        n,
+        gpus: Some(gpus),
+        program: std::env::current_exe().expect("the test binary"),
+        args: [NAME, "--exact", "--nocapture", "--test-threads=1"]
+            .map(Into::into)
+            .to_vec(),
+        timeout: Some(std::time::Duration::from_secs(60)),
+    })
+    .expect_err("the job fails");
+    let took = start.elapsed().as_secs_f64();
+    let e = e.to_string();
+    println!("the job failed after {took:.1} s: {e}");
+    assert!(
+        e.contains(&format!("PE {} exited with status 3", n - 1)),
+        "{e}"
+    );
+    assert!(
+        took < 10.0 + 5.0,
+        "startup plus the 2 s bound took {took:.1} s"
+    );
+}

@@ -6,6 +6,7 @@
 //! | [`forward`](forward()) | a launch on a user stream runs after a copy enqueued before it |
 //! | [`count_next`](count_next()) | a graph replays every captured launch, once per replay |
 //! | [`put_from`](put_from()) | device memory registered with NVSHMEM is the local side of a put |
+//! | [`wait_for_nobody`](wait_for_nobody()) | a wait past its bound stops the kernel with a report |
 //! | [`team_ops`](team_ops()) | a team split on the host numbers its PEs, meets and reduces in a kernel |
 
 #![no_std]
@@ -92,4 +93,26 @@ pub unsafe fn put_from(src: DeviceSlice<u64>, dst: SymSlice<u64>) {
     // every thread of the block calls the block-scoped put.
     unsafe { put(Block, dst, src, next) };
     quiet();
+}
+
+/// On PE `waiter`, thread 0 waits for `sig` to become 1, which nobody sends: for at most
+/// `bound_ms` (per-wait bound) when it is non-zero, else under the program-wide bound. The
+/// other PEs return at once.
+///
+/// # Safety
+/// `sig` is a symmetric word; any launch shape. Without a bound the kernel never ends.
+#[shmem_kernel]
+pub unsafe fn wait_for_nobody(sig: Sym<u64>, waiter: i32, bound_ms: u64) {
+    if global_idx_x() != 0 || my_pe() != waiter {
+        return;
+    }
+    // SAFETY: a symmetric word (contract).
+    unsafe {
+        if bound_ms > 0 {
+            let bound = core::time::Duration::from_millis(bound_ms);
+            signal_wait_until_within(sig, Cmp::Eq, 1, bound);
+        } else {
+            wait_until(sig, Cmp::Eq, 1u64);
+        }
+    }
 }

@@ -507,6 +507,22 @@ pub mod shmem;
 pub mod sys;
 pub use shmem::{SimBuffer, World};
 
+/// The program-wide wait bound of the running launch's world (ns, 0: none).
+pub(crate) fn wait_bound_ns() -> u64 {
+    ctx()
+        .and_then(|c| c.engine.world.clone())
+        .map_or(0, |w| w.wait_bound_ns())
+}
+
+/// Nanoseconds since the simulator first read its clock (the clock of bounded waits).
+pub(crate) fn now_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
+}
+
 /// A yield point: gives the turn away and waits for it back. `poll` marks a step that only
 /// looked at memory (see the module documentation).
 #[track_caller]

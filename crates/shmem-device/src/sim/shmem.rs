@@ -38,6 +38,8 @@ pub struct World {
     /// Teams split from others, by handle minus [`FIRST_SPLIT_TEAM`]: their members (world
     /// PE numbers, in team order) and how many members have not destroyed it yet.
     teams: Mutex<Vec<Option<SplitTeam>>>,
+    /// The program-wide bound of waits in kernels on these PEs (ns, 0: none).
+    wait_bound_ns: core::sync::atomic::AtomicU64,
 }
 
 /// A team's members (world numbers, in team order) and how many have not destroyed it.
@@ -83,6 +85,7 @@ impl World {
             words,
             live: Mutex::new(Vec::new()),
             teams: Mutex::new(Vec::new()),
+            wait_bound_ns: Default::default(),
         })
     }
 
@@ -129,6 +132,18 @@ impl World {
     /// PEs.
     pub fn n_pes(&self) -> u32 {
         self.heaps.len() as u32
+    }
+
+    /// Bounds every wait of the kernels run on these PEs ([`crate::bound`]); 0: none.
+    pub fn set_wait_bound_ns(&self, ns: u64) {
+        self.wait_bound_ns
+            .store(ns, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The bound [`World::set_wait_bound_ns`] set.
+    pub fn wait_bound_ns(&self) -> u64 {
+        self.wait_bound_ns
+            .load(core::sync::atomic::Ordering::Relaxed)
     }
 
     /// The members of team `team` (world PE numbers, in team order), or `None` for a handle

@@ -7,7 +7,8 @@ use crate::module::LaunchConfig;
 use crate::nvshmem::{HostSync, Nvshmem, sys::RawUniqueId};
 use crate::runtime::Mark;
 use crate::stream::{GraphExec, StreamRef};
-use cudarc::driver::{CudaContext, CudaStream, result, sys};
+use cudarc::driver::{CudaContext, CudaStream, DriverError, result, sys};
+use shmem_device::bound::{WaitConfig, WaitReport};
 use std::ffi::{CString, c_void};
 use std::path::Path;
 use std::sync::Arc;
@@ -26,6 +27,16 @@ pub(crate) struct Gpu {
     ctl: *mut i64,
     /// Whether a graph capture runs on this PE (host work is refused meanwhile).
     capturing: std::cell::Cell<bool>,
+    /// Where this PE's kernels report a wait that outlived its bound: mapped, pinned host
+    /// memory (host and device addresses).
+    report: *mut WaitReport,
+    report_dev: u64,
+    /// The program-wide wait bound (ns) written into modules as they load.
+    wait_bound_ns: std::cell::Cell<u64>,
+    /// The kernels launched since the runtime's stream was last seen idle (for reports).
+    in_flight: std::cell::RefCell<Vec<&'static str>>,
+    /// Set once a kernel stopped (trap): the context is unusable, NVSHMEM is not finalized.
+    poisoned: std::cell::Cell<bool>,
 }
 
 /// How NVSHMEM learns who its PEs are.
@@ -38,6 +49,20 @@ pub(crate) enum Start<'a> {
     },
     /// Through its own PMI/PMIx/MPI bootstrap.
     Bootstrapped,
+}
+
+/// This PE's wait report: pinned host memory mapped into the device, zeroed.
+fn mapped_report() -> Result<(*mut WaitReport, u64)> {
+    let bytes = std::mem::size_of::<WaitReport>();
+    // SAFETY: allocates pinned, mapped host memory in the current context; it is written
+    // below before any use, and freed at drop.
+    unsafe {
+        let host = result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP)?.cast::<WaitReport>();
+        host.write_volatile(WaitReport::EMPTY);
+        let mut dev: sys::CUdeviceptr = 0;
+        sys::cuMemHostGetDevicePointer_v2(&mut dev, host.cast(), 0).result()?;
+        Ok((host, dev))
+    }
 }
 
 /// Clears [`RUNNING`] if a start fails half-way.
@@ -94,6 +119,7 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         // SAFETY: collective allocation, made by every PE at the same point of its start.
         let ctl = unsafe { nv.malloc(4 * std::mem::size_of::<i64>())? }.cast::<i64>();
+        let (report, report_dev) = mapped_report()?;
         guard.0 = true;
         Ok(Gpu {
             nv,
@@ -109,7 +135,93 @@ impl Gpu {
             },
             ctl,
             capturing: std::cell::Cell::new(false),
+            report,
+            report_dev,
+            wait_bound_ns: std::cell::Cell::new(0),
+            in_flight: Default::default(),
+            poisoned: std::cell::Cell::new(false),
         })
+    }
+
+    /// Waits for the runtime's stream; a failure is explained by the wait report when a
+    /// kernel wrote one.
+    pub(crate) fn sync_stream(&self) -> Result<()> {
+        match self.stream.synchronize() {
+            Ok(()) => {
+                self.in_flight.borrow_mut().clear();
+                Ok(())
+            }
+            Err(e) => Err(self.explain(e)),
+        }
+    }
+
+    /// The error for a failed driver call: [`Error::WaitTimedOut`] when a kernel stopped at
+    /// a wait's bound, else the driver's error. Either way a failure at synchronisation
+    /// leaves the context unusable, so NVSHMEM is not finalized at drop.
+    pub(crate) fn explain(&self, e: DriverError) -> Error {
+        self.poisoned.set(true);
+        // SAFETY: `report` is this PE's mapped report, valid until drop; the device wrote it
+        // completely before setting `state` (fenced), and the kernel has stopped.
+        let report = unsafe { self.report.read_volatile() };
+        if !report.is_written() {
+            return e.into();
+        }
+        let names = self.in_flight.borrow();
+        let mut unique: Vec<&str> = Vec::new();
+        for n in names.iter() {
+            if !unique.contains(n) {
+                unique.push(n);
+            }
+        }
+        let kernels = match unique.as_slice() {
+            [] => "a kernel".to_string(),
+            [one] => format!("kernel `{one}`"),
+            many => format!(
+                "one of the kernels {}",
+                many.iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        Error::WaitTimedOut {
+            kernels,
+            report: Box::new(report),
+        }
+    }
+
+    /// Writes a module's wait configuration (bound and report address), if it has one
+    /// (modules of CUDA C++ or of builds before bounded waits do not).
+    fn configure_waits(&self, m: sys::CUmodule) -> Result<()> {
+        let name = CString::new(shmem_device::bound::CONFIG_SYMBOL).expect("no NUL");
+        // SAFETY: a loaded module of this context.
+        let Ok((ptr, bytes)) = (unsafe { result::module::get_global(m, name) }) else {
+            return Ok(());
+        };
+        if bytes != std::mem::size_of::<WaitConfig>() {
+            return Err(Error::Module(format!(
+                "the module's {} has {bytes} bytes, not {}: built by another version of \
+                 shmem-rs",
+                shmem_device::bound::CONFIG_SYMBOL,
+                std::mem::size_of::<WaitConfig>()
+            )));
+        }
+        let cfg = WaitConfig {
+            bound_ns: self.wait_bound_ns.get(),
+            report: self.report_dev,
+            claimed: 0,
+            reserved: 0,
+        };
+        // SAFETY: `ptr` is the module's global of exactly this layout; no kernel of the
+        // module runs yet; the copy is synchronous. `WaitConfig` is plain data.
+        unsafe {
+            let src = std::slice::from_raw_parts(
+                (&raw const cfg).cast::<u8>(),
+                std::mem::size_of::<WaitConfig>(),
+            );
+            result::memcpy_htod_sync(ptr, src)?;
+        }
+        Ok(())
     }
 
     fn cu_stream(&self) -> crate::nvshmem::sys::Stream {
@@ -169,7 +281,7 @@ impl Backend for Gpu {
     }
 
     fn synchronize(&self) -> Result<()> {
-        Ok(self.stream.synchronize()?)
+        self.sync_stream()
     }
 
     fn mark_on(&self, stream: StreamRef<'_>) -> Result<Mark> {
@@ -203,7 +315,7 @@ impl Backend for Gpu {
         let s = self.resolve(stream)?;
         if !op.on_stream() {
             self.not_capturing(&format!("a host {}", op.name()))?;
-            self.stream.synchronize()?;
+            self.sync_stream()?;
         }
         // SAFETY: NVSHMEM is running; the stream is this context's; collective calls are
         // made by every PE (the caller's contract, documented on `Shmem`).
@@ -316,6 +428,10 @@ impl Backend for Gpu {
         }
     }
 
+    fn set_wait_bound(&self, ns: u64) {
+        self.wait_bound_ns.set(ns);
+    }
+
     fn min_max(&self, value: i64) -> Result<(i64, i64)> {
         self.not_capturing("an agreement between PEs")?;
         let ctl = self.ctl as sys::CUdeviceptr;
@@ -325,7 +441,7 @@ impl Backend for Gpu {
             result::memcpy_htod_sync(ctl, &[value, -value])?;
             self.nv
                 .int64_max_reduce_on_stream(self.ctl.add(2), self.ctl, 2, self.cu_stream())?;
-            self.stream.synchronize()?;
+            self.sync_stream()?;
             let mut out = [0i64; 2];
             result::memcpy_dtoh_sync(&mut out, ctl + 16)?;
             Ok((-out[1], out[0]))
@@ -350,7 +466,7 @@ impl Backend for Gpu {
 
     unsafe fn write(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
         self.not_capturing("a copy to symmetric memory")?;
-        self.stream.synchronize()?;
+        self.sync_stream()?;
         // SAFETY: the caller's contract; the stream is idle, so no kernel touches `dst`.
         unsafe {
             result::memcpy_htod_sync(
@@ -363,7 +479,7 @@ impl Backend for Gpu {
 
     unsafe fn read(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
         self.not_capturing("a copy from symmetric memory")?;
-        self.stream.synchronize()?;
+        self.sync_stream()?;
         // SAFETY: the caller's contract; the stream is idle.
         unsafe {
             result::memcpy_dtoh_sync(
@@ -401,6 +517,14 @@ impl Backend for Gpu {
         if let Err(e) = unsafe { self.nv.cumodule_init(m.cast()) } {
             // SAFETY: loaded above and not used elsewhere.
             let _ = unsafe { result::module::unload(m) };
+            return Err(e);
+        }
+        if let Err(e) = self.configure_waits(m) {
+            // SAFETY: as above; registered with NVSHMEM just now.
+            unsafe {
+                let _ = self.nv.cumodule_finalize(m.cast());
+                let _ = result::module::unload(m);
+            }
             return Err(e);
         }
         Ok(Some(m))
@@ -445,12 +569,18 @@ impl Backend for Gpu {
     unsafe fn launch(
         &self,
         f: Function,
-        _name: &'static str,
+        name: &'static str,
         cfg: &LaunchConfig<'_>,
         cooperative: bool,
         args: &mut dyn LaunchArgs,
     ) -> Result<()> {
         let stream = self.resolve(cfg.stream)?;
+        {
+            let mut names = self.in_flight.borrow_mut();
+            if names.len() < 64 {
+                names.push(name);
+            }
+        }
         let mut ptrs: Vec<*mut c_void> = args.param_ptrs();
         // SAFETY: `ptrs` point at the fields of `args` (alive until the call returns, the
         // driver copies them), whose types are `f`'s parameters (the caller's contract).
@@ -481,13 +611,24 @@ impl Backend for Gpu {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
-        let _ = self.stream.synchronize();
+        if self.poisoned.get() || self.stream.synchronize().is_err() {
+            // A kernel stopped: the context is unusable and NVSHMEM cannot finalize (it would
+            // wait for the other PEs); the process ends without it. The report memory goes
+            // with the process.
+            eprintln!(
+                "PE {}: not finalizing NVSHMEM after a failed kernel",
+                self.pe.my_pe
+            );
+            RUNNING.store(false, Ordering::SeqCst);
+            return;
+        }
         // SAFETY: every buffer and module borrowing the `Shmem` is gone (lifetimes); the
         // control block was allocated at start by every PE and is freed by every PE here,
         // before NVSHMEM is finalized.
         unsafe {
             self.nv.free(self.ctl.cast());
             self.nv.finalize();
+            let _ = result::free_host(self.report.cast());
         }
         RUNNING.store(false, Ordering::SeqCst);
     }

@@ -125,6 +125,8 @@ pub(crate) trait Backend {
         bytes: usize,
         stream: StreamRef<'_>,
     ) -> Result<()>;
+    /// The program-wide wait bound (ns, 0: none) of modules loaded from now on.
+    fn set_wait_bound(&self, ns: u64);
     /// Launches `f` (cooperatively when `cooperative`), after the checks common to every
     /// backend (in `crate::module`).
     ///

@@ -693,6 +693,11 @@ impl Backend for SimPe {
         })
     }
 
+    /// For every PE of this run (they share one world), from their next launch.
+    fn set_wait_bound(&self, ns: u64) {
+        self.world().set_wait_bound_ns(ns);
+    }
+
     /// Nothing is loaded: the kernels run from the program's own host build.
     fn load(&self, _image: Vec<u8>, _origin: &Path) -> Result<Option<CUmodule>> {
         Ok(None)

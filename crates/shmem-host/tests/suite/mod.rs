@@ -45,6 +45,7 @@ macro_rules! simulated_cases {
             unequal_allocation_fails_on_every_pe: 2,
             graph_replays_launches_and_barriers: 1,
             teams: 1,
+            a_wait_past_its_bound_reports: 1,
         }
     };
 }
@@ -60,6 +61,7 @@ macro_rules! gpu_only_cases {
             kernel_panic_traps_and_is_reported: 2,
             user_streams_cudarc_copies_and_events: 2,
             registered_device_memory_is_a_put_source: 2,
+            a_program_wide_bound_reports: 2,
         }
     };
 }
@@ -761,4 +763,107 @@ pub fn registered_device_memory_is_a_put_source(rt: &Shmem) {
         want,
         "what the previous PE's registered memory held"
     );
+}
+
+/// The line of `wait_for_nobody`'s call of `what` (for the report's location).
+fn host_suite_line(what: &str) -> u32 {
+    let src = include_str!("../../../../examples/host-suite/src/lib.rs");
+    1 + src
+        .lines()
+        .position(|l| l.trim_start().starts_with(what))
+        .unwrap_or_else(|| panic!("`{what}` is not in host-suite's lib.rs")) as u32
+}
+
+/// Checks the report of `wait_for_nobody` in `e` (the same text on both backends): who,
+/// where, what, how long.
+fn check_wait_report(e: &Error, waiter: i32, call: &str, kind: &str, bound_s: f64) {
+    let text = e.to_string();
+    let line = host_suite_line(call);
+    for want in [
+        format!("PE {waiter} block (0, 0, 0) thread (0, 0, 0): {kind} at "),
+        format!("host-suite/src/lib.rs:{line}:"),
+        format!("(bound {bound_s:.3} s) for the 8-byte word at "),
+        "to become == 1; it holds 0".to_string(),
+        "`wait_for_nobody`".to_string(),
+    ] {
+        assert!(text.contains(&want), "the report lacks {want:?}: {text}");
+    }
+    if let Error::WaitTimedOut { report, .. } = e {
+        assert!(report.elapsed_ns as f64 * 1e-9 >= bound_s, "{text}");
+    }
+}
+
+/// A signal nobody sends, waited for on the last PE with a 2 s bound of its own: the kernel
+/// stops with a report naming the PE, the wait's source line, the word and the values, within
+/// seconds; the other PEs' kernels end normally. On the simulator the run goes on, and a
+/// program-wide bound (`set_wait_bound`) does the same for an unbounded `wait_until`.
+pub fn a_wait_past_its_bound_reports(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let waiter = n - 1;
+    let sig = filled(rt, 1, |_| 0u64);
+    let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
+    let k = m.kernel::<host_suite_kernels::wait_for_nobody>().unwrap();
+    rt.barrier_all().unwrap();
+    let start = std::time::Instant::now();
+    // SAFETY: every PE launches it; `sig` is symmetric; the wait is bounded.
+    let r = unsafe { k.launch(LaunchConfig::linear(1, 32), (&sig, waiter, 2000u64)) }
+        .and_then(|()| rt.synchronize());
+    let took = start.elapsed().as_secs_f64();
+    let call = "signal_wait_until_within(sig";
+    if rt.is_simulated() {
+        let e = r.expect_err("the simulated launch fails on every PE");
+        check_wait_report(&e, waiter, call, "signal_wait_until", 2.0);
+    } else if me == waiter {
+        let e = r.expect_err("the waiting PE's kernel stops");
+        assert!(matches!(e, Error::WaitTimedOut { .. }), "{e}");
+        check_wait_report(&e, waiter, call, "signal_wait_until", 2.0);
+    } else {
+        r.unwrap();
+    }
+    assert!(took < 10.0, "the report came after {took:.1} s");
+    println!(
+        "PE {me}: {}",
+        if me == waiter { "reported" } else { "done" }
+    );
+    if !rt.is_simulated() {
+        // The waiting PE's context is unusable after the trap; no PE waits for it.
+        std::process::exit(0);
+    }
+    rt.set_wait_bound(Some(std::time::Duration::from_millis(500)));
+    rt.barrier_all().unwrap();
+    // SAFETY: as above; the program-wide bound ends the unbounded wait.
+    let e = unsafe { k.launch(LaunchConfig::linear(1, 32), (&sig, waiter, 0u64)) }.unwrap_err();
+    check_wait_report(&e, waiter, "wait_until(sig", "wait_until", 0.5);
+    rt.set_wait_bound(None);
+    rt.barrier_all().unwrap();
+}
+
+/// A program-wide bound set before the module loads (as `SHMEM_WAIT_TIMEOUT` does) ends an
+/// unbounded `wait_until` on the last PE with the report (GPU: the bound is written into the
+/// module at load).
+pub fn a_program_wide_bound_reports(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let waiter = n - 1;
+    let sig = filled(rt, 1, |_| 0u64);
+    rt.set_wait_bound(Some(std::time::Duration::from_secs(2)));
+    let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
+    let k = m.kernel::<host_suite_kernels::wait_for_nobody>().unwrap();
+    rt.barrier_all().unwrap();
+    let start = std::time::Instant::now();
+    // SAFETY: every PE launches it; `sig` is symmetric; the program-wide bound holds.
+    let r = unsafe { k.launch(LaunchConfig::linear(1, 32), (&sig, waiter, 0u64)) }
+        .and_then(|()| rt.synchronize());
+    let took = start.elapsed().as_secs_f64();
+    if me == waiter {
+        let e = r.expect_err("the waiting PE's kernel stops");
+        check_wait_report(&e, waiter, "wait_until(sig", "wait_until", 2.0);
+    } else {
+        r.unwrap();
+    }
+    assert!(took < 10.0, "the report came after {took:.1} s");
+    println!(
+        "PE {me}: {}",
+        if me == waiter { "reported" } else { "done" }
+    );
+    std::process::exit(0);
 }

@@ -1,0 +1,356 @@
+//! Bounded waits: a wait that does not complete within its bound stops the kernel with a
+//! report of who waited for what, instead of spinning forever.
+//!
+//! - **Per wait**: the `_within` forms ([`crate::p2p::wait_until_within`],
+//!   [`crate::signal::signal_wait_until_within`], …) take a [`Duration`].
+//! - **Program-wide**: every wait of this crate — [`crate::p2p`]'s and
+//!   [`crate::signal`]'s waits, the grid barriers of [`crate::scoped`] — obeys the bound the
+//!   host sets in the module (`SHMEM_WAIT_TIMEOUT=2s`, or `Shmem::set_wait_bound`), with no
+//!   change to the kernel. A per-wait bound takes precedence.
+//!
+//! With no bound (the default) a wait is NVSHMEM's own: the only cost is one load of the
+//! module's configuration per wait. With a bound, the wait polls (`nvshmem_TYPE_test`, or
+//! the barrier's load) and reads `%globaltimer` between polls; when the bound passes, the
+//! first thread of the module to expire writes a [`WaitReport`] into host memory the host
+//! mapped for it, and traps. The host sees the trap at its next synchronisation and returns
+//! the report as its error (PE, kernel, source location of the wait, address, expected and
+//! seen values, time waited); the launcher then stops every PE. Waits inside NVSHMEM's own
+//! collectives (barriers, reductions) are not bounded: NVSHMEM's code waits there.
+//!
+//! On the simulator the same bound applies to the same waits (per simulated world:
+//! `sim::World::set_wait_bound_ns`), on the host clock, and the kernel panics with the same
+//! report.
+
+use crate::p2p::Cmp;
+use core::panic::Location;
+use core::time::Duration;
+
+/// The name of the module global that holds a module's [`WaitConfig`] (kept visible by the
+/// build so that the host can find and set it).
+pub const CONFIG_SYMBOL: &str = "shmem_rs_wait_config";
+
+/// A module's bound and where its report goes, set by the host when it loads the module.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitConfig {
+    /// The program-wide bound in nanoseconds; 0: none.
+    pub bound_ns: u64,
+    /// The device address of this PE's [`WaitReport`] (mapped host memory); 0: none.
+    pub report: u64,
+    /// Set by the first thread to expire, so that one report is written.
+    pub claimed: u32,
+    /// Padding (the layout is shared with the host).
+    pub reserved: u32,
+}
+
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+#[used]
+#[allow(non_upper_case_globals)]
+static mut shmem_rs_wait_config: WaitConfig = WaitConfig {
+    bound_ns: 0,
+    report: 0,
+    claimed: 0,
+    reserved: 0,
+};
+
+/// The program-wide bound in nanoseconds (0: none).
+#[inline(always)]
+pub(crate) fn program_bound_ns() -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // SAFETY: a plain read of a module global that the host writes only while no kernel
+        // of the module runs.
+        unsafe { (&raw const shmem_rs_wait_config.bound_ns).read() }
+    }
+    #[cfg(shmem_sim)]
+    {
+        crate::sim::wait_bound_ns()
+    }
+    #[cfg(all(not(target_arch = "nvptx64"), not(shmem_sim)))]
+    0
+}
+
+/// `per_wait` in nanoseconds (at least 1) if given, else the program-wide bound.
+#[inline(always)]
+pub(crate) fn bound_ns(per_wait: Option<Duration>) -> u64 {
+    match per_wait {
+        Some(d) => (d.as_nanos().min(u64::MAX as u128) as u64).max(1),
+        None => program_bound_ns(),
+    }
+}
+
+/// Which wait expired.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitKind {
+    /// [`crate::p2p::wait_until`].
+    WaitUntil = 1,
+    /// [`crate::p2p::wait_until_all`].
+    WaitUntilAll = 2,
+    /// [`crate::p2p::wait_until_any`].
+    WaitUntilAny = 3,
+    /// [`crate::signal::signal_wait_until`].
+    SignalWaitUntil = 4,
+    /// A grid barrier of [`crate::scoped`] (`grid_barrier`, `grid_sync`).
+    GridBarrier = 5,
+}
+
+impl WaitKind {
+    fn name(raw: u32) -> &'static str {
+        match raw {
+            1 => "wait_until",
+            2 => "wait_until_all",
+            3 => "wait_until_any",
+            4 => "signal_wait_until",
+            5 => "a grid barrier",
+            _ => "a wait",
+        }
+    }
+}
+
+/// Bytes of the source file name a report keeps.
+pub const FILE_BYTES: usize = 160;
+
+/// What a wait that outlived its bound reports. The layout is shared with the host, which
+/// reads it from mapped memory after the kernel traps; [`core::fmt::Display`] writes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct WaitReport {
+    /// 0 until written; 2 once every other field is.
+    pub state: u32,
+    /// The PE that waited.
+    pub pe: i32,
+    /// A [`WaitKind`].
+    pub kind: u32,
+    /// The comparison ([`Cmp`] as `i32`; `Ge` for barriers).
+    pub cmp: i32,
+    /// Source line and column of the wait.
+    pub line: u32,
+    /// See `line`.
+    pub column: u32,
+    /// The waiting thread's block and thread index.
+    pub block: [u32; 3],
+    /// See `block`.
+    pub thread: [u32; 3],
+    /// Bytes of the waited-for word (its value fields hold its bits, zero-extended).
+    pub elem_bytes: u32,
+    /// Bytes of `file` in use.
+    pub file_len: u32,
+    /// The address waited on (for `_all`/`_any`, the first word not satisfied).
+    pub addr: u64,
+    /// The value it is compared with.
+    pub expected: u64,
+    /// The value it held when the bound passed.
+    pub seen: u64,
+    /// Nanoseconds waited, and the bound.
+    pub elapsed_ns: u64,
+    /// See `elapsed_ns`.
+    pub bound_ns: u64,
+    /// The source file of the wait (cut to [`FILE_BYTES`]).
+    pub file: [u8; FILE_BYTES],
+}
+
+impl WaitReport {
+    /// A report nobody has written.
+    pub const EMPTY: WaitReport = WaitReport {
+        state: 0,
+        pe: -1,
+        kind: 0,
+        cmp: 0,
+        line: 0,
+        column: 0,
+        block: [0; 3],
+        thread: [0; 3],
+        elem_bytes: 0,
+        file_len: 0,
+        addr: 0,
+        expected: 0,
+        seen: 0,
+        elapsed_ns: 0,
+        bound_ns: 0,
+        file: [0; FILE_BYTES],
+    };
+
+    /// Whether the device finished writing it.
+    pub fn is_written(&self) -> bool {
+        self.state == 2
+    }
+
+    /// The source file of the wait.
+    pub fn file(&self) -> &str {
+        let n = (self.file_len as usize).min(FILE_BYTES);
+        core::str::from_utf8(&self.file[..n]).unwrap_or("<file name not UTF-8>")
+    }
+}
+
+impl core::fmt::Display for WaitReport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let cmp = match self.cmp {
+            0 => "==",
+            1 => "!=",
+            2 => ">",
+            3 => "<=",
+            4 => "<",
+            _ => ">=",
+        };
+        let [bx, by, bz] = self.block;
+        let [tx, ty, tz] = self.thread;
+        write!(
+            f,
+            "PE {} block ({bx}, {by}, {bz}) thread ({tx}, {ty}, {tz}): {} at {}:{}:{} waited \
+             {:.3} s (bound {:.3} s) for the {}-byte word at {:#x} to become {cmp} {}; it \
+             holds {}",
+            self.pe,
+            WaitKind::name(self.kind),
+            self.file(),
+            self.line,
+            self.column,
+            self.elapsed_ns as f64 * 1e-9,
+            self.bound_ns as f64 * 1e-9,
+            self.elem_bytes,
+            self.addr,
+            self.expected,
+            self.seen,
+        )
+    }
+}
+
+/// What a wait waits for, for its report.
+pub(crate) struct Waiting {
+    pub kind: WaitKind,
+    pub cmp: Cmp,
+    pub addr: *const u8,
+    pub elem_bytes: u32,
+    pub expected: u64,
+}
+
+/// The bits of `v`, zero-extended (for a report).
+#[inline(always)]
+pub(crate) fn bits<T: Copy>(v: T) -> u64 {
+    let mut out = 0u64;
+    let n = core::mem::size_of::<T>().min(8);
+    // SAFETY: copies `n <= 8` bytes of a `Copy` value into a `u64` (little-endian both).
+    unsafe {
+        core::ptr::copy_nonoverlapping((&raw const v).cast::<u8>(), (&raw mut out).cast(), n)
+    };
+    out
+}
+
+/// Nanoseconds from some fixed point (`%globaltimer` on the GPU, the host clock under the
+/// simulator).
+#[inline(always)]
+fn now_ns() -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let t: u64;
+        // SAFETY: reads a special register; no memory is touched.
+        unsafe {
+            core::arch::asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack))
+        };
+        t
+    }
+    #[cfg(shmem_sim)]
+    {
+        crate::sim::now_ns()
+    }
+    #[cfg(all(not(target_arch = "nvptx64"), not(shmem_sim)))]
+    0
+}
+
+/// Polls `done` until it holds; with a bound (`bound_ns > 0`), stops the kernel with the
+/// report of `waiting` once `bound_ns` have passed. `done` does the polling read (a yield
+/// point on the simulator).
+#[inline(always)]
+#[track_caller]
+pub(crate) fn poll(
+    bound_ns: u64,
+    mut done: impl FnMut() -> bool,
+    waiting: impl FnOnce() -> Waiting,
+) {
+    if bound_ns == 0 {
+        while !done() {}
+        return;
+    }
+    let at = Location::caller();
+    let start = now_ns();
+    loop {
+        if done() {
+            return;
+        }
+        let elapsed = now_ns().wrapping_sub(start);
+        if elapsed > bound_ns {
+            expired(at, waiting(), elapsed, bound_ns);
+        }
+        // The bound, not the simulator's deadlock detector, ends this wait.
+        #[cfg(shmem_sim)]
+        crate::sim::step(false);
+    }
+}
+
+/// Writes the report of an expired wait and stops the kernel.
+#[cold]
+#[inline(never)]
+fn expired(at: &'static Location<'static>, w: Waiting, elapsed_ns: u64, bound_ns: u64) -> ! {
+    let idx = crate::thread::thread_idx();
+    let blk = crate::thread::block_idx();
+    let mut r = WaitReport {
+        state: 2,
+        pe: crate::team::my_pe(),
+        kind: w.kind as u32,
+        cmp: w.cmp as i32,
+        line: at.line(),
+        column: at.column(),
+        block: [blk.x, blk.y, blk.z],
+        thread: [idx.x, idx.y, idx.z],
+        elem_bytes: w.elem_bytes,
+        file_len: 0,
+        addr: w.addr as u64,
+        expected: w.expected,
+        seen: 0,
+        elapsed_ns,
+        bound_ns,
+        file: [0; FILE_BYTES],
+    };
+    let mut seen = 0u64;
+    // SAFETY: `addr` is the waited-on word of `elem_bytes <= 8` bytes (the wait's contract).
+    unsafe {
+        let bytes = (w.elem_bytes as usize).min(8);
+        for i in 0..bytes {
+            seen |= (w.addr.add(i).read_volatile() as u64) << (8 * i);
+        }
+    }
+    r.seen = seen;
+    let name = at.file().as_bytes();
+    let n = name.len().min(FILE_BYTES);
+    r.file[..n].copy_from_slice(&name[..n]);
+    r.file_len = n as u32;
+    publish(&r)
+}
+
+#[cfg(target_arch = "nvptx64")]
+fn publish(r: &WaitReport) -> ! {
+    use core::sync::atomic::{AtomicU32, Ordering};
+    // SAFETY: the module global is only read by kernels and written by the host between
+    // launches; `claimed` is touched only atomically here. The report address, when set,
+    // is this PE's mapped host report, which only the claiming thread writes.
+    unsafe {
+        let cfg = &raw mut shmem_rs_wait_config;
+        let claimed = AtomicU32::from_ptr(&raw mut (*cfg).claimed);
+        let report = (&raw const (*cfg).report).read() as *mut WaitReport;
+        if !report.is_null() && claimed.swap(1, Ordering::AcqRel) == 0 {
+            let mut body = *r;
+            body.state = 0;
+            report.write_volatile(body);
+            core::arch::asm!("fence.sc.sys;", options(nostack));
+            (&raw mut (*report).state).write_volatile(2);
+            core::arch::asm!("fence.sc.sys;", options(nostack));
+        }
+        core::arch::nvptx::trap()
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+fn publish(r: &WaitReport) -> ! {
+    panic!("a wait outlived its bound: {r}")
+}
