@@ -610,7 +610,10 @@ where
         self.collective
     }
 
-    /// How many blocks of `cfg`'s shape can be resident on this GPU at once.
+    /// How many blocks of `cfg`'s shape this PE can count on being resident at once: what
+    /// the GPU holds, divided among the PEs that share it (several PEs on one GPU under CUDA
+    /// MPS run at once, on SMs that MPS does not keep apart). Cooperative launches are
+    /// checked against it.
     pub fn max_coresident_blocks(&self, cfg: &LaunchConfig) -> Result<u32> {
         let key = (cfg.threads(), cfg.shared_mem_bytes);
         if let Some((t, m, max)) = self.fit.0.get()

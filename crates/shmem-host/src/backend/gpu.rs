@@ -31,6 +31,8 @@ pub(crate) struct Gpu {
     /// memory (host and device addresses).
     report: *mut WaitReport,
     report_dev: u64,
+    /// How many PEs run on this PE's GPU (several under CUDA MPS).
+    gpu_share: u32,
     /// The program-wide wait bound (ns) written into modules as they load.
     wait_bound_ns: std::cell::Cell<u64>,
     /// The kernels launched since the runtime's stream was last seen idle (for reports).
@@ -63,6 +65,51 @@ fn mapped_report() -> Result<(*mut WaitReport, u64)> {
         sys::cuMemHostGetDevicePointer_v2(&mut dev, host.cast(), 0).result()?;
         Ok((host, dev))
     }
+}
+
+/// How many PEs of this node run on this PE's GPU (by PCI address): 1 unless several share
+/// it under CUDA MPS. Collective (an fcollect over the node's PEs).
+///
+/// # Safety
+/// NVSHMEM is running; every PE calls it at the same point of its start.
+unsafe fn pes_on_this_gpu(
+    nv: &Nvshmem,
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    n_pes: i32,
+    node_n_pes: i32,
+) -> Result<u32> {
+    use sys::CUdevice_attribute as A;
+    let key = (ctx.attribute(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)? as i64) << 32
+        | (ctx.attribute(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)? as i64) << 8
+        | ctx.attribute(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)? as i64;
+    // `n_pes + 1` words on every PE (a collective allocation has one size everywhere):
+    // this PE's key, then the node's keys.
+    let words = n_pes as usize + 1;
+    // SAFETY: collective by the caller's contract; freed below by every PE.
+    let p = unsafe { nv.malloc(words * 8)? }.cast::<i64>();
+    let result = (|| -> Result<u32> {
+        // SAFETY: `p` holds `words` i64s of this PE's heap; the copies are synchronous; the
+        // fcollect writes `node_n_pes` words after the first, as `words` allows.
+        unsafe {
+            result::memcpy_htod_sync(p as sys::CUdeviceptr, &[key])?;
+            nv.team_coll(
+                crate::nvshmem::sys::TEAM_NODE,
+                super::TeamColl::Fcollect,
+                p.add(1).cast(),
+                p.cast(),
+                8,
+                stream.cu_stream().cast(),
+            )?;
+            stream.synchronize()?;
+            let mut keys = vec![0i64; node_n_pes as usize];
+            result::memcpy_dtoh_sync(&mut keys, (p as sys::CUdeviceptr) + 8)?;
+            Ok(keys.iter().filter(|&&k| k == key).count().max(1) as u32)
+        }
+    })();
+    // SAFETY: allocated above by every PE, freed once by every PE.
+    unsafe { nv.free(p.cast()) };
+    result
 }
 
 /// Clears [`RUNNING`] if a start fails half-way.
@@ -120,6 +167,8 @@ impl Gpu {
         // SAFETY: collective allocation, made by every PE at the same point of its start.
         let ctl = unsafe { nv.malloc(4 * std::mem::size_of::<i64>())? }.cast::<i64>();
         let (report, report_dev) = mapped_report()?;
+        // SAFETY: NVSHMEM is running; every PE makes this call at the same point of its start.
+        let gpu_share = unsafe { pes_on_this_gpu(&nv, &ctx, &stream, n_pes, node_n_pes)? };
         guard.0 = true;
         Ok(Gpu {
             nv,
@@ -137,6 +186,7 @@ impl Gpu {
             capturing: std::cell::Cell::new(false),
             report,
             report_dev,
+            gpu_share,
             wait_bound_ns: std::cell::Cell::new(0),
             in_flight: Default::default(),
             poisoned: std::cell::Cell::new(false),
@@ -563,7 +613,11 @@ impl Backend for Gpu {
         let sms = self
             .ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        Ok((per_sm.max(0) * sms) as u32)
+        // PEs that share the GPU (CUDA MPS) run at once, and MPS does not keep their SMs
+        // apart: each counts on its share of every SM, so that all of their grids fit
+        // together whatever SMs they land on. Sized at the whole GPU, two PEs' grids that
+        // wait on each other deadlocked (measured: halo and MoE defaults, 2 PEs on one H200).
+        Ok((per_sm.max(0) as u32 * sms as u32) / self.gpu_share)
     }
 
     unsafe fn launch(
