@@ -17,6 +17,7 @@
 #     example-tests  the halo-exchange and MoE GPU test suites (Rust and CUDA C++ kernels)
 #     halo-bench     halo_exchange --compare against the CUDA C++ twin (--size, f32)
 #     moe-bench      moe_dispatch --compare against the CUDA C++ twin (128 and 4096 tokens)
+#     bound-cost     halo-bench and moe-bench again with every wait bounded (SHMEM_WAIT_TIMEOUT=60s)
 #     shmem-bench    the perftest curves against the CUDA C++ twins (needs 2 PEs)
 #     mpirun         the API suite under mpirun -np 2 (needs `gpu-bundle --openmpi`)
 #   --pes N    PEs for api, ring, examples, example-tests, benches (default: one per GPU)
@@ -108,6 +109,13 @@ stage_halo_bench() {
 }
 stage_moe_bench() {
   run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128,4096 --experts 64 --reps 5 --rounds 10
+}
+stage_bound_cost() {
+  export SHMEM_WAIT_TIMEOUT=60s
+  stage_halo_bench
+  cleanup
+  stage_moe_bench
+  unset SHMEM_WAIT_TIMEOUT
 }
 stage_shmem_bench() {
   run 500 carry/bin/shmem-run -n "$pes" carry/bin/shmem-bench --cuda "$cuda/perftest.cubin" --out "$OUT/bench" --reps 5
