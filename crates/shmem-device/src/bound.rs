@@ -63,12 +63,8 @@ pub(crate) fn program_bound_ns() -> u64 {
         // of the module runs.
         unsafe { (&raw const shmem_rs_wait_config.bound_ns).read() }
     }
-    #[cfg(shmem_sim)]
-    {
-        crate::sim::wait_bound_ns()
-    }
-    #[cfg(all(not(target_arch = "nvptx64"), not(shmem_sim)))]
-    0
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::host::wait_bound_ns()
 }
 
 /// `per_wait` in nanoseconds (at least 1) if given, else the program-wide bound.
@@ -250,12 +246,8 @@ fn now_ns() -> u64 {
         };
         t
     }
-    #[cfg(shmem_sim)]
-    {
-        crate::sim::now_ns()
-    }
-    #[cfg(all(not(target_arch = "nvptx64"), not(shmem_sim)))]
-    0
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::host::now_ns()
 }
 
 /// Polls `done` until it holds; with a bound (`bound_ns > 0`), stops the kernel with the
@@ -282,9 +274,10 @@ pub(crate) fn poll(
         if elapsed > bound_ns {
             expired(at, waiting(), elapsed, bound_ns);
         }
-        // The bound, not the simulator's deadlock detector, ends this wait.
-        #[cfg(shmem_sim)]
-        crate::sim::step(false);
+        // The bound, not the simulator's deadlock detector, ends this wait (a step that is
+        // not a poll).
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::host::step("a bounded wait", false);
     }
 }
 

@@ -28,8 +28,14 @@ pub(crate) use crate::sim::device::{
 #[cfg(shmem_sim)]
 pub(crate) use crate::sim::sys as nvshmem;
 
+/// The clock and program-wide bound of bounded waits ([`crate::bound`]) on the host.
+#[cfg(shmem_sim)]
+pub(crate) use crate::sim::{now_ns, wait_bound_ns};
+
 #[cfg(not(shmem_sim))]
-pub(crate) use unsimulated::{ballot, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp};
+pub(crate) use unsimulated::{
+    ballot, now_ns, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp, wait_bound_ns,
+};
 
 /// Without the simulator every device operation reached on the host panics with its name.
 #[cfg(not(shmem_sim))]
@@ -63,5 +69,13 @@ mod unsimulated {
     #[track_caller]
     pub(crate) fn step(op: &str, _poll: bool) {
         device_only(op)
+    }
+    /// No kernel runs here, so no wait is bounded.
+    pub(crate) fn wait_bound_ns() -> u64 {
+        0
+    }
+    #[track_caller]
+    pub(crate) fn now_ns() -> u64 {
+        device_only("a bounded wait's clock")
     }
 }

@@ -160,6 +160,19 @@ impl World {
         }
     }
 
+    /// The number in team `dst` of team `src`'s PE `pe`, or -1
+    /// (`nvshmem_team_translate_pe`).
+    pub fn team_translate(&self, src: i32, pe: i32, dst: i32) -> i32 {
+        let (Some(from), Some(to)) = (self.team_members(src), self.team_members(dst)) else {
+            return -1;
+        };
+        usize::try_from(pe)
+            .ok()
+            .and_then(|i| from.get(i))
+            .and_then(|world| to.iter().position(|p| p == world))
+            .map_or(-1, |i| i as i32)
+    }
+
     /// A new team of `members` (world PE numbers, in team order, non-empty); its handle.
     pub fn add_team(&self, members: Vec<u32>) -> i32 {
         assert!(
@@ -741,15 +754,7 @@ pub(crate) fn team_n_pes(team: i32) -> i32 {
 
 /// The number in `dst` of the PE numbered `pe` in `src`, or -1.
 pub(crate) fn team_translate(src: i32, pe: i32, dst: i32) -> i32 {
-    let w = here().1;
-    let (Some(from), Some(to)) = (w.team_members(src), w.team_members(dst)) else {
-        return -1;
-    };
-    usize::try_from(pe)
-        .ok()
-        .and_then(|i| from.get(i))
-        .and_then(|world| to.iter().position(|p| p == world))
-        .map_or(-1, |i| i as i32)
+    here().1.team_translate(src, pe, dst)
 }
 
 /// The typed C functions (`nvshmem_TYPE_OP`), generic over the element type.

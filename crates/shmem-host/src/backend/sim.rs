@@ -605,15 +605,7 @@ impl Backend for SimPe {
     }
 
     fn team_translate(&self, src: i32, pe: i32, dst: i32) -> i32 {
-        let w = self.world();
-        let (Some(from), Some(to)) = (w.team_members(src), w.team_members(dst)) else {
-            return -1;
-        };
-        usize::try_from(pe)
-            .ok()
-            .and_then(|i| from.get(i))
-            .and_then(|p| to.iter().position(|q| q == p))
-            .map_or(-1, |i| i as i32)
+        self.world().team_translate(src, pe, dst)
     }
 
     unsafe fn team_destroy(&self, team: i32) {
