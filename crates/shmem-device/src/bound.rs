@@ -18,7 +18,7 @@
 //! collectives (barriers, reductions) are not bounded: NVSHMEM's code waits there.
 //!
 //! On the simulator the same bound applies to the same waits (per simulated world:
-//! `sim::World::set_wait_bound_ns`), on the host clock, and the kernel panics with the same
+//! the simulator's `World::set_wait_bound_ns`), on the host clock, and the kernel panics with the same
 //! report.
 
 use crate::p2p::Cmp;
