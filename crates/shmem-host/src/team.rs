@@ -163,16 +163,7 @@ impl<'rt> Team<'rt> {
     /// Completes this PE's operations and waits for every member, enqueued on `stream`.
     /// NVSHMEM: `nvshmemx_barrier_on_stream`.
     pub fn barrier_on(&self, stream: StreamRef<'_>) -> Result<()> {
-        // SAFETY: no buffer is touched; collective by the caller's contract.
-        unsafe {
-            self.coll(
-                TeamColl::Barrier,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                0,
-                stream,
-            )
-        }
+        self.meet(TeamColl::Barrier, stream)
     }
 
     /// [`Team::barrier_on`] the runtime's stream, then waits for it.
@@ -184,16 +175,14 @@ impl<'rt> Team<'rt> {
     /// Waits for every member, completing nothing, on `stream`. NVSHMEM:
     /// `nvshmemx_team_sync_on_stream`.
     pub fn sync_on(&self, stream: StreamRef<'_>) -> Result<()> {
-        // SAFETY: as in `barrier_on`.
-        unsafe {
-            self.coll(
-                TeamColl::Sync,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                0,
-                stream,
-            )
-        }
+        self.meet(TeamColl::Sync, stream)
+    }
+
+    /// A barrier or sync of the team on `stream`: no buffer is touched.
+    fn meet(&self, op: TeamColl, stream: StreamRef<'_>) -> Result<()> {
+        // SAFETY: barriers and syncs read and write no buffer (null, 0 bytes); collective by
+        // the caller's contract.
+        unsafe { self.coll(op, std::ptr::null_mut(), std::ptr::null(), 0, stream) }
     }
 
     /// Element-wise reduction with `op` ([`Sum`], [`Min`], …) of every member's `src` into
