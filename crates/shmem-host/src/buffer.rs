@@ -3,6 +3,7 @@
 use crate::args::HostArg;
 use crate::error::{Error, Result};
 use crate::runtime::Shmem;
+use crate::stream::StreamRef;
 use shmem_device::{Sym, SymSlice};
 use std::marker::PhantomData;
 
@@ -93,6 +94,20 @@ impl<'rt, T: Copy + 'static> SymBuffer<'rt, T> {
     pub fn zero(&self) -> Result<()> {
         // SAFETY: `ptr` is `bytes()` bytes of this PE's symmetric heap.
         unsafe { self.rt.backend.fill_zero(self.ptr.cast(), self.bytes()) }
+    }
+
+    /// Enqueues a fill of this PE's copy with zero bytes on `stream`: ordered after what
+    /// was enqueued there before, and before what comes after (a kernel's counters and
+    /// signal words reset between launches without the host waiting). In a capture, use
+    /// [`Capture::zero`](crate::Capture::zero).
+    pub fn zero_on(&self, stream: StreamRef<'_>) -> Result<()> {
+        // SAFETY: `ptr` is `bytes()` bytes of this PE's symmetric heap; dropping the buffer
+        // waits for every stream of the context before freeing it, so the fill runs first.
+        unsafe {
+            self.rt
+                .backend
+                .fill_zero_on(self.ptr.cast(), self.bytes(), stream)
+        }
     }
 
     /// Copies `src` into this PE's copy.

@@ -8,7 +8,10 @@
 //! - Events order streams: [`Shmem::mark_on`] records a [`Mark`] on a stream,
 //!   [`Shmem::wait_for`] makes another stream wait for it.
 //! - [`Shmem::capture`] records what a closure enqueues on a stream (launches, on-stream
-//!   barriers) into a [`Graph`], which [`Graph::launch`] replays.
+//!   barriers, fills of symmetric memory with zeros) into a [`Graph`], which
+//!   [`Graph::launch`] replays.
+//! - [`Shmem::new_stream`] makes a stream of the program's own that is also valid under the
+//!   simulator ([`UserStream`]).
 //!
 //! # Graph rules
 //! A graph replays the launches exactly as captured: the same kernels, shapes and
@@ -28,6 +31,7 @@
 //! launches and barriers and a replay runs them again, in order, with the same semantics.
 
 use crate::args::{HostArgs, ParamPtrs};
+use crate::buffer::SymBuffer;
 use crate::error::{Error, Result};
 use crate::module::{KernelFn, LaunchConfig};
 use crate::nvshmem::HostSync;
@@ -91,6 +95,24 @@ impl StreamRef<'_> {
             StreamRef::Cuda(s) => s.cu_stream(),
             StreamRef::Raw(r) => r.0,
         }
+    }
+}
+
+/// A stream of the program's own, for code that runs on both backends
+/// ([`Shmem::new_stream`]): a new CUDA stream of this PE's context, or under the simulator,
+/// which has one stream, the runtime's.
+#[derive(Debug)]
+pub struct UserStream(Option<Arc<CudaStream>>);
+
+impl UserStream {
+    /// The stream, to launch, capture or mark on.
+    pub fn as_ref(&self) -> StreamRef<'_> {
+        self.0.as_ref().map_or(StreamRef::Runtime, StreamRef::from)
+    }
+
+    /// The cudarc stream (`None` under the simulator).
+    pub fn cuda(&self) -> Option<&Arc<CudaStream>> {
+        self.0.as_ref()
     }
 }
 
@@ -188,6 +210,14 @@ impl<'b> Capture<'b> {
         Ok(())
     }
 
+    /// Captures [`SymBuffer::zero_on`]: every replay fills this PE's copy of `buf` with
+    /// zero bytes at this point (counters and signal words that a kernel expects at zero).
+    pub fn zero<T: Copy + 'static>(&self, buf: &'b SymBuffer<'_, T>) -> Result<()> {
+        buf.zero_on(self.stream)?;
+        self.steps.set(self.steps.get() + 1);
+        Ok(())
+    }
+
     /// Captures [`Shmem::barrier_all_on`]. Collective at every replay.
     pub fn barrier_all(&self) -> Result<()> {
         self.sync(HostSync::BarrierAllOnStream)
@@ -265,6 +295,17 @@ impl Shmem {
             exec,
             steps: cap.steps.get(),
         })
+    }
+
+    /// A new stream of the program's own: a CUDA stream of this PE's context, or under
+    /// the simulator the runtime's stream (its only one). For code that runs on both; with
+    /// a GPU only, `rt.context()?.new_stream()` is the same.
+    pub fn new_stream(&self) -> Result<UserStream> {
+        Ok(UserStream(if self.is_simulated() {
+            None
+        } else {
+            Some(self.context()?.new_stream()?)
+        }))
     }
 
     /// Records a [`Mark`] (an event) on `stream`: [`Shmem::wait_for`] on another stream

@@ -509,7 +509,9 @@ impl Backend for Gpu {
     }
 
     unsafe fn free(&self, p: *mut u8) {
-        let _ = self.stream.synchronize();
+        // Every stream of the context, not only the runtime's: a launch, fill or graph
+        // replay on the program's own stream may still use the memory.
+        let _ = self.ctx.synchronize();
         // SAFETY: the caller's contract.
         unsafe { self.nv.free(p.cast()) }
     }
@@ -542,8 +544,17 @@ impl Backend for Gpu {
 
     unsafe fn fill_zero(&self, p: *mut u8, bytes: usize) -> Result<()> {
         self.not_capturing("a fill of symmetric memory")?;
-        // SAFETY: the caller's contract.
+        self.sync_stream()?;
+        // SAFETY: the caller's contract; the stream is idle, so no kernel touches `p`.
         unsafe { result::memset_d8_sync(p as sys::CUdeviceptr, 0, bytes)? };
+        Ok(())
+    }
+
+    unsafe fn fill_zero_on(&self, p: *mut u8, bytes: usize, stream: StreamRef<'_>) -> Result<()> {
+        let s = self.resolve(stream)?;
+        // SAFETY: the caller's contract; the driver orders the fill on `s` (or records it,
+        // when `s` is being captured).
+        unsafe { result::memset_d8_async(p as sys::CUdeviceptr, 0, bytes, s)? };
         Ok(())
     }
 

@@ -86,6 +86,13 @@ pub(crate) trait Backend {
     /// # Safety
     /// `p..p+bytes` is symmetric memory of this PE.
     unsafe fn fill_zero(&self, p: *mut u8, bytes: usize) -> Result<()>;
+    /// Enqueues a fill of `p..p+bytes` with zero bytes on `stream` (recorded, when `stream`
+    /// is being captured).
+    ///
+    /// # Safety
+    /// `p..p+bytes` is symmetric memory of this PE, live until the fill has run (every
+    /// replay, when captured).
+    unsafe fn fill_zero_on(&self, p: *mut u8, bytes: usize, stream: StreamRef<'_>) -> Result<()>;
     /// The address of `pe`'s copy of symmetric `p` in this process, if mapped.
     fn peer_ptr(&self, p: *const u8, pe: i32) -> Option<u64>;
     /// Loads a module image (cubin or PTX) and registers it with NVSHMEM; `None` under the

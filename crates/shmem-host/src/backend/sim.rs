@@ -76,6 +76,8 @@ pub(crate) enum Step {
     },
     /// An on-stream barrier, sync or quiet.
     Sync(HostSync),
+    /// A fill of this PE's memory with zero bytes ([`Backend::fill_zero_on`]).
+    Zero { ptr: *mut u8, bytes: usize },
     /// A team collective ([`Backend::team_coll`]'s arguments).
     Team {
         team: i32,
@@ -455,6 +457,11 @@ impl Backend for SimPe {
                     self.run_launch(name, *shape, call.clone())?
                 }
                 Step::Sync(op) => self.sync(*op, StreamRef::Runtime)?,
+                &Step::Zero { ptr, bytes } => {
+                    // SAFETY: the arguments of a call whose contract the capture's caller
+                    // upheld; the graph borrows the buffer (`Capture`'s lifetime).
+                    unsafe { self.fill_zero_on(ptr, bytes, StreamRef::Runtime)? }
+                }
                 &Step::Team {
                     team,
                     op,
@@ -550,6 +557,18 @@ impl Backend for SimPe {
     }
 
     unsafe fn fill_zero(&self, p: *mut u8, bytes: usize) -> Result<()> {
+        self.not_capturing("a fill of symmetric memory")?;
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::write_bytes(p, 0, bytes) };
+        Ok(())
+    }
+
+    unsafe fn fill_zero_on(&self, p: *mut u8, bytes: usize, stream: StreamRef<'_>) -> Result<()> {
+        only_runtime_stream(stream, "a fill of symmetric memory")?;
+        if let Some(steps) = self.capture.borrow_mut().as_mut() {
+            steps.push(Step::Zero { ptr: p, bytes });
+            return Ok(());
+        }
         // SAFETY: as in `write`.
         unsafe { std::ptr::write_bytes(p, 0, bytes) };
         Ok(())

@@ -470,11 +470,6 @@ pub fn kernel_panic_traps_and_is_reported(rt: &Shmem) {
     std::process::exit(0);
 }
 
-/// A stream of the program's own on a GPU; the runtime's (the simulator's only one) else.
-fn user_stream(rt: &Shmem) -> Option<std::sync::Arc<shmem_host::cudarc::driver::CudaStream>> {
-    (!rt.is_simulated()).then(|| rt.context().unwrap().new_stream().unwrap())
-}
-
 /// Three launches of `count_next` and an on-stream barrier, captured on a user stream and
 /// replayed 10 times, add 30 to every PE's counter, as 30 eager launches would; nothing
 /// runs during the capture; host work inside a capture is `Error::Capture`, and the runtime
@@ -492,8 +487,8 @@ pub fn graph_replays_launches_and_barriers(rt: &Shmem) {
     rt.barrier_all().unwrap();
     assert_eq!(counter.to_vec().unwrap(), vec![3], "eager");
 
-    let own = user_stream(rt);
-    let stream = own.as_ref().map_or(StreamRef::Runtime, StreamRef::from);
+    let own = rt.new_stream().unwrap();
+    let stream = own.as_ref();
     let graph = rt
         .capture(stream, |c| {
             for _ in 0..3 {
@@ -545,6 +540,41 @@ pub fn graph_replays_launches_and_barriers(rt: &Shmem) {
         vec![33],
         "refused captures ran nothing"
     );
+
+    // A graph that starts from zero: every replay clears the word, meets the other PEs,
+    // then counts once; an eager fill on the stream does the same outside a graph.
+    let restart = rt
+        .capture(stream, |c| {
+            c.zero(&counter)?;
+            c.barrier_all()?;
+            // SAFETY: as above.
+            unsafe { c.launch(&k, cfg, (&counter,))? };
+            c.barrier_all()
+        })
+        .unwrap();
+    assert_eq!(restart.len(), 4);
+    assert_eq!(
+        counter.to_vec().unwrap(),
+        vec![33],
+        "nothing runs at capture"
+    );
+    for _ in 0..5 {
+        restart.launch().unwrap();
+    }
+    rt.wait_for(StreamRef::Runtime, &rt.mark_on(stream).unwrap())
+        .unwrap();
+    rt.synchronize().unwrap();
+    assert_eq!(
+        counter.to_vec().unwrap(),
+        vec![1],
+        "every replay restarts at 0"
+    );
+    counter.zero_on(stream).unwrap();
+    rt.wait_for(StreamRef::Runtime, &rt.mark_on(stream).unwrap())
+        .unwrap();
+    assert_eq!(counter.to_vec().unwrap(), vec![0], "a fill on the stream");
+    drop(restart);
+    rt.barrier_all().unwrap();
 }
 
 /// On two streams of the program's own: a cudarc copy into a symmetric buffer (viewed as a
