@@ -66,6 +66,11 @@ struct Cli {
     /// fits on the GPU]
     #[arg(long, value_name = "B")]
     blocks: Option<u32>,
+    /// Also launch N rounds back to back and replay a round captured into a CUDA graph N
+    /// times: time per step of both, and the graph's result compared with the eager one
+    /// (with --compare: for both implementations)
+    #[arg(long, value_name = "N")]
+    graph: Option<u32>,
     /// Skip the comparison with the CPU reference
     #[arg(long)]
     no_verify: bool,
@@ -130,6 +135,7 @@ impl Cli {
         o.capacity = self.capacity;
         o.seed = self.seed;
         o.verify = !self.no_verify;
+        o.graph_replays = self.graph.unwrap_or(0);
         o.dist = Distribution::parse(&self.routing).expect("clap checked the value");
         if let Some(cubin) = &self.cuda {
             o.implementation = Implementation::Cuda {
@@ -179,30 +185,54 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
             o.capacity, out.dropped_per_round
         );
     }
-    match &out.check {
-        Some(ch) if ch.ok() => {
-            println!(
-                "  PE {me}: check ok: {} rows and {} pairs arrived exactly once, bit for bit; combine: {} of {} values differ from the CPU (largest {:.1e})",
-                ch.dispatch.rows,
-                ch.dispatch.pairs,
-                ch.combine_diffs,
-                o.tokens as usize * o.hidden as usize,
-                ch.combine_worst
-            );
-            true
-        }
-        Some(ch) => {
-            println!(
-                "  PE {me}: CHECK FAILED: combine differs in {} values (largest {:.3e})",
-                ch.combine_diffs, ch.combine_worst
-            );
-            for p in &ch.dispatch.problems {
-                println!("    {p}");
+    let graph_ok = match &out.graph {
+        Some(g) => {
+            if me == 0 {
+                println!(
+                    "  graph: {} steps per round; per round: eager back to back {:.2} us, graph replay {:.2} us ({:+.2} us, {} rounds each)",
+                    g.graph_len,
+                    g.eager_step_us,
+                    g.graph_step_us,
+                    g.graph_step_us - g.eager_step_us,
+                    g.replays
+                );
             }
-            false
+            if !g.ok() {
+                println!(
+                    "  PE {me}: GRAPH CHECK FAILED: identical to eager {}, check {:?}",
+                    g.identical,
+                    g.check.as_ref().map(|c| c.ok())
+                );
+            }
+            g.ok()
         }
         None => true,
-    }
+    };
+    graph_ok
+        && match &out.check {
+            Some(ch) if ch.ok() => {
+                println!(
+                    "  PE {me}: check ok: {} rows and {} pairs arrived exactly once, bit for bit; combine: {} of {} values differ from the CPU (largest {:.1e})",
+                    ch.dispatch.rows,
+                    ch.dispatch.pairs,
+                    ch.combine_diffs,
+                    o.tokens as usize * o.hidden as usize,
+                    ch.combine_worst
+                );
+                true
+            }
+            Some(ch) => {
+                println!(
+                    "  PE {me}: CHECK FAILED: combine differs in {} values (largest {:.3e})",
+                    ch.combine_diffs, ch.combine_worst
+                );
+                for p in &ch.dispatch.problems {
+                    println!("    {p}");
+                }
+                false
+            }
+            None => true,
+        }
 }
 
 /// `--compare`: Rust and CUDA C++ kernels interleaved, every configuration; PE 0 reports.
@@ -242,12 +272,36 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                         }
                     }
                 }
+                // With --graph: per implementation, rounds launched back to back and
+                // replays of a captured round, interleaved the same way.
+                let mut steps = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+                let mut graph_ok = true;
+                if o.graph_replays > 0 {
+                    let stream = rt.new_stream()?;
+                    let graphs = [
+                        moe.graph(&kr, stream.as_ref())?,
+                        moe.graph(&kc, stream.as_ref())?,
+                    ];
+                    for rep in 0..=reps {
+                        for (i, k) in [&kr, &kc].into_iter().enumerate() {
+                            let e = moe.eager_steps(k, o.graph_replays)?;
+                            let want = moe.combined()?;
+                            moe.clear_combined()?;
+                            let g = graphs[i].steps(o.graph_replays)?;
+                            graph_ok &= moe.combined()? == want;
+                            if rep > 0 {
+                                steps[i][0].push(e);
+                                steps[i][1].push(g);
+                            }
+                        }
+                    }
+                }
                 let check = moe.check()?;
                 let (bd, bc) = moe.cross_bytes();
                 let dropped = moe.dropped_per_round()?;
-                if !check.ok() || dropped > 0 {
+                if !check.ok() || dropped > 0 || !graph_ok {
                     println!(
-                        "  PE {me}: check ok {} dropped {dropped}: {:?}",
+                        "  PE {me}: check ok {} graph replays identical {graph_ok} dropped {dropped}: {:?}",
                         check.ok(),
                         check.dispatch.problems
                     );
@@ -278,6 +332,26 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                         check.ok(),
                         moe.launch
                     );
+                    if o.graph_replays > 0 {
+                        let (re, rg, ce, cg) = (
+                            m(&steps[0][0]),
+                            m(&steps[0][1]),
+                            m(&steps[1][0]),
+                            m(&steps[1][1]),
+                        );
+                        println!(
+                            "{:<11} T {tokens:>5} E {experts:>3}  step eager/graph: rust {re:>9.2} / {rg:>9.2} us  cuda {ce:>9.2} / {cg:>9.2} us  ratio rust/cuda eager {:.3} graph {:.3}",
+                            mode.name(),
+                            re / ce,
+                            rg / cg
+                        );
+                        println!(
+                            "RESULT {{\"mode\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"n_pes\": {}, \"steps\": {}, \"rust_eager_step_us\": {re:.3}, \"rust_graph_step_us\": {rg:.3}, \"cuda_eager_step_us\": {ce:.3}, \"cuda_graph_step_us\": {cg:.3}, \"graph_identical\": {graph_ok}}}",
+                            mode.name(),
+                            rt.n_pes(),
+                            o.graph_replays
+                        );
+                    }
                 }
             }
         }

@@ -11,8 +11,13 @@ use crate::kernels::{self, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
 use crate::reference::{self, DispatchReport, Inputs, Received};
 use crate::routing::{self, Distribution, destinations};
 use shmem_device::Sym;
+use shmem_device::kernel::Kernel;
 use shmem_host::args::HostArg;
-use shmem_host::{Error, KernelFn, LaunchConfig, Mark, Module, Result, Shmem, SymBuffer};
+use shmem_host::{
+    Capture, Error, Graph, KernelFn, LaunchConfig, Mark, Module, Result, Shmem, StreamRef,
+    SymBuffer,
+};
+use std::cell::Cell;
 use std::path::PathBuf;
 
 impl HostArg<Shape> for Shape {
@@ -85,6 +90,10 @@ pub struct Options {
     pub warmup: u32,
     /// Compare with the CPU reference afterwards.
     pub verify: bool,
+    /// After the eager rounds: time this many rounds launched eagerly back to back, then
+    /// capture a round into a CUDA graph on a stream of the program's own and replay it as
+    /// many times, comparing the result with the eager one ([`GraphOutcome`]); 0: not.
+    pub graph_replays: u32,
     /// Which kernels.
     pub implementation: Implementation,
 }
@@ -107,6 +116,7 @@ impl Options {
             rounds: 20,
             warmup: 3,
             verify: false,
+            graph_replays: 0,
             implementation: Implementation::Rust { ptx_dir },
         }
     }
@@ -227,9 +237,48 @@ pub struct Moe<'rt> {
     inputs: Inputs,
     bufs: Bufs,
     held: Held<'rt>,
-    round: u32,
+    /// The round the signal words have reached (a graph restarts them at round 1).
+    round: Cell<u32>,
+    /// Rounds run on these buffers, eager and replayed.
+    rounds_run: Cell<u64>,
     /// Launch shapes: layout, dispatch, experts, combine (blocks, threads).
     pub launch: [(u32, u32); 4],
+}
+
+/// Where a round's work goes: onto the runtime's stream, or into a capture.
+enum Sink<'c, 'b> {
+    Eager(&'b Shmem),
+    Capture(&'c Capture<'b>),
+}
+
+impl<'b> Sink<'_, 'b> {
+    /// # Safety
+    /// As [`KernelFn::launch`].
+    unsafe fn launch<K>(
+        &self,
+        k: &KernelFn<'b, K>,
+        cfg: LaunchConfig<'_>,
+        b: Bufs,
+        s: Shape,
+    ) -> Result<()>
+    where
+        K: Kernel<Params = (Bufs, Shape)>,
+    {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self {
+                Sink::Eager(_) => k.launch(cfg, (b, s)),
+                Sink::Capture(c) => c.launch(k, cfg, (b, s)),
+            }
+        }
+    }
+
+    fn barrier(&self) -> Result<()> {
+        match self {
+            Sink::Eager(rt) => rt.barrier_all_on(StreamRef::Runtime),
+            Sink::Capture(c) => c.barrier_all(),
+        }
+    }
 }
 
 /// Makes the allocations behind [`Bufs`] from the buffer list ([`crate::moe_buffers`]).
@@ -337,7 +386,8 @@ impl<'rt> Moe<'rt> {
             inputs,
             bufs,
             held,
-            round: 0,
+            round: Cell::new(0),
+            rounds_run: Cell::new(0),
             launch: [(0, 0); 4],
         })
     }
@@ -380,6 +430,50 @@ impl<'rt> Moe<'rt> {
         ])
     }
 
+    /// Enqueues round `s.round` into `sink`: a barrier on the stream, (layout,) dispatch,
+    /// experts, a barrier, combine; `at(i)` marks the points 0 to 3 that time the parts
+    /// (before dispatch, after it, before combine, after it).
+    fn enqueue<'b>(
+        &self,
+        k: &'b Kernels<'_>,
+        g: &[LaunchConfig<'static>; 4],
+        s: Shape,
+        sink: &Sink<'_, 'b>,
+        at: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<()> {
+        let b = self.bufs;
+        sink.barrier()?;
+        at(0)?;
+        // SAFETY: every PE runs the same rounds with the same shape and grids (collective
+        // `round` and `graph`); the buffers are those `Moe::new` sized for this mode and
+        // zeroed, the signal words are at round `s.round - 1`, and each kernel follows the
+        // previous one on the stream.
+        unsafe {
+            if self.opts.mode == Mode::Throughput {
+                sink.launch(&k.layout, g[0], b, s)?;
+            }
+            sink.launch(&k.dispatch, g[1], b, s)?;
+        }
+        at(1)?;
+        // SAFETY: as above.
+        unsafe { sink.launch(&k.experts, g[2], b, s)? };
+        sink.barrier()?;
+        at(2)?;
+        // SAFETY: as above.
+        unsafe { sink.launch(&k.combine, g[3], b, s)? };
+        at(3)
+    }
+
+    /// The shape of the next eager round.
+    fn next_round(&self) -> Shape {
+        self.round.set(self.round.get() + 1);
+        self.rounds_run.set(self.rounds_run.get() + 1);
+        Shape {
+            round: self.round.get(),
+            ..self.shape
+        }
+    }
+
     /// One round: dispatch (layout first in throughput mode), the stand-in experts, combine;
     /// every PE calls it with kernels of the same implementation. Returns each part's time on
     /// the slowest PE: a barrier on the stream lines the PEs up before each part, and CUDA
@@ -387,47 +481,78 @@ impl<'rt> Moe<'rt> {
     pub fn round(&mut self, k: &Kernels<'_>) -> Result<Timing> {
         let g = self.grids(k)?;
         self.launch = g.map(|c| (c.grid.0, c.block.0));
-        self.round += 1;
-        let s = Shape {
-            round: self.round,
-            ..self.shape
-        };
         let rt = self.rt;
-        let b = self.bufs;
-        rt.barrier_all_on(shmem_host::StreamRef::Runtime)?;
-        let e0 = rt.mark()?;
-        // SAFETY: every PE runs the same rounds with the same shape and grids (collective
-        // `round`); the buffers are those `Moe::new` sized for this mode and zeroed, the
-        // rounds count from 1, and each kernel follows the previous one on the stream.
-        unsafe {
-            if self.opts.mode == Mode::Throughput {
-                k.layout.launch(g[0], (b, s))?;
-            }
-            k.dispatch.launch(g[1], (b, s))?;
-        }
-        let e1 = rt.mark()?;
-        // SAFETY: as above.
-        unsafe { k.experts.launch(g[2], (b, s))? };
-        rt.barrier_all_on(shmem_host::StreamRef::Runtime)?;
-        let e2 = rt.mark()?;
-        // SAFETY: as above.
-        unsafe { k.combine.launch(g[3], (b, s))? };
-        let e3 = rt.mark()?;
-        e3.synchronize()?;
+        let mut marks = Vec::with_capacity(4);
+        let s = self.next_round();
+        self.enqueue(k, &g, s, &Sink::Eager(rt), &mut |_| {
+            marks.push(rt.mark()?);
+            Ok(())
+        })?;
+        marks[3].synchronize()?;
         let slowest = |a: &Mark, z: &Mark| -> Result<f64> {
             let ns = (z.seconds_since(a)? * 1e9) as i64;
             Ok(rt.min_max(ns)?.1 as f64 * 1e-6)
         };
         Ok(Timing {
-            dispatch_ms: slowest(&e0, &e1)?,
-            combine_ms: slowest(&e2, &e3)?,
+            dispatch_ms: slowest(&marks[0], &marks[1])?,
+            combine_ms: slowest(&marks[2], &marks[3])?,
         })
+    }
+
+    /// `count` rounds enqueued back to back on the runtime's stream, the host waiting only
+    /// at the end: microseconds per round on the slowest PE (the time a step takes when the
+    /// host launches every kernel, to compare with [`MoeGraph::steps`]).
+    pub fn eager_steps(&self, k: &Kernels<'_>, count: u32) -> Result<f64> {
+        let g = self.grids(k)?;
+        let rt = self.rt;
+        let start = rt.mark()?;
+        for _ in 0..count {
+            let s = self.next_round();
+            self.enqueue(k, &g, s, &Sink::Eager(rt), &mut |_| Ok(()))?;
+        }
+        let end = rt.mark()?;
+        end.synchronize()?;
+        per_step_us(rt, &start, &end, count)
+    }
+
+    /// Captures one round into a graph on `stream`: a fill of this PE's signal words with
+    /// zeros, then the round as [`Moe::round`] enqueues it, at round 1. Every replay is a
+    /// whole round from the same inputs (the kernels' counters return to zero by
+    /// themselves; the signal words count rounds, hence the fill, which the barrier that
+    /// opens the round orders before any PE signals). Collective: every PE captures, and
+    /// replays as many times.
+    pub fn graph<'g>(&'g self, k: &'g Kernels<'_>, stream: StreamRef<'g>) -> Result<MoeGraph<'g>> {
+        let g = self.grids(k)?;
+        let s = Shape {
+            round: 1,
+            ..self.shape
+        };
+        let graph = self.rt.capture(stream, |c| {
+            c.zero(&self.held.signals)?;
+            self.enqueue(k, &g, s, &Sink::Capture(c), &mut |_| Ok(()))
+        })?;
+        Ok(MoeGraph {
+            moe: self,
+            graph,
+            stream,
+        })
+    }
+
+    /// The combined tokens of the last round on this PE (`T × H` `bf16` bits).
+    pub fn combined(&self) -> Result<Vec<u16>> {
+        self.held.out.to_vec()
+    }
+
+    /// Zeroes the combined tokens on this PE (so that a comparison sees what the next
+    /// rounds write, not what an earlier one left).
+    pub fn clear_combined(&self) -> Result<()> {
+        self.held.out.zero()
     }
 
     /// Pairs this PE's dispatches dropped for capacity, per round so far.
     pub fn dropped_per_round(&self) -> Result<u64> {
         let d = u64::from(self.held.dropped.to_vec()?[0]);
-        Ok(d.checked_div(u64::from(self.round)).unwrap_or(0))
+        Ok(d.checked_div(self.rounds_run.get()).unwrap_or(0))
     }
 
     /// Cross-GPU token bytes of one round, the most any PE sends: `(dispatch, combine)`.
@@ -468,7 +593,7 @@ impl<'rt> Moe<'rt> {
     /// Compares the last round's received data and combined tokens with the CPU reference.
     pub fn check(&self) -> Result<Check> {
         let s = Shape {
-            round: self.round,
+            round: self.round.get(),
             ..self.shape
         };
         let me = self.rt.my_pe() as u32;
@@ -508,6 +633,63 @@ impl<'rt> Moe<'rt> {
     }
 }
 
+/// Microseconds per step from `start` to `end` over `count` steps, on the slowest PE.
+fn per_step_us(rt: &Shmem, start: &Mark, end: &Mark, count: u32) -> Result<f64> {
+    let ns = (end.seconds_since(start)? * 1e9) as i64;
+    Ok(rt.min_max(ns)?.1 as f64 * 1e-3 / f64::from(count.max(1)))
+}
+
+/// One round of a [`Moe`] captured into a CUDA graph ([`Moe::graph`]); it borrows the
+/// `Moe` (its buffers) and the kernels for as long as it lives.
+pub struct MoeGraph<'g> {
+    moe: &'g Moe<'g>,
+    graph: Graph<'g>,
+    stream: StreamRef<'g>,
+}
+
+impl MoeGraph<'_> {
+    /// Replays the round `count` times on the graph's stream, after the work already on
+    /// the runtime's stream and before what comes after it there (events order the two;
+    /// the host does not wait). Collective: every PE replays as many times.
+    pub fn replay(&self, count: u32) -> Result<()> {
+        self.marked_replay(count).map(drop)
+    }
+
+    /// [`MoeGraph::replay`] timed: microseconds per round on the slowest PE.
+    pub fn steps(&self, count: u32) -> Result<f64> {
+        let (start, end) = self.marked_replay(count)?;
+        end.synchronize()?;
+        per_step_us(self.moe.rt, &start, &end, count)
+    }
+
+    /// [`MoeGraph::replay`], returning marks on the graph's stream before and after.
+    fn marked_replay(&self, count: u32) -> Result<(Mark, Mark)> {
+        let rt = self.moe.rt;
+        rt.wait_for(self.stream, &rt.mark()?)?;
+        let start = rt.mark_on(self.stream)?;
+        for _ in 0..count {
+            self.graph.launch()?;
+        }
+        let end = rt.mark_on(self.stream)?;
+        rt.wait_for(StreamRef::Runtime, &end)?;
+        self.moe.round.set(1);
+        self.moe
+            .rounds_run
+            .set(self.moe.rounds_run.get() + u64::from(count));
+        Ok((start, end))
+    }
+
+    /// Launches and barriers in the graph.
+    pub fn len(&self) -> usize {
+        self.graph.len()
+    }
+
+    /// Whether the graph is empty (never: a round has four launches or more).
+    pub fn is_empty(&self) -> bool {
+        self.graph.is_empty()
+    }
+}
+
 /// What [`run`] measured and found on this PE.
 #[derive(Clone, Debug)]
 pub struct Outcome {
@@ -521,6 +703,33 @@ pub struct Outcome {
     pub launch: [(u32, u32); 4],
     /// With `verify`: the comparison with the CPU.
     pub check: Option<Check>,
+    /// With `graph_replays`: eager and graph rounds compared.
+    pub graph: Option<GraphOutcome>,
+}
+
+/// Eager rounds and replays of a captured round, compared ([`Options::graph_replays`]).
+#[derive(Clone, Debug)]
+pub struct GraphOutcome {
+    /// Replays (and eager rounds) timed.
+    pub replays: u32,
+    /// Microseconds per round launched eagerly, back to back (slowest PE).
+    pub eager_step_us: f64,
+    /// Microseconds per replay of the graph (slowest PE).
+    pub graph_step_us: f64,
+    /// Steps in the graph (fill, barriers, launches).
+    pub graph_len: usize,
+    /// The combined tokens after the last replay equal, bit for bit, those after the last
+    /// eager round.
+    pub identical: bool,
+    /// With `verify`: the last replay compared with the CPU.
+    pub check: Option<Check>,
+}
+
+impl GraphOutcome {
+    /// Identical to eager, and (when checked) correct.
+    pub fn ok(&self) -> bool {
+        self.identical && self.check.as_ref().is_none_or(Check::ok)
+    }
 }
 
 impl Outcome {
@@ -550,11 +759,52 @@ pub fn run(rt: &Shmem, opts: &Options) -> Result<Outcome> {
     } else {
         None
     };
+    let graph = if opts.graph_replays > 0 {
+        Some(compare_graph(
+            rt,
+            &moe,
+            &k,
+            opts.graph_replays,
+            opts.verify,
+        )?)
+    } else {
+        None
+    };
     Ok(Outcome {
         timings,
         cross_bytes: moe.cross_bytes(),
         dropped_per_round: moe.dropped_per_round()?,
         launch: moe.launch,
+        check,
+        graph,
+    })
+}
+
+/// `replays` eager rounds back to back, then a round captured on a stream of the
+/// program's own and replayed `replays` times; the combined tokens of both compared (each
+/// written over zeros). Collective.
+pub fn compare_graph(
+    rt: &Shmem,
+    moe: &Moe<'_>,
+    k: &Kernels<'_>,
+    replays: u32,
+    verify: bool,
+) -> Result<GraphOutcome> {
+    moe.clear_combined()?;
+    let eager_step_us = moe.eager_steps(k, replays)?;
+    let eager = moe.combined()?;
+    moe.clear_combined()?;
+    let stream = rt.new_stream()?;
+    let graph = moe.graph(k, stream.as_ref())?;
+    let graph_step_us = graph.steps(replays)?;
+    let identical = moe.combined()? == eager;
+    let check = if verify { Some(moe.check()?) } else { None };
+    Ok(GraphOutcome {
+        replays,
+        eager_step_us,
+        graph_step_us,
+        graph_len: graph.len(),
+        identical,
         check,
     })
 }

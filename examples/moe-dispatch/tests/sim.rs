@@ -236,3 +236,31 @@ fn the_host_driver_runs_on_simulated_pes() {
         );
     }
 }
+
+/// One round captured into a graph (a fill of the signal words, the barriers, the
+/// launches) and replayed: the same combined tokens as the eager rounds, bit for bit, and
+/// correct against the CPU, in both modes, through the host driver on 2 simulated PEs.
+#[test]
+fn a_round_captured_in_a_graph_replays_like_eager_rounds() {
+    use ::moe_dispatch::host::{Mode, Options, run};
+    use shmem_host::{Shmem, sim};
+    for mode in [Mode::LowLatency, Mode::Throughput] {
+        let outcomes = sim::run(2, || {
+            let rt = Shmem::init()?;
+            let mut o = Options::new(12, std::path::PathBuf::new());
+            (o.hidden, o.experts, o.top_k, o.threads) = (16, 4, 2, 32);
+            (o.rounds, o.warmup, o.verify, o.graph_replays, o.mode) = (2, 0, true, 3, mode);
+            run(&rt, &o)
+        })
+        .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        for (pe, out) in outcomes.iter().enumerate() {
+            assert!(out.check.as_ref().unwrap().ok(), "{mode:?} PE {pe} eager");
+            let g = out.graph.as_ref().unwrap();
+            assert!(g.identical, "{mode:?} PE {pe}: replays differ from eager rounds");
+            assert!(g.check.as_ref().unwrap().ok(), "{mode:?} PE {pe}: replays");
+            let launches = if mode == Mode::Throughput { 4 } else { 3 };
+            assert_eq!(g.graph_len, 3 + launches, "fill, two barriers, the launches");
+            assert_eq!(g.replays, 3);
+        }
+    }
+}
