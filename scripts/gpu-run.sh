@@ -18,6 +18,7 @@
 #     halo-bench     halo_exchange --compare against the CUDA C++ twin (--size, f32)
 #     moe-bench      moe_dispatch --compare against the CUDA C++ twin (128 and 4096 tokens)
 #     bound-cost     halo-bench and moe-bench again with every wait bounded (SHMEM_WAIT_TIMEOUT=60s)
+#     graph-bench    eager launches against CUDA graph replays: halo 1024^2, MoE 128 tokens
 #     shmem-bench    the perftest curves against the CUDA C++ twins (needs 2 PEs)
 #     mpirun         the API suite under mpirun -np 2 (needs `gpu-bundle --openmpi`)
 #   --pes N    PEs for api, ring, examples, example-tests, benches (default: one per GPU)
@@ -106,6 +107,13 @@ stage_example_tests() {
 }
 stage_halo_bench() {
   run 300 carry/bin/halo_exchange --pes "$pes" --compare "$cuda/halo.cubin" --size "$size" --iters 500 --reps 5 --quiet
+}
+stage_graph_bench() {
+  # Eager launches against CUDA graphs of the same work: a small halo (launch-bound) and
+  # MoE at 128 tokens.
+  run 300 carry/bin/halo_exchange --pes "$pes" --compare "$cuda/halo.cubin" --size 1024 --iters 1000 --graph 100 --reps 5 --quiet
+  cleanup
+  run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128 --experts 64 --reps 5 --rounds 10 --graph 100
 }
 stage_moe_bench() {
   run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128,4096 --experts 64 --reps 5 --rounds 10

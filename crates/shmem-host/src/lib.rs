@@ -56,5 +56,5 @@ pub use module::{
     EmbeddedBuild, EmbeddedKernels, Implementation, KernelFn, LaunchConfig, Module, ModuleKind,
 };
 pub use runtime::{BackendKind, Mark, Shmem};
-pub use stream::{Capture, Graph, RawStream, StreamRef, UserStream};
+pub use stream::{Capture, Enqueue, Graph, RawStream, StreamRef, UserStream};
 pub use team::{HostReduce, Team};

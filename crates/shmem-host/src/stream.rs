@@ -10,6 +10,8 @@
 //! - [`Shmem::capture`] records what a closure enqueues on a stream (launches, on-stream
 //!   barriers, fills of symmetric memory with zeros) into a [`Graph`], which
 //!   [`Graph::launch`] replays.
+//! - [`Enqueue`] is either target, a stream or a capture, for a step written once and run
+//!   both ways ([`Shmem::on`], [`Capture::enqueue`]).
 //! - [`Shmem::new_stream`] makes a stream of the program's own that is also valid under the
 //!   simulator ([`UserStream`]).
 //!
@@ -116,6 +118,78 @@ impl UserStream {
     }
 }
 
+/// Where a sequence of launches and stream-ordered operations goes: straight onto a stream
+/// ([`Shmem::on`]) or into a capture ([`Capture::enqueue`]). Code that enqueues a step
+/// through it once runs that step eagerly and captures it into a [`Graph`] alike.
+#[derive(Clone, Copy)]
+pub enum Enqueue<'c, 'b> {
+    /// Run on this stream now (in stream order; the host does not wait).
+    Stream(&'b Shmem, StreamRef<'b>),
+    /// Record into this capture.
+    Capture(&'c Capture<'b>),
+}
+
+impl<'b> Enqueue<'_, 'b> {
+    /// The stream the work goes on.
+    pub fn stream(&self) -> StreamRef<'b> {
+        match self {
+            Enqueue::Stream(_, s) => *s,
+            Enqueue::Capture(c) => c.stream,
+        }
+    }
+
+    /// Launches `kernel` ([`KernelFn::launch`]) on the target's stream, or captures the
+    /// launch ([`Capture::launch`]); `cfg` keeps the default stream (naming another is
+    /// an error).
+    ///
+    /// # Safety
+    /// As [`KernelFn::launch`] (for every replay, when captured).
+    pub unsafe fn launch<K: Kernel, A: HostArgs<K::Params> + 'b>(
+        &self,
+        kernel: &KernelFn<'b, K>,
+        cfg: LaunchConfig<'_>,
+        args: A,
+    ) -> Result<()>
+    where
+        K::Params: ParamPtrs,
+    {
+        match self {
+            Enqueue::Stream(_, stream) => {
+                if !matches!(cfg.stream, StreamRef::Runtime) {
+                    return Err(Error::Invalid(format!(
+                        "the launch of `{}` names a stream of its own; through `Enqueue`                          every launch goes on the target's stream",
+                        K::NAME
+                    )));
+                }
+                let cfg = LaunchConfig {
+                    stream: *stream,
+                    ..cfg
+                };
+                // SAFETY: the caller's contract.
+                unsafe { kernel.launch(cfg, args) }
+            }
+            // SAFETY: the caller's contract.
+            Enqueue::Capture(c) => unsafe { c.launch(kernel, cfg, args) },
+        }
+    }
+
+    /// [`Shmem::barrier_all_on`] the target's stream. Collective.
+    pub fn barrier_all(&self) -> Result<()> {
+        match self {
+            Enqueue::Stream(rt, s) => rt.barrier_all_on(*s),
+            Enqueue::Capture(c) => c.barrier_all(),
+        }
+    }
+
+    /// [`SymBuffer::zero_on`] the target's stream.
+    pub fn zero<T: Copy + 'static>(&self, buf: &'b SymBuffer<'_, T>) -> Result<()> {
+        match self {
+            Enqueue::Stream(_, s) => buf.zero_on(*s),
+            Enqueue::Capture(c) => c.zero(buf),
+        }
+    }
+}
+
 /// What a backend made of a capture.
 pub(crate) enum GraphExec {
     /// An instantiated CUDA graph.
@@ -210,6 +284,11 @@ impl<'b> Capture<'b> {
         Ok(())
     }
 
+    /// This capture as an [`Enqueue`] target, for code that also runs eagerly.
+    pub fn enqueue(&self) -> Enqueue<'_, 'b> {
+        Enqueue::Capture(self)
+    }
+
     /// Captures [`SymBuffer::zero_on`]: every replay fills this PE's copy of `buf` with
     /// zero bytes at this point (counters and signal words that a kernel expects at zero).
     pub fn zero<T: Copy + 'static>(&self, buf: &'b SymBuffer<'_, T>) -> Result<()> {
@@ -295,6 +374,11 @@ impl Shmem {
             exec,
             steps: cap.steps.get(),
         })
+    }
+
+    /// `stream` as an [`Enqueue`] target: work enqueued through it runs there now.
+    pub fn on<'b>(&'b self, stream: StreamRef<'b>) -> Enqueue<'b, 'b> {
+        Enqueue::Stream(self, stream)
     }
 
     /// A new stream of the program's own: a CUDA stream of this PE's context, or under

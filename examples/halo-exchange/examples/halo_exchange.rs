@@ -57,6 +57,11 @@ struct Cli {
     /// Blocks [default: as many as fit at once, at most rows + 2]
     #[arg(long, value_name = "B")]
     blocks: Option<u32>,
+    /// Capture K iterations into a CUDA graph and replay it --iters / K times instead of
+    /// launching eagerly (K even, dividing --iters, a multiple of --check-every); with
+    /// --compare, both eager and graph rows
+    #[arg(long, value_name = "K")]
+    graph: Option<u32>,
     /// Compare the result with the CPU reference (small grids)
     #[arg(long)]
     verify: bool,
@@ -107,6 +112,7 @@ impl Cli {
         o.seed = self.seed;
         o.verify = self.verify || simulated;
         o.progress = !self.quiet;
+        o.graph = self.graph.unwrap_or(0);
         o.dtype = if self.dtype == "f64" {
             Dtype::F64
         } else {
@@ -137,15 +143,22 @@ fn compare(
     let cuda = Implementation::Cuda {
         cubin: cubin.to_path_buf(),
     };
-    let variants = [Variant::Persistent, Variant::PerIteration];
-    let mut times = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    // Both variants, eagerly and (with --graph) in a graph.
+    let mut variants = vec![(Variant::Persistent, 0), (Variant::PerIteration, 0)];
+    if o.graph > 0 {
+        variants.extend([
+            (Variant::Persistent, o.graph),
+            (Variant::PerIteration, o.graph),
+        ]);
+    }
+    let mut times = vec![[Vec::new(), Vec::new()]; variants.len()];
     let mut halo_bytes = 0;
     for rep in 0..=reps {
-        for (vi, v) in variants.iter().enumerate() {
+        for (vi, &(v, graph)) in variants.iter().enumerate() {
             for (ii, imp) in [&rust, &cuda].into_iter().enumerate() {
                 let mut x = o.clone();
-                (x.variant, x.implementation, x.verify, x.progress) =
-                    (*v, imp.clone(), false, false);
+                (x.variant, x.graph, x.implementation, x.verify, x.progress) =
+                    (v, graph, imp.clone(), false, false);
                 let out = run(rt, &x)?;
                 halo_bytes = out.halo_bytes_per_iter;
                 if rep > 0 {
@@ -162,10 +175,15 @@ fn compare(
         s.sort_by(f64::total_cmp);
         s[s.len() / 2]
     };
-    for (vi, v) in variants.iter().enumerate() {
+    for (vi, &(v, graph)) in variants.iter().enumerate() {
         let (r, c) = (median(&times[vi][0]), median(&times[vi][1]));
+        let how = if graph > 0 {
+            format!(" graph of {graph}")
+        } else {
+            String::new()
+        };
         println!(
-            "{}x{} {:?} {v:?} on {} PE(s): rust {:.2} us/iter, cuda {:.2} us/iter, rust/cuda time {:.3}, halo {:.2} GB/s",
+            "{}x{} {:?} {v:?}{how} on {} PE(s): rust {:.2} us/iter, cuda {:.2} us/iter, rust/cuda time {:.3}, halo {:.2} GB/s",
             o.nx,
             o.ny,
             o.dtype,
@@ -176,7 +194,7 @@ fn compare(
             halo_bytes as f64 / r / 1e9
         );
         println!(
-            "RESULT {{\"nx\":{},\"ny\":{},\"dtype\":\"{:?}\",\"variant\":\"{v:?}\",\"pes\":{},\"iters\":{},\"rust_us\":{:?},\"cuda_us\":{:?},\"halo_bytes_per_iter\":{}}}",
+            "RESULT {{\"nx\":{},\"ny\":{},\"dtype\":\"{:?}\",\"variant\":\"{v:?}\",\"graph\":{graph},\"pes\":{},\"iters\":{},\"rust_us\":{:?},\"cuda_us\":{:?},\"halo_bytes_per_iter\":{}}}",
             o.nx,
             o.ny,
             o.dtype,
@@ -193,7 +211,7 @@ fn compare(
 fn summary(o: &Options, out: &Outcome, n: i32) -> String {
     let us = out.seconds_per_iter * 1e6;
     let mut s = format!(
-        "halo_exchange {}x{} {:?} {:?} {} on {n} PE(s), {} iterations, {} blocks x {} threads\n  \
+        "halo_exchange {}x{} {:?} {:?} {} on {n} PE(s), {} iterations{}, {} blocks x {} threads\n  \
          time per iteration {us:.2} us, halo traffic {:.2} GB/s ({} B per iteration)",
         o.nx,
         o.ny,
@@ -204,6 +222,15 @@ fn summary(o: &Options, out: &Outcome, n: i32) -> String {
             Implementation::Cuda { cubin } => format!("cuda ({})", cubin.display()),
         },
         o.iters,
+        if o.graph > 0 {
+            format!(
+                " (a graph of {} replayed {} times)",
+                o.graph,
+                o.iters / o.graph
+            )
+        } else {
+            String::new()
+        },
         out.launch.0,
         out.launch.1,
         out.halo_bytes_per_iter as f64 / out.seconds_per_iter / 1e9,

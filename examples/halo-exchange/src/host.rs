@@ -10,7 +10,7 @@ use crate::{FromF64, max_rows, partition, reference, slab};
 use shmem_device::kernel::Kernel;
 use shmem_device::{Sym, SymSlice, kernel::KernelParam};
 use shmem_host::args::HostArg;
-use shmem_host::{Error, LaunchConfig, Result, Shmem};
+use shmem_host::{Enqueue, Error, KernelFn, LaunchConfig, Result, Shmem, StreamRef, SymBuffer};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,12 @@ pub struct Options {
     pub verify: bool,
     /// Print residuals (PE 0) while it runs.
     pub progress: bool,
+    /// Iterations per CUDA graph; 0: launch eagerly. With `k > 0` the solve captures `k`
+    /// iterations (for the per-iteration variant `k` launches; for the persistent one, one
+    /// launch of `k`) after a fill of the signal words and a barrier, on a stream of the
+    /// program's own, and replays the graph `iters / k` times. `k` is even (every replay
+    /// starts from the same buffer), divides `iters`, and is a multiple of `check_every`.
+    pub graph: u32,
     /// Which kernels.
     pub implementation: Implementation,
 }
@@ -88,6 +94,7 @@ impl Options {
             blocks: None,
             verify: false,
             progress: false,
+            graph: 0,
             implementation: Implementation::Rust { ptx_dir },
         }
     }
@@ -184,6 +191,17 @@ fn check_options(opts: &Options, n: u32) -> Result<()> {
     if opts.iters == 0 {
         return Err(Error::Invalid("at least one iteration".into()));
     }
+    let k = opts.graph;
+    if k > 0
+        && (k % 2 == 1
+            || !opts.iters.is_multiple_of(k)
+            || (opts.check_every > 0 && !k.is_multiple_of(opts.check_every)))
+    {
+        return Err(Error::Invalid(format!(
+            "a graph of {k} iterations: it must be even, divide the {} iterations and be a              multiple of check-every ({})",
+            opts.iters, opts.check_every
+        )));
+    }
     Ok(())
 }
 
@@ -257,59 +275,59 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
         norms.zero()?;
         rt.barrier_all()
     };
-    // `iters` iterations from the initial grid; returns the buffer holding the result.
+    let solver = Solver {
+        a: &a,
+        a_new: &a_new,
+        sync: &sync,
+        work: &work,
+        stats: &stats,
+        norms: &norms,
+        step: &step,
+        persistent: &persistent,
+        cfg,
+        slab: s,
+        opts,
+    };
+    let eager = rt.on(StreamRef::Runtime);
+    // With a graph: `opts.graph` iterations from epoch 0, after the signal words and
+    // counters are cleared and every PE has cleared them; a barrier at the end keeps the
+    // next replay's clearing after the last halo has landed.
+    let own = rt.new_stream()?;
+    let graph = if opts.graph > 0 {
+        Some(rt.capture(own.as_ref(), |c| {
+            c.zero(&sync)?;
+            c.zero(&work)?;
+            c.barrier_all()?;
+            solver.iterate(c.enqueue(), opts.graph)?;
+            c.barrier_all()
+        })?)
+    } else {
+        None
+    };
+    // `iters` iterations from the reset grid, eagerly or by replays; returns whether the
+    // result is in `a_new`.
     let iterate = |iters: u32| -> Result<bool> {
-        match opts.variant {
-            Variant::PerIteration => {
-                let mut check = 0;
-                for e in 0..iters {
-                    let (src, dst) = if e % 2 == 0 {
-                        (&a, &a_new)
-                    } else {
-                        (&a_new, &a)
-                    };
-                    let c = if opts.check_every > 0 && (e + 1) % opts.check_every == 0 {
-                        check += 1;
-                        check - 1
-                    } else {
-                        -1
-                    };
-                    // SAFETY: every PE launches the same sequence (collective `run`); buffers
-                    // and shape as the kernel documents; epochs count up from 0 after `reset`.
-                    unsafe {
-                        step.launch(
-                            cfg,
-                            (src, dst, &sync, &work, &stats, &norms, s, u64::from(e), c),
-                        )?
-                    };
+        match &graph {
+            None => solver.iterate(eager, iters),
+            Some(g) => {
+                rt.wait_for(own.as_ref(), &rt.mark()?)?;
+                for _ in 0..iters / opts.graph {
+                    g.launch()?;
                 }
-            }
-            Variant::Persistent => {
-                // SAFETY: as above; `work` was zeroed by `reset`.
-                unsafe {
-                    persistent.launch(
-                        cfg,
-                        (
-                            &a,
-                            &a_new,
-                            &sync,
-                            &work,
-                            &stats,
-                            &norms,
-                            s,
-                            iters,
-                            opts.check_every,
-                        ),
-                    )?
-                };
+                rt.wait_for(StreamRef::Runtime, &rt.mark_on(own.as_ref())?)?;
+                Ok(false)
             }
         }
-        Ok(iters % 2 == 1)
     };
 
     if opts.warmup > 0 {
         reset()?;
-        iterate(opts.warmup)?;
+        // With a graph, one replay (the first launch of a graph also uploads it).
+        iterate(if graph.is_some() {
+            opts.graph
+        } else {
+            opts.warmup
+        })?;
         rt.synchronize()?;
     }
     reset()?;
@@ -341,9 +359,21 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
     let seconds_per_iter = slowest_ns as f64 * 1e-9 / f64::from(opts.iters);
 
     let all_stats = stats.to_vec()?;
-    let done_checks = opts.iters.checked_div(opts.check_every).unwrap_or(0) as usize;
+    // With a graph, the checks of the last replay (each replay writes the same slots).
+    let per_run = if graph.is_some() {
+        opts.graph
+    } else {
+        opts.iters
+    };
+    let first = opts.iters - per_run;
+    let done_checks = per_run.checked_div(opts.check_every).unwrap_or(0) as usize;
     let residuals: Vec<(u32, f64)> = (0..done_checks)
-        .map(|k| ((k as u32 + 1) * opts.check_every, all_stats[1 + k].sqrt()))
+        .map(|k| {
+            (
+                first + (k as u32 + 1) * opts.check_every,
+                all_stats[1 + k].sqrt(),
+            )
+        })
         .collect();
     if opts.progress && me == 0 && rt.is_simulated() {
         for (i, r) in &residuals {
@@ -365,10 +395,13 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
         let mine = &got[nx..(rows as usize + 1) * nx];
         let theirs = &want[start_row as usize * nx..(start_row + rows) as usize * nx];
         mismatches = Some(mine.iter().zip(theirs).filter(|(x, y)| x != y).count());
+        // The reference's residuals of the same iterations (the last `per_run`).
+        let skip = first.checked_div(opts.check_every).unwrap_or(0) as usize;
+        let want_res = want_res.get(skip..).unwrap_or_default();
         residual_error = Some(
             residuals
                 .iter()
-                .zip(&want_res)
+                .zip(want_res)
                 .map(|((_, g), w)| (g * g - w).abs() / w.abs().max(f64::MIN_POSITIVE))
                 .fold(0.0, f64::max),
         );
@@ -384,6 +417,75 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
         mismatches,
         residual_error,
     })
+}
+
+/// One solve's buffers, kernels and launch shape: what [`Solver::iterate`] enqueues.
+struct Solver<'a, 'rt, T: Element> {
+    a: &'a SymBuffer<'rt, T>,
+    a_new: &'a SymBuffer<'rt, T>,
+    sync: &'a SymBuffer<'rt, u64>,
+    work: &'a SymBuffer<'rt, u32>,
+    stats: &'a SymBuffer<'rt, f64>,
+    norms: &'a SymBuffer<'rt, f64>,
+    step: &'a KernelFn<'a, T::Step>,
+    persistent: &'a KernelFn<'a, T::Persistent>,
+    cfg: LaunchConfig<'static>,
+    slab: Slab,
+    opts: &'a Options,
+}
+
+impl<'a, T: Element> Solver<'a, '_, T> {
+    /// Enqueues `iters` iterations from epoch 0 (after the grid and the synchronisation
+    /// words were reset) into `to`; returns whether the result is in `a_new`.
+    fn iterate(&self, to: Enqueue<'_, 'a>, iters: u32) -> Result<bool> {
+        let (a, a_new, opts) = (self.a, self.a_new, self.opts);
+        let (sync, work, stats, norms) = (self.sync, self.work, self.stats, self.norms);
+        match opts.variant {
+            Variant::PerIteration => {
+                let mut check = 0;
+                for e in 0..iters {
+                    let (src, dst) = if e % 2 == 0 { (a, a_new) } else { (a_new, a) };
+                    let c = if opts.check_every > 0 && (e + 1) % opts.check_every == 0 {
+                        check += 1;
+                        check - 1
+                    } else {
+                        -1
+                    };
+                    let args = (
+                        src,
+                        dst,
+                        sync,
+                        work,
+                        stats,
+                        norms,
+                        self.slab,
+                        u64::from(e),
+                        c,
+                    );
+                    // SAFETY: every PE enqueues the same sequence (collective `run`); buffers
+                    // and shape as the kernel documents; epochs count up from 0 after the
+                    // reset (or the graph's fill).
+                    unsafe { to.launch(self.step, self.cfg, args)? };
+                }
+            }
+            Variant::Persistent => {
+                let args = (
+                    a,
+                    a_new,
+                    sync,
+                    work,
+                    stats,
+                    norms,
+                    self.slab,
+                    iters,
+                    opts.check_every,
+                );
+                // SAFETY: as above; `work` was zeroed by the reset (or the graph's fill).
+                unsafe { to.launch(self.persistent, self.cfg, args)? };
+            }
+        }
+        Ok(iters % 2 == 1)
+    }
 }
 
 /// Prints residuals as the kernels write them (PE 0), reading `stats` (`len` `f64`s at device

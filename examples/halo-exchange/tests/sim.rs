@@ -168,3 +168,37 @@ fn the_host_driver_runs_on_simulated_pes() {
         }
     }
 }
+
+/// Iterations captured into a graph (a fill of the signal words, barriers, the launches)
+/// and replayed give the eager solve's grid, bit for bit (both match the CPU reference),
+/// and the residuals of the last replay; both variants, 2 PEs. A graph that does not fit
+/// the iterations is refused.
+#[test]
+fn iterations_captured_in_a_graph_replay_like_eager_launches() {
+    use halo_exchange::host::{Options, Variant, run};
+    use shmem_host::{Shmem, sim};
+    for variant in [Variant::PerIteration, Variant::Persistent] {
+        let outcomes = sim::run(2, || {
+            let rt = Shmem::init()?;
+            let mut o = Options::new(20, 14, "/nonexistent".into());
+            (o.iters, o.warmup, o.check_every, o.threads) = (40, 2, 5, 32);
+            (o.variant, o.verify, o.graph) = (variant, true, 10);
+            let graph = run(&rt, &o)?;
+            o.graph = 0;
+            let eager = run(&rt, &o)?;
+            o.graph = 7;
+            let odd = run(&rt, &o).unwrap_err().to_string();
+            Ok((graph, eager, odd))
+        })
+        .unwrap_or_else(|e| panic!("{variant:?}: {e}"));
+        for (pe, (graph, eager, odd)) in outcomes.iter().enumerate() {
+            assert_eq!(graph.mismatches, Some(0), "{variant:?} PE {pe}: graph");
+            assert_eq!(eager.mismatches, Some(0), "{variant:?} PE {pe}: eager");
+            assert!(graph.residual_error.unwrap() <= 1e-12, "PE {pe}");
+            let its: Vec<u32> = graph.residuals.iter().map(|r| r.0).collect();
+            assert_eq!(its, [35, 40], "the last replay's checks");
+            assert_eq!(graph.residuals[..], eager.residuals[6..], "PE {pe}");
+            assert!(odd.contains("must be even"), "{odd}");
+        }
+    }
+}

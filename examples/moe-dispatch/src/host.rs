@@ -11,10 +11,9 @@ use crate::kernels::{self, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
 use crate::reference::{self, DispatchReport, Inputs, Received};
 use crate::routing::{self, Distribution, destinations};
 use shmem_device::Sym;
-use shmem_device::kernel::Kernel;
 use shmem_host::args::HostArg;
 use shmem_host::{
-    Capture, Error, Graph, KernelFn, LaunchConfig, Mark, Module, Result, Shmem, StreamRef,
+    Enqueue, Error, Graph, KernelFn, LaunchConfig, Mark, Module, Result, Shmem, StreamRef,
     SymBuffer,
 };
 use std::cell::Cell;
@@ -245,42 +244,6 @@ pub struct Moe<'rt> {
     pub launch: [(u32, u32); 4],
 }
 
-/// Where a round's work goes: onto the runtime's stream, or into a capture.
-enum Sink<'c, 'b> {
-    Eager(&'b Shmem),
-    Capture(&'c Capture<'b>),
-}
-
-impl<'b> Sink<'_, 'b> {
-    /// # Safety
-    /// As [`KernelFn::launch`].
-    unsafe fn launch<K>(
-        &self,
-        k: &KernelFn<'b, K>,
-        cfg: LaunchConfig<'_>,
-        b: Bufs,
-        s: Shape,
-    ) -> Result<()>
-    where
-        K: Kernel<Params = (Bufs, Shape)>,
-    {
-        // SAFETY: the caller's contract.
-        unsafe {
-            match self {
-                Sink::Eager(_) => k.launch(cfg, (b, s)),
-                Sink::Capture(c) => c.launch(k, cfg, (b, s)),
-            }
-        }
-    }
-
-    fn barrier(&self) -> Result<()> {
-        match self {
-            Sink::Eager(rt) => rt.barrier_all_on(StreamRef::Runtime),
-            Sink::Capture(c) => c.barrier_all(),
-        }
-    }
-}
-
 /// Makes the allocations behind [`Bufs`] from the buffer list ([`crate::moe_buffers`]).
 macro_rules! held {
     ($($(#[$doc:meta])* $name:ident: $t:ty = $len:expr;)*) => {
@@ -438,11 +401,11 @@ impl<'rt> Moe<'rt> {
         k: &'b Kernels<'_>,
         g: &[LaunchConfig<'static>; 4],
         s: Shape,
-        sink: &Sink<'_, 'b>,
+        to: Enqueue<'_, 'b>,
         at: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<()> {
         let b = self.bufs;
-        sink.barrier()?;
+        to.barrier_all()?;
         at(0)?;
         // SAFETY: every PE runs the same rounds with the same shape and grids (collective
         // `round` and `graph`); the buffers are those `Moe::new` sized for this mode and
@@ -450,17 +413,17 @@ impl<'rt> Moe<'rt> {
         // previous one on the stream.
         unsafe {
             if self.opts.mode == Mode::Throughput {
-                sink.launch(&k.layout, g[0], b, s)?;
+                to.launch(&k.layout, g[0], (b, s))?;
             }
-            sink.launch(&k.dispatch, g[1], b, s)?;
+            to.launch(&k.dispatch, g[1], (b, s))?;
         }
         at(1)?;
         // SAFETY: as above.
-        unsafe { sink.launch(&k.experts, g[2], b, s)? };
-        sink.barrier()?;
+        unsafe { to.launch(&k.experts, g[2], (b, s))? };
+        to.barrier_all()?;
         at(2)?;
         // SAFETY: as above.
-        unsafe { sink.launch(&k.combine, g[3], b, s)? };
+        unsafe { to.launch(&k.combine, g[3], (b, s))? };
         at(3)
     }
 
@@ -484,7 +447,7 @@ impl<'rt> Moe<'rt> {
         let rt = self.rt;
         let mut marks = Vec::with_capacity(4);
         let s = self.next_round();
-        self.enqueue(k, &g, s, &Sink::Eager(rt), &mut |_| {
+        self.enqueue(k, &g, s, rt.on(StreamRef::Runtime), &mut |_| {
             marks.push(rt.mark()?);
             Ok(())
         })?;
@@ -508,7 +471,7 @@ impl<'rt> Moe<'rt> {
         let start = rt.mark()?;
         for _ in 0..count {
             let s = self.next_round();
-            self.enqueue(k, &g, s, &Sink::Eager(rt), &mut |_| Ok(()))?;
+            self.enqueue(k, &g, s, rt.on(StreamRef::Runtime), &mut |_| Ok(()))?;
         }
         let end = rt.mark()?;
         end.synchronize()?;
@@ -529,7 +492,7 @@ impl<'rt> Moe<'rt> {
         };
         let graph = self.rt.capture(stream, |c| {
             c.zero(&self.held.signals)?;
-            self.enqueue(k, &g, s, &Sink::Capture(c), &mut |_| Ok(()))
+            self.enqueue(k, &g, s, c.enqueue(), &mut |_| Ok(()))
         })?;
         Ok(MoeGraph {
             moe: self,

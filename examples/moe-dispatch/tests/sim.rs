@@ -256,10 +256,17 @@ fn a_round_captured_in_a_graph_replays_like_eager_rounds() {
         for (pe, out) in outcomes.iter().enumerate() {
             assert!(out.check.as_ref().unwrap().ok(), "{mode:?} PE {pe} eager");
             let g = out.graph.as_ref().unwrap();
-            assert!(g.identical, "{mode:?} PE {pe}: replays differ from eager rounds");
+            assert!(
+                g.identical,
+                "{mode:?} PE {pe}: replays differ from eager rounds"
+            );
             assert!(g.check.as_ref().unwrap().ok(), "{mode:?} PE {pe}: replays");
             let launches = if mode == Mode::Throughput { 4 } else { 3 };
-            assert_eq!(g.graph_len, 3 + launches, "fill, two barriers, the launches");
+            assert_eq!(
+                g.graph_len,
+                3 + launches,
+                "fill, two barriers, the launches"
+            );
             assert_eq!(g.replays, 3);
         }
     }
