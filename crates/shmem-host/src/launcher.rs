@@ -30,6 +30,8 @@ pub struct LaunchSpec {
     pub args: Vec<OsString>,
     /// Give up (and stop every PE) after this long.
     pub timeout: Option<Duration>,
+    /// Environment variables set for every PE, on top of the launcher's own.
+    pub env: Vec<(OsString, OsString)>,
 }
 
 /// Where CUDA MPS keeps its pipes: `CUDA_MPS_PIPE_DIRECTORY`, else `/tmp/nvidia-mps`.
@@ -158,6 +160,7 @@ pub fn run_as_pes(n: Option<usize>) -> Result<Role> {
         program,
         args: std::env::args_os().skip(1).collect(),
         timeout: None,
+        env: Vec::new(),
     })?;
     Ok(Role::LaunchedAll)
 }
@@ -315,6 +318,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<()> {
         }
         let spawned = cmd
             .args(&spec.args)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .env("SHMEM_RANK", pe.to_string())
             .env("SHMEM_NRANKS", spec.n.to_string())
             .env("SHMEM_LOCAL_RANK", placement.device[pe].to_string())
@@ -446,6 +450,12 @@ pub fn gpu_test(name: &str, pes: Option<usize>, body: impl FnOnce(&crate::Shmem)
         body(&rt);
         rt.barrier_all().expect("final barrier");
         println!("PE {}/{}: {name} ok", rt.my_pe(), rt.n_pes());
+        // Tells the runner this PE ran the body (a `name` that matches no test would
+        // otherwise run nothing and pass).
+        if let Some(dir) = std::env::var_os(RAN_DIR) {
+            let mark = PathBuf::from(dir).join(rt.my_pe().to_string());
+            std::fs::write(&mark, name).expect("the runner's marker directory");
+        }
         return;
     }
     let gpus = visible_gpus().expect("a CUDA driver");
@@ -457,15 +467,34 @@ pub fn gpu_test(name: &str, pes: Option<usize>, body: impl FnOnce(&crate::Shmem)
     let args = [name, "--exact", "--nocapture", "--test-threads=1"]
         .map(Into::into)
         .to_vec();
-    launch(&LaunchSpec {
+    let ran = std::env::temp_dir().join(format!(
+        "shmem-gpu-test-{}-{name}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    std::fs::create_dir_all(&ran).expect("a marker directory");
+    let launched = launch(&LaunchSpec {
         n,
         gpus: Some(gpus),
         program: std::env::current_exe().expect("the test binary"),
         args,
         timeout: Some(Duration::from_secs(100)),
-    })
-    .unwrap_or_else(|e| panic!("{name}: {e}"));
+        env: vec![(RAN_DIR.into(), ran.clone().into())],
+    });
+    let marks = std::fs::read_dir(&ran).map_or(0, |d| d.count());
+    let _ = std::fs::remove_dir_all(&ran);
+    launched.unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(
+        marks, n,
+        "{name}: {marks} of {n} PEs ran the test body; `name` must be the test's path in \
+         its binary (the function's name for a test at the top of the file)"
+    );
 }
+
+/// Where [`gpu_test`]'s PEs mark that they ran the body.
+const RAN_DIR: &str = "SHMEM_GPU_TEST_RAN";
 
 #[cfg(test)]
 mod tests {
@@ -478,6 +507,7 @@ mod tests {
             program: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()],
             timeout: Some(Duration::from_secs(60)),
+            env: Vec::new(),
         }
     }
 
@@ -540,6 +570,7 @@ mod tests {
             program: "/nonexistent/prog".into(),
             args: vec![],
             timeout: None,
+            env: Vec::new(),
         })
         .unwrap_err();
         assert!(e.to_string().contains("cannot start PE 0"), "{e}");

@@ -89,6 +89,7 @@ fn a_timed_out_pe_fails_the_job_quickly() {
             .map(Into::into)
             .to_vec(),
         timeout: Some(std::time::Duration::from_secs(60)),
+        env: Vec::new(),
     })
     .expect_err("the job fails");
     let took = start.elapsed().as_secs_f64();

@@ -131,28 +131,32 @@ fn cuda_reference_matches_the_cpu() {
 /// variants.
 #[test]
 fn a_graph_of_100_iterations_replays_1000_times_like_eager_launches() {
-    gpu_test("a_graph_of_100_iterations_replays_1000_times", None, |rt| {
-        for variant in [Variant::PerIteration, Variant::Persistent] {
-            let mut o = Options::new(66, 66, ptx_dir());
-            (o.iters, o.warmup, o.check_every) = (100_000, 10, 50);
-            (o.variant, o.verify, o.graph) = (variant, true, 100);
-            let graph = run(rt, &o).unwrap_or_else(|e| panic!("{variant:?} graph: {e}"));
-            o.graph = 0;
-            let eager = run(rt, &o).unwrap_or_else(|e| panic!("{variant:?} eager: {e}"));
-            let what = format!("{variant:?} PE {}", rt.my_pe());
-            assert_eq!(graph.mismatches, Some(0), "{what}: graph");
-            assert_eq!(eager.mismatches, Some(0), "{what}: eager");
-            assert!(graph.residual_error.unwrap() < 1e-9, "{what}: {graph:?}");
-            assert_eq!(
-                graph.residuals[..],
-                eager.residuals[eager.residuals.len() - 2..],
-                "{what}"
-            );
-            println!(
-                "{what}: 1000 replays of 100 iterations match eager and the CPU; per iteration eager {:.2} us, graph {:.2} us",
-                eager.seconds_per_iter * 1e6,
-                graph.seconds_per_iter * 1e6
-            );
-        }
-    });
+    gpu_test(
+        "a_graph_of_100_iterations_replays_1000_times_like_eager_launches",
+        None,
+        |rt| {
+            for variant in [Variant::PerIteration, Variant::Persistent] {
+                let mut o = Options::new(66, 66, ptx_dir());
+                (o.iters, o.warmup, o.check_every) = (100_000, 10, 50);
+                (o.variant, o.verify, o.graph) = (variant, true, 100);
+                let graph = run(rt, &o).unwrap_or_else(|e| panic!("{variant:?} graph: {e}"));
+                o.graph = 0;
+                let eager = run(rt, &o).unwrap_or_else(|e| panic!("{variant:?} eager: {e}"));
+                let what = format!("{variant:?} PE {}", rt.my_pe());
+                assert_eq!(graph.mismatches, Some(0), "{what}: graph");
+                assert_eq!(eager.mismatches, Some(0), "{what}: eager");
+                assert!(graph.residual_error.unwrap() < 1e-9, "{what}: {graph:?}");
+                assert_eq!(
+                    graph.residuals[..],
+                    eager.residuals[eager.residuals.len() - 2..],
+                    "{what}"
+                );
+                println!(
+                    "{what}: 1000 replays of 100 iterations match eager and the CPU; per iteration eager {:.2} us, graph {:.2} us",
+                    eager.seconds_per_iter * 1e6,
+                    graph.seconds_per_iter * 1e6
+                );
+            }
+        },
+    );
 }

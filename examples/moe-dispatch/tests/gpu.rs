@@ -187,21 +187,25 @@ fn cuda_reference_matches_the_cpu() {
 /// against the CPU, in both modes.
 #[test]
 fn a_round_in_a_graph_replays_1000_times_like_eager_rounds() {
-    gpu_test("a_round_in_a_graph_replays_1000_times", None, |rt| {
-        for mode in [Mode::LowLatency, Mode::Throughput] {
-            let mut o = small(128, 1024, 16, 4);
-            (o.mode, o.verify, o.graph_replays) = (mode, true, 1000);
-            let out = run(rt, &o).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
-            assert!(out.check.unwrap().ok(), "{mode:?}: eager");
-            let g = out.graph.unwrap();
-            assert!(g.identical, "{mode:?}: replays differ from eager rounds");
-            assert!(g.check.as_ref().unwrap().ok(), "{mode:?}: replays");
-            println!(
-                "PE {} {mode:?}: 1000 replays identical to eager; per round eager {:.2} us, graph {:.2} us",
-                rt.my_pe(),
-                g.eager_step_us,
-                g.graph_step_us
-            );
-        }
-    });
+    gpu_test(
+        "a_round_in_a_graph_replays_1000_times_like_eager_rounds",
+        None,
+        |rt| {
+            for mode in [Mode::LowLatency, Mode::Throughput] {
+                let mut o = small(128, 1024, 16, 4);
+                (o.mode, o.verify, o.graph_replays) = (mode, true, 1000);
+                let out = run(rt, &o).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+                assert!(out.check.unwrap().ok(), "{mode:?}: eager");
+                let g = out.graph.unwrap();
+                assert!(g.identical, "{mode:?}: replays differ from eager rounds");
+                assert!(g.check.as_ref().unwrap().ok(), "{mode:?}: replays");
+                println!(
+                    "PE {} {mode:?}: 1000 replays identical to eager; per round eager {:.2} us, graph {:.2} us",
+                    rt.my_pe(),
+                    g.eager_step_us,
+                    g.graph_step_us
+                );
+            }
+        },
+    );
 }

@@ -66,6 +66,7 @@ fn main() -> ExitCode {
         program,
         args: command,
         timeout: a.timeout.map(Duration::from_secs),
+        env: Vec::new(),
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e.to_string()),
