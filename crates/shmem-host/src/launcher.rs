@@ -446,16 +446,17 @@ pub fn gpu_test(name: &str, pes: Option<usize>, body: impl FnOnce(&crate::Shmem)
         return;
     }
     if crate::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
+        // Tells the runner this PE reached the test (a `name` that matches no test would
+        // otherwise run nothing and pass); before the body, which may end the process.
+        if let Some(dir) = std::env::var_os(RAN_DIR) {
+            let rank = std::env::var("SHMEM_RANK").unwrap_or_default();
+            std::fs::write(PathBuf::from(dir).join(rank), name)
+                .expect("the runner's marker directory");
+        }
         let rt = crate::Shmem::init().expect("NVSHMEM starts");
         body(&rt);
         rt.barrier_all().expect("final barrier");
         println!("PE {}/{}: {name} ok", rt.my_pe(), rt.n_pes());
-        // Tells the runner this PE ran the body (a `name` that matches no test would
-        // otherwise run nothing and pass).
-        if let Some(dir) = std::env::var_os(RAN_DIR) {
-            let mark = PathBuf::from(dir).join(rt.my_pe().to_string());
-            std::fs::write(&mark, name).expect("the runner's marker directory");
-        }
         return;
     }
     let gpus = visible_gpus().expect("a CUDA driver");
@@ -488,7 +489,7 @@ pub fn gpu_test(name: &str, pes: Option<usize>, body: impl FnOnce(&crate::Shmem)
     launched.unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(
         marks, n,
-        "{name}: {marks} of {n} PEs ran the test body; `name` must be the test's path in \
+        "{name}: {marks} of {n} PEs reached the test; `name` must be the test's path in \
          its binary (the function's name for a test at the top of the file)"
     );
 }

@@ -95,8 +95,13 @@ fn a_timed_out_pe_fails_the_job_quickly() {
     let took = start.elapsed().as_secs_f64();
     let e = e.to_string();
     println!("the job failed after {took:.1} s: {e}");
+    // On a GPU of its own the waiter is the PE that fails. PEs sharing a GPU under CUDA MPS
+    // share its faults: the trap also ends the other clients' contexts, and whichever PE
+    // exits first is named.
+    let shared = n > gpus;
     assert!(
-        e.contains(&format!("PE {} exited with status 3", n - 1)),
+        e.contains(&format!("PE {} exited with status 3", n - 1))
+            || (shared && e.contains(" exited with status ")),
         "{e}"
     );
     assert!(
