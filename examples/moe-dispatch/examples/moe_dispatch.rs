@@ -189,12 +189,13 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
         Some(g) => {
             if me == 0 {
                 println!(
-                    "  graph: {} steps per round; per round: eager back to back {:.2} us, graph replay {:.2} us ({:+.2} us, {} rounds each)",
+                    "  graph: {} steps per round; per round, {} rounds each: eager back to back {:.2} us (host enqueue {:.2} us), graph replay {:.2} us (host {:.2} us)",
                     g.graph_len,
-                    g.eager_step_us,
-                    g.graph_step_us,
-                    g.graph_step_us - g.eager_step_us,
-                    g.replays
+                    g.replays,
+                    g.eager.gpu_us,
+                    g.eager.host_us,
+                    g.graph.gpu_us,
+                    g.graph.host_us
                 );
             }
             if !g.ok() {
@@ -237,7 +238,7 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
 
 /// `--compare`: Rust and CUDA C++ kernels interleaved, every configuration; PE 0 reports.
 fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shmem_host::Result<()> {
-    use moe_dispatch::host::{Kernels, Moe, load};
+    use moe_dispatch::host::{Kernels, Moe, Steps, load};
     use shmem_host::measure::{copy_engine_peer_bandwidth, median};
     let ce = copy_engine_peer_bandwidth(rt, 5)?;
     let rust = load(rt, &cli.opts.implementation)?;
@@ -333,20 +334,24 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                         moe.launch
                     );
                     if o.graph_replays > 0 {
-                        let (re, rg, ce, cg) = (
-                            m(&steps[0][0]),
-                            m(&steps[0][1]),
-                            m(&steps[1][0]),
-                            m(&steps[1][1]),
-                        );
+                        // Medians of GPU and host time per step: [impl][eager, graph].
+                        let med = |i: usize, j: usize| {
+                            let g: Vec<f64> =
+                                steps[i][j].iter().map(|s: &Steps| s.gpu_us).collect();
+                            let h: Vec<f64> =
+                                steps[i][j].iter().map(|s: &Steps| s.host_us).collect();
+                            (median(&g), median(&h))
+                        };
+                        let ((re, reh), (rg, rgh)) = (med(0, 0), med(0, 1));
+                        let ((ce, ceh), (cg, cgh)) = (med(1, 0), med(1, 1));
                         println!(
-                            "{:<11} T {tokens:>5} E {experts:>3}  step eager/graph: rust {re:>9.2} / {rg:>9.2} us  cuda {ce:>9.2} / {cg:>9.2} us  ratio rust/cuda eager {:.3} graph {:.3}",
+                            "{:<11} T {tokens:>5} E {experts:>3}  step eager/graph: rust {re:>8.2} / {rg:>8.2} us  cuda {ce:>8.2} / {cg:>8.2} us  ratio rust/cuda eager {:.3} graph {:.3}  host enqueue eager/graph: rust {reh:.2} / {rgh:.2} us  cuda {ceh:.2} / {cgh:.2} us",
                             mode.name(),
                             re / ce,
                             rg / cg
                         );
                         println!(
-                            "RESULT {{\"mode\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"n_pes\": {}, \"steps\": {}, \"rust_eager_step_us\": {re:.3}, \"rust_graph_step_us\": {rg:.3}, \"cuda_eager_step_us\": {ce:.3}, \"cuda_graph_step_us\": {cg:.3}, \"graph_identical\": {graph_ok}}}",
+                            "RESULT {{\"mode\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"n_pes\": {}, \"steps\": {}, \"rust_eager_step_us\": {re:.3}, \"rust_graph_step_us\": {rg:.3}, \"cuda_eager_step_us\": {ce:.3}, \"cuda_graph_step_us\": {cg:.3}, \"rust_eager_host_us\": {reh:.3}, \"rust_graph_host_us\": {rgh:.3}, \"cuda_eager_host_us\": {ceh:.3}, \"cuda_graph_host_us\": {cgh:.3}, \"graph_identical\": {graph_ok}}}",
                             mode.name(),
                             rt.n_pes(),
                             o.graph_replays

@@ -18,6 +18,7 @@ use shmem_host::{
 };
 use std::cell::Cell;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 impl HostArg<Shape> for Shape {
     fn to_param(&self) -> Shape {
@@ -463,19 +464,21 @@ impl<'rt> Moe<'rt> {
     }
 
     /// `count` rounds enqueued back to back on the runtime's stream, the host waiting only
-    /// at the end: microseconds per round on the slowest PE (the time a step takes when the
-    /// host launches every kernel, to compare with [`MoeGraph::steps`]).
-    pub fn eager_steps(&self, k: &Kernels<'_>, count: u32) -> Result<f64> {
+    /// at the end: the time per round when the host launches every kernel, to compare
+    /// with [`MoeGraph::steps`].
+    pub fn eager_steps(&self, k: &Kernels<'_>, count: u32) -> Result<Steps> {
         let g = self.grids(k)?;
         let rt = self.rt;
         let start = rt.mark()?;
+        let host = Instant::now();
         for _ in 0..count {
             let s = self.next_round();
             self.enqueue(k, &g, s, rt.on(StreamRef::Runtime), &mut |_| Ok(()))?;
         }
+        let host = host.elapsed();
         let end = rt.mark()?;
         end.synchronize()?;
-        per_step_us(rt, &start, &end, count)
+        Steps::measured(rt, &start, &end, host, count)
     }
 
     /// Captures one round into a graph on `stream`: a fill of this PE's signal words with
@@ -596,10 +599,27 @@ impl<'rt> Moe<'rt> {
     }
 }
 
-/// Microseconds per step from `start` to `end` over `count` steps, on the slowest PE.
-fn per_step_us(rt: &Shmem, start: &Mark, end: &Mark, count: u32) -> Result<f64> {
-    let ns = (end.seconds_since(start)? * 1e9) as i64;
-    Ok(rt.min_max(ns)?.1 as f64 * 1e-3 / f64::from(count.max(1)))
+/// The time of a step (a round) repeated back to back, on the slowest PE.
+#[derive(Clone, Copy, Debug)]
+pub struct Steps {
+    /// Microseconds per step on the GPU (first mark to last, divided by the steps).
+    pub gpu_us: f64,
+    /// Microseconds per step the host spent enqueueing (launches, barriers, or a graph
+    /// launch): what a graph saves the host, and what bounds a step when the GPU is faster.
+    pub host_us: f64,
+}
+
+impl Steps {
+    /// From marks around `count` steps and the host's time to enqueue them. Collective.
+    fn measured(rt: &Shmem, start: &Mark, end: &Mark, host: Duration, count: u32) -> Result<Steps> {
+        let slowest = |ns: f64| -> Result<f64> {
+            Ok(rt.min_max(ns as i64)?.1 as f64 * 1e-3 / f64::from(count.max(1)))
+        };
+        Ok(Steps {
+            gpu_us: slowest(end.seconds_since(start)? * 1e9)?,
+            host_us: slowest(host.as_nanos() as f64)?,
+        })
+    }
 }
 
 /// One round of a [`Moe`] captured into a CUDA graph ([`Moe::graph`]); it borrows the
@@ -618,28 +638,31 @@ impl MoeGraph<'_> {
         self.marked_replay(count).map(drop)
     }
 
-    /// [`MoeGraph::replay`] timed: microseconds per round on the slowest PE.
-    pub fn steps(&self, count: u32) -> Result<f64> {
-        let (start, end) = self.marked_replay(count)?;
+    /// [`MoeGraph::replay`] timed, per round.
+    pub fn steps(&self, count: u32) -> Result<Steps> {
+        let (start, end, host) = self.marked_replay(count)?;
         end.synchronize()?;
-        per_step_us(self.moe.rt, &start, &end, count)
+        Steps::measured(self.moe.rt, &start, &end, host, count)
     }
 
-    /// [`MoeGraph::replay`], returning marks on the graph's stream before and after.
-    fn marked_replay(&self, count: u32) -> Result<(Mark, Mark)> {
+    /// [`MoeGraph::replay`], returning marks on the graph's stream before and after, and
+    /// the host's time to launch the replays.
+    fn marked_replay(&self, count: u32) -> Result<(Mark, Mark, Duration)> {
         let rt = self.moe.rt;
         rt.wait_for(self.stream, &rt.mark()?)?;
         let start = rt.mark_on(self.stream)?;
+        let host = Instant::now();
         for _ in 0..count {
             self.graph.launch()?;
         }
+        let host = host.elapsed();
         let end = rt.mark_on(self.stream)?;
         rt.wait_for(StreamRef::Runtime, &end)?;
         self.moe.round.set(1);
         self.moe
             .rounds_run
             .set(self.moe.rounds_run.get() + u64::from(count));
-        Ok((start, end))
+        Ok((start, end, host))
     }
 
     /// Launches and barriers in the graph.
@@ -675,10 +698,10 @@ pub struct Outcome {
 pub struct GraphOutcome {
     /// Replays (and eager rounds) timed.
     pub replays: u32,
-    /// Microseconds per round launched eagerly, back to back (slowest PE).
-    pub eager_step_us: f64,
-    /// Microseconds per replay of the graph (slowest PE).
-    pub graph_step_us: f64,
+    /// Rounds launched eagerly, back to back.
+    pub eager: Steps,
+    /// Replays of the graph.
+    pub graph: Steps,
     /// Steps in the graph (fill, barriers, launches).
     pub graph_len: usize,
     /// The combined tokens after the last replay equal, bit for bit, those after the last
@@ -754,18 +777,18 @@ pub fn compare_graph(
     verify: bool,
 ) -> Result<GraphOutcome> {
     moe.clear_combined()?;
-    let eager_step_us = moe.eager_steps(k, replays)?;
+    let eager_steps = moe.eager_steps(k, replays)?;
     let eager = moe.combined()?;
     moe.clear_combined()?;
     let stream = rt.new_stream()?;
     let graph = moe.graph(k, stream.as_ref())?;
-    let graph_step_us = graph.steps(replays)?;
+    let graph_steps = graph.steps(replays)?;
     let identical = moe.combined()? == eager;
     let check = if verify { Some(moe.check()?) } else { None };
     Ok(GraphOutcome {
         replays,
-        eager_step_us,
-        graph_step_us,
+        eager: eager_steps,
+        graph: graph_steps,
         graph_len: graph.len(),
         identical,
         check,

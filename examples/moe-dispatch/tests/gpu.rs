@@ -200,10 +200,12 @@ fn a_round_in_a_graph_replays_1000_times_like_eager_rounds() {
                 assert!(g.identical, "{mode:?}: replays differ from eager rounds");
                 assert!(g.check.as_ref().unwrap().ok(), "{mode:?}: replays");
                 println!(
-                    "PE {} {mode:?}: 1000 replays identical to eager; per round eager {:.2} us, graph {:.2} us",
+                    "PE {} {mode:?}: 1000 replays identical to eager; per round eager {:.2} us (host {:.2}), graph {:.2} us (host {:.2})",
                     rt.my_pe(),
-                    g.eager_step_us,
-                    g.graph_step_us
+                    g.eager.gpu_us,
+                    g.eager.host_us,
+                    g.graph.gpu_us,
+                    g.graph.host_us
                 );
             }
         },
