@@ -272,7 +272,9 @@ pub(crate) fn poll(
         }
         let elapsed = now_ns().wrapping_sub(start);
         if elapsed > bound_ns {
-            expired(at, waiting(), elapsed, bound_ns);
+            let w = waiting();
+            let times = [elapsed, bound_ns];
+            expired(at, w.kind, w.cmp, w.addr, w.elem_bytes, w.expected, times);
         }
         // The bound, not the simulator's deadlock detector, ends this wait (a step that is
         // not a poll).
@@ -281,48 +283,94 @@ pub(crate) fn poll(
     }
 }
 
-/// Writes the report of an expired wait and stops the kernel.
+/// Writes the report of an expired wait and stops the kernel. `Waiting`'s fields come
+/// apart, and the times as a pair, so that each arrives in registers (a struct this large
+/// is passed through the caller's stack, which every kernel with a bounded wait would then
+/// carry).
 #[cold]
 #[inline(never)]
-fn expired(at: &'static Location<'static>, w: Waiting, elapsed_ns: u64, bound_ns: u64) -> ! {
+fn expired(
+    at: &'static Location<'static>,
+    kind: WaitKind,
+    cmp: Cmp,
+    addr: *const u8,
+    elem_bytes: u32,
+    expected: u64,
+    [elapsed_ns, bound_ns]: [u64; 2],
+) -> ! {
+    let w = Waiting {
+        kind,
+        cmp,
+        addr,
+        elem_bytes,
+        expected,
+    };
+    publish(|r: *mut WaitReport| {
+        // SAFETY: `publish` passes a report only this thread writes.
+        unsafe { fill(r, at, &w, elapsed_ns, bound_ns) }
+    })
+}
+
+/// Writes every field of the report at `r` but `state`, field by field (on the GPU `r` is
+/// the mapped host report: nothing is built on the stack first).
+///
+/// # Safety
+/// `r` is valid for writes and no other thread writes it; `w.addr` is the waited-on word
+/// of `elem_bytes <= 8` bytes (the wait's contract).
+#[inline(always)]
+unsafe fn fill(
+    r: *mut WaitReport,
+    at: &'static Location<'static>,
+    w: &Waiting,
+    elapsed_ns: u64,
+    bound_ns: u64,
+) {
     let idx = crate::thread::thread_idx();
     let blk = crate::thread::block_idx();
-    let mut r = WaitReport {
-        state: 2,
-        pe: crate::team::my_pe(),
-        kind: w.kind as u32,
-        cmp: w.cmp as i32,
-        line: at.line(),
-        column: at.column(),
-        block: [blk.x, blk.y, blk.z],
-        thread: [idx.x, idx.y, idx.z],
-        elem_bytes: w.elem_bytes,
-        file_len: 0,
-        addr: w.addr as u64,
-        expected: w.expected,
-        seen: 0,
-        elapsed_ns,
-        bound_ns,
-        file: [0; FILE_BYTES],
-    };
     let mut seen = 0u64;
-    // SAFETY: `addr` is the waited-on word of `elem_bytes <= 8` bytes (the wait's contract).
+    // SAFETY: the caller's contract.
     unsafe {
         let bytes = (w.elem_bytes as usize).min(8);
         for i in 0..bytes {
             seen |= (w.addr.add(i).read_volatile() as u64) << (8 * i);
         }
+        let name = at.file().as_bytes();
+        let n = name.len().min(FILE_BYTES);
+        (&raw mut (*r).pe).write_volatile(crate::team::my_pe());
+        (&raw mut (*r).kind).write_volatile(w.kind as u32);
+        (&raw mut (*r).cmp).write_volatile(w.cmp as i32);
+        (&raw mut (*r).line).write_volatile(at.line());
+        (&raw mut (*r).column).write_volatile(at.column());
+        let (block, thread) = (
+            (&raw mut (*r).block).cast::<u32>(),
+            (&raw mut (*r).thread).cast::<u32>(),
+        );
+        for (i, (b, t)) in [(blk.x, idx.x), (blk.y, idx.y), (blk.z, idx.z)]
+            .into_iter()
+            .enumerate()
+        {
+            block.add(i).write_volatile(b);
+            thread.add(i).write_volatile(t);
+        }
+        (&raw mut (*r).elem_bytes).write_volatile(w.elem_bytes);
+        (&raw mut (*r).file_len).write_volatile(n as u32);
+        (&raw mut (*r).addr).write_volatile(w.addr as u64);
+        (&raw mut (*r).expected).write_volatile(w.expected);
+        (&raw mut (*r).seen).write_volatile(seen);
+        (&raw mut (*r).elapsed_ns).write_volatile(elapsed_ns);
+        (&raw mut (*r).bound_ns).write_volatile(bound_ns);
+        let file = (&raw mut (*r).file).cast::<u8>();
+        for (i, b) in name[..n].iter().enumerate() {
+            file.add(i).write_volatile(*b);
+        }
     }
-    r.seen = seen;
-    let name = at.file().as_bytes();
-    let n = name.len().min(FILE_BYTES);
-    r.file[..n].copy_from_slice(&name[..n]);
-    r.file_len = n as u32;
-    publish(&r)
 }
 
+/// The first thread to expire claims the PE's report, has `fill` write it into the mapped
+/// host memory, publishes it (`state` 2 after a system fence) and traps; the others trap.
 #[cfg(target_arch = "nvptx64")]
-fn publish(r: &WaitReport) -> ! {
+#[inline(always)]
+fn publish(fill: impl FnOnce(*mut WaitReport)) -> ! {
     use core::sync::atomic::{AtomicU32, Ordering};
     // SAFETY: the module global is only read by kernels and written by the host between
     // launches; `claimed` is touched only atomically here. The report address, when set,
@@ -332,9 +380,8 @@ fn publish(r: &WaitReport) -> ! {
         let claimed = AtomicU32::from_ptr(&raw mut (*cfg).claimed);
         let report = (&raw const (*cfg).report).read() as *mut WaitReport;
         if !report.is_null() && claimed.swap(1, Ordering::AcqRel) == 0 {
-            let mut body = *r;
-            body.state = 0;
-            report.write_volatile(body);
+            (&raw mut (*report).state).write_volatile(0);
+            fill(report);
             core::arch::asm!("fence.sc.sys;", options(nostack));
             (&raw mut (*report).state).write_volatile(2);
             core::arch::asm!("fence.sc.sys;", options(nostack));
@@ -344,6 +391,11 @@ fn publish(r: &WaitReport) -> ! {
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
-fn publish(r: &WaitReport) -> ! {
+fn publish(fill: impl FnOnce(*mut WaitReport)) -> ! {
+    let mut r = WaitReport {
+        state: 2,
+        ..WaitReport::EMPTY
+    };
+    fill(&mut r);
     panic!("a wait outlived its bound: {r}")
 }

@@ -6,19 +6,15 @@
 //! feature to supply your own.
 //!
 //! CUDA's device `printf` has no `%.*s`, so the file name and message are copied into
-//! NUL-terminated buffers on the stack (cut at 255 bytes) and printed with `%s`.
+//! NUL-terminated buffers (cut at 255 bytes) and printed with `%s`. The buffers and
+//! printf's argument block are module globals that the first panicking thread claims, not
+//! stack arrays: a kernel that can panic carries no stack frame for it (`ptxas -v`). The
+//! other panicking threads wait for the first one's trap, which ends the grid.
 
 use core::panic::PanicInfo;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 const CAP: usize = 256;
-
-/// `s` as a NUL-terminated C string in `buf`, cut to fit.
-fn c_str<'a>(s: &str, buf: &'a mut [u8; CAP]) -> *const u8 {
-    let n = s.len().min(CAP - 1);
-    buf[..n].copy_from_slice(&s.as_bytes()[..n]);
-    buf[n] = 0;
-    buf.as_ptr()
-}
 
 /// The vprintf argument block for `%s:%u:%u: %s`: each argument at its natural alignment.
 #[repr(C)]
@@ -27,6 +23,31 @@ struct Args {
     line: u32,
     col: u32,
     msg: *const u8,
+}
+
+/// 1 once a thread has claimed the buffers below.
+static CLAIMED: AtomicU32 = AtomicU32::new(0);
+static mut FILE: [u8; CAP] = [0; CAP];
+static mut MSG: [u8; CAP] = [0; CAP];
+static mut ARGS: Args = Args {
+    file: core::ptr::null(),
+    line: 0,
+    col: 0,
+    msg: core::ptr::null(),
+};
+
+/// `s` as a NUL-terminated C string in `buf`, cut to fit.
+///
+/// # Safety
+/// `buf` is `CAP` writable bytes that only this thread writes.
+unsafe fn c_str(s: &str, buf: *mut u8) -> *const u8 {
+    let n = s.len().min(CAP - 1);
+    // SAFETY: the caller's contract; `n < CAP`.
+    unsafe {
+        core::ptr::copy_nonoverlapping(s.as_ptr(), buf, n);
+        buf.add(n).write(0);
+    }
+    buf
 }
 
 #[panic_handler]
@@ -39,20 +60,34 @@ fn panic(info: &PanicInfo<'_>) -> ! {
         .message()
         .as_str()
         .unwrap_or("(formatted message not shown on the GPU)");
-    let (mut file_buf, mut msg_buf) = ([0u8; CAP], [0u8; CAP]);
-    let args = Args {
-        file: c_str(file, &mut file_buf),
-        line,
-        col,
-        msg: c_str(msg, &mut msg_buf),
-    };
-    // SAFETY: the format string is NUL-terminated; its conversions (%s, %u, %u, %s) match the
-    // fields of `Args` in order, laid out as CUDA's vprintf reads them (natural alignment),
-    // and both strings are NUL-terminated buffers that outlive the call.
+    report(file, line, col, msg)
+}
+
+/// Prints the panic (the first panicking thread of the module) and traps.
+#[cold]
+#[inline(never)]
+fn report(file: &str, line: u32, col: u32, msg: &str) -> ! {
+    if CLAIMED.swap(1, Ordering::AcqRel) != 0 {
+        // Another thread is printing; its trap ends this grid too.
+        loop {
+            core::hint::spin_loop();
+        }
+    }
+    // SAFETY: this thread alone claimed the buffers (the swap above). The format string is
+    // NUL-terminated; its conversions (%s, %u, %u, %s) match the fields of `Args` in order,
+    // laid out as CUDA's vprintf reads them (natural alignment), and both strings are
+    // NUL-terminated buffers in global memory.
     unsafe {
+        let args = &raw mut ARGS;
+        args.write(Args {
+            file: c_str(file, (&raw mut FILE).cast()),
+            line,
+            col,
+            msg: c_str(msg, (&raw mut MSG).cast()),
+        });
         crate::sys::vprintf(
             c"shmem kernel panicked at %s:%u:%u: %s\n".as_ptr().cast(),
-            (&raw const args).cast(),
+            args.cast_const().cast(),
         );
         core::arch::nvptx::trap()
     }
