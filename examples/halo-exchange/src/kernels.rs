@@ -153,27 +153,42 @@ struct Bufs<T> {
     norms: SymSlice<f64>,
 }
 
+/// [`iterate`]'s `ROLE`: the block decides at run time whether it is an edge block.
+const ANY: u8 = 0;
+/// [`iterate`]'s `ROLE`: the caller knows this is an edge block (block 0, or block 1 of a
+/// slab of at least 2 rows).
+const EDGE: u8 = 1;
+/// [`iterate`]'s `ROLE`: the caller knows this is not an edge block.
+const INTERIOR: u8 = 2;
+
+/// Whether this block updates and sends an edge row (module documentation).
+#[inline(always)]
+fn is_edge_block(s: Slab) -> bool {
+    let blk = block_idx_x();
+    blk == 0 || (blk == 1 && s.rows >= 2)
+}
+
 /// One iteration over the whole slab by the whole grid; returns this thread's residual part.
 ///
 /// # Safety
 /// The kernels' contract; every block of the grid calls it with the same arguments.
 #[inline(always)]
-unsafe fn iterate<T: Real, const OUT_OF_LINE: bool>(
-    b: &Bufs<T>,
-    s: Slab,
-    epoch: u64,
-    check: bool,
-) -> f64 {
+unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, check: bool) -> f64 {
     let (blk, nblk) = (block_idx_x() as usize, grid_dim_x() as usize);
     let (tid, bs) = (thread_idx_x() as usize, block_dim_x() as usize);
     let (nx, rows) = (s.nx as usize, s.rows as usize);
     let (a, a_new) = (b.a.as_ptr().cast_const(), b.a_new.as_ptr());
     let mut acc = 0.0f64;
-    if blk == 0 || (blk == 1 && rows >= 2) {
+    let edge = match ROLE {
+        EDGE => true,
+        INTERIOR => false,
+        _ => blk == 0 || (blk == 1 && rows >= 2),
+    };
+    if edge {
         let sync = b.sync.as_ptr();
         // SAFETY: the caller's contract; an edge block.
         acc = unsafe {
-            if OUT_OF_LINE {
+            if ROLE == EDGE {
                 edge_block_out_of_line(a, a_new, sync, s, epoch, check)
             } else {
                 edge_block(a, a_new, sync, s, epoch, check)
@@ -192,10 +207,8 @@ unsafe fn iterate<T: Real, const OUT_OF_LINE: bool>(
     acc
 }
 
-/// [`edge_block`] as a call, for the persistent kernels: only two blocks run it, and
-/// inlined into the loop over iterations its put and waits took registers from the
-/// interior rows (80 to 124 bytes of spills at 64 registers; 4 to 8 out of line). The
-/// per-iteration kernels keep it inline (a call costs them spills at 40 registers).
+/// [`edge_block`] as a call, for the persistent kernels' edge blocks (inlined in their
+/// loop, its put and waits still spilled; as a call, the loop holds nothing across it).
 ///
 /// # Safety
 /// As [`edge_block`].
@@ -343,7 +356,7 @@ unsafe fn finish_check(b: &Bufs<f64>, s: Slab, check: usize, acc: f64) {
 #[inline(always)]
 unsafe fn step<T: Real>(b: Bufs<T>, s: Slab, epoch: u64, check: i32) {
     // SAFETY: the kernels' contract.
-    let acc = unsafe { iterate::<T, false>(&b, s, epoch, check >= 0) };
+    let acc = unsafe { iterate::<T, ANY>(&b, s, epoch, check >= 0) };
     if check >= 0 {
         // SAFETY: every thread reaches this with the same `check`.
         unsafe { finish_check(&b.f64_view(), s, check as usize, acc) };
@@ -356,6 +369,31 @@ unsafe fn step<T: Real>(b: Bufs<T>, s: Slab, epoch: u64, check: i32) {
 /// The kernels' contract: see [`persistent_f32()`].
 #[inline(always)]
 unsafe fn persistent<T: Real>(b: Bufs<T>, s: Slab, iters: u32, check_every: u32) {
+    // The edge blocks and the others run separate loops: in one loop the edge rows' waits
+    // and puts and the interior rows' stencil were live together and spilled (80 to 124
+    // bytes at the 64 registers of two 512-thread blocks per SM; `ptxas -v` now reports
+    // none).
+    // SAFETY: the kernels' contract; the role matches the block.
+    unsafe {
+        if is_edge_block(s) {
+            persistent_loop::<T, EDGE>(b, s, iters, check_every)
+        } else {
+            persistent_loop::<T, INTERIOR>(b, s, iters, check_every)
+        }
+    }
+}
+
+/// [`persistent`]'s loop over the iterations, for blocks of one `ROLE`.
+///
+/// # Safety
+/// As [`persistent`]; `ROLE` is this block's.
+#[inline(always)]
+unsafe fn persistent_loop<T: Real, const ROLE: u8>(
+    b: Bufs<T>,
+    s: Slab,
+    iters: u32,
+    check_every: u32,
+) {
     let mut check = 0usize;
     for it in 0..iters {
         // Chosen afresh from the parameters each iteration rather than swapped: a pointer
@@ -371,7 +409,7 @@ unsafe fn persistent<T: Real>(b: Bufs<T>, s: Slab, iters: u32, check_every: u32)
         };
         let checking = check_every > 0 && (it + 1) % check_every == 0;
         // SAFETY: the kernels' contract; the barrier below separates iterations.
-        let acc = unsafe { iterate::<T, true>(&bufs, s, it as u64, checking) };
+        let acc = unsafe { iterate::<T, ROLE>(&bufs, s, it as u64, checking) };
         if checking {
             // SAFETY: every thread reaches this in the same iteration.
             unsafe { finish_check(&bufs.f64_view(), s, check, acc) };
