@@ -8,7 +8,7 @@ use std::time::Instant;
 pub fn run(args: Vec<String>) -> Result<(), String> {
     let f = Flags::parse(
         args,
-        &["arch", "nvshmem", "toolchain", "out"],
+        &["arch", "nvshmem", "toolchain", "out", "deny-spills"],
         &["require-ptxas", "no-ptxas"],
     )?;
     let mut archs = Vec::new();
@@ -86,6 +86,15 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
     } else {
         PtxasCheck::IfFound
     };
+    // Crates whose kernels must not spill on sm_90 and newer, the archs their launch bounds
+    // were tuned on (the table below is printed for every crate and arch).
+    let deny: Vec<String> = f
+        .values("deny-spills")
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::to_string)
+        .collect();
+    let mut spilled = Vec::new();
     let start = Instant::now();
     for dir in crates {
         let mut b = Builder::new(&dir)
@@ -121,8 +130,24 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
                 t.elapsed().as_secs_f64()
             );
             println!("    {}", a.ptx.display());
+            for k in &m.kernels {
+                let Some(r) = k.resources else { continue };
+                println!(
+                    "    {:<28} {:>3} registers  {:>4} B stack  {:>4} B spill stores  {:>4} B spill loads",
+                    k.name, r.registers, r.stack_bytes, r.spill_stores, r.spill_loads
+                );
+                if r.spills() && deny.contains(&m.crate_name) && a.arch >= Arch::Sm90 {
+                    spilled.push(format!("{} {} ({})", m.crate_name, k.name, m.arch));
+                }
+            }
         }
     }
     println!("done in {:.1}s", start.elapsed().as_secs_f64());
+    if !spilled.is_empty() {
+        return Err(format!(
+            "ptxas spilled registers in kernels that must not spill (--deny-spills): {}",
+            spilled.join(", ")
+        ));
+    }
     Ok(())
 }

@@ -52,7 +52,16 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
         c(&["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     let mut build = Command::new(&xtask);
-    build.args(["build-ptx", "--arch", "sm_80,sm_90", "--require-ptxas"]);
+    // The example kernels must not spill; every crate's table of registers, stack and
+    // spills is printed.
+    build.args([
+        "build-ptx",
+        "--arch",
+        "sm_80,sm_90",
+        "--require-ptxas",
+        "--deny-spills",
+        "halo-exchange,moe-dispatch,ring-kernels",
+    ]);
     step("build-ptx", &mut build)?;
     step("doctests", &mut c(&["test", "--workspace", "--doc"]))?;
     // The README's programs on the CPU simulator (what its main command does on a machine

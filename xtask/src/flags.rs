@@ -9,6 +9,7 @@ commands:
   build-ptx   build kernel crates to target/ptx/<arch>/<crate>.{ptx,json}
               --arch A[,B]  (sm_80, sm_90, sm_100; default sm_90)   --nvshmem DIR   --toolchain T
               --require-ptxas   --out DIR   [CRATE|PATH]...  (default: every kernel crate)
+              --deny-spills CRATE[,CRATE]  (fail if ptxas spills in their kernels, sm_90 and newer)
   ci          the test command: setup, fmt, clippy -D warnings, rustdoc -D warnings, tests
   gpu-bundle  build what a GPU machine runs into carry/ (kernels, release programs, GPU tests)
               --nvshmem-3.8 (ring kernels against NVSHMEM 3.8.0)   --openmpi (Open MPI, mpirun stage)

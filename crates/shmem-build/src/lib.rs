@@ -37,7 +37,9 @@ mod toolchain;
 pub use embed::{ARCHS_VAR, Embedded, KERNELS_VAR, embed_kernels, try_embed_kernels};
 pub use error::{Error, Result};
 pub use locate::Nvshmem;
-pub use shmem_manifest::{Arch, KernelManifest, MANIFEST_FORMAT, Manifest, ParamManifest, search};
+pub use shmem_manifest::{
+    Arch, KernelManifest, MANIFEST_FORMAT, Manifest, ParamManifest, Resources, search,
+};
 pub use toolchain::Toolchain;
 
 use error::IoContext;
@@ -235,9 +237,18 @@ impl Builder {
                     std::fs::create_dir_all(&work)
                         .ctx(|| format!("creating {}", work.display()))?;
                     let tmp_cubin = work.join(format!("{}.cubin", pkg.name));
-                    if let Err(e) = link::ptxas(ptxas, &ptx_path, arch, &tmp_cubin) {
-                        let _ = std::fs::remove_file(&manifest_file);
-                        return Err(e);
+                    let resources = match link::ptxas(ptxas, &ptx_path, arch, &tmp_cubin) {
+                        Ok((_, r)) => r,
+                        Err(e) => {
+                            let _ = std::fs::remove_file(&manifest_file);
+                            return Err(e);
+                        }
+                    };
+                    for k in &mut manifest.kernels {
+                        k.resources = resources
+                            .iter()
+                            .find(|(name, _)| *name == k.name)
+                            .map(|(_, r)| *r);
                     }
                     std::fs::copy(&tmp_cubin, &cubin_path)
                         .ctx(|| format!("writing {}", cubin_path.display()))?;
@@ -282,9 +293,9 @@ pub fn emit_cargo_directives(artifacts: &[Artifact]) {
 
 /// Bumped when the pipeline's output changes for the same inputs (2: parameter sizes of an
 /// entry's last parameter read right; 3: large modules compiled separately, see
-/// [`link::Compilation`]; 4: the wait configuration kept visible), so that older builds are
-/// relinked.
-const PIPELINE_REVISION: u32 = 4;
+/// [`link::Compilation`]; 4: the wait configuration kept visible; 5: `ptxas -v`'s
+/// resources in the manifest), so that older builds are relinked.
+const PIPELINE_REVISION: u32 = 5;
 
 /// Hash of the build inputs: the kernel bitcode's bytes (rustc may rewrite it unchanged, so
 /// its time says little), the other files' identity (path, size, time: NVSHMEM's bitcode is

@@ -5,7 +5,7 @@ use crate::Arch;
 use crate::error::{Error, IoContext, Result};
 use crate::meta::MetaRecord;
 use crate::toolchain::{Toolchain, run_stdout};
-use crate::{KernelManifest, ParamManifest};
+use crate::{KernelManifest, ParamManifest, Resources};
 use crate::{ir, ptx};
 use std::path::Path;
 use std::process::Command;
@@ -180,6 +180,7 @@ pub fn link(
             params,
             max_threads: m.max_threads,
             min_blocks: m.min_blocks,
+            resources: None,
         });
     }
     Ok(Linked {
@@ -298,7 +299,12 @@ impl Compilation {
 /// the same byte for byte). [`Compilation::Separate`] needs `nvlink` beside `ptxas` (both
 /// come with every CUDA toolkit and the `nvidia-cuda-nvcc` wheel); without it the module is
 /// compiled whole, slowly.
-pub fn ptxas(ptxas: &Path, ptx_file: &Path, arch: Arch, cubin: &Path) -> Result<Compilation> {
+pub fn ptxas(
+    ptxas: &Path,
+    ptx_file: &Path,
+    arch: Arch,
+    cubin: &Path,
+) -> Result<(Compilation, Vec<(String, Resources)>)> {
     let text =
         std::fs::read_to_string(ptx_file).ctx(|| format!("reading {}", ptx_file.display()))?;
     let nvlink = ptxas.with_file_name("nvlink");
@@ -317,12 +323,12 @@ pub fn ptxas(ptxas: &Path, ptx_file: &Path, arch: Arch, cubin: &Path) -> Result<
     let separate = mode == Compilation::Separate;
     let mut cmd = Command::new(ptxas);
     cmd.arg(format!("-arch={}", arch.name()))
-        .args(["-split-compile", "0"])
+        .args(["-split-compile", "0", "-v"])
         .args(separate.then_some("-c"))
         .arg(ptx_file)
         .arg("-o")
         .arg(if separate { &object } else { cubin });
-    run(&mut cmd).map_err(|e| match e {
+    let info = run_quiet(&mut cmd).map_err(|e| match e {
         Error::Tool { output, .. } => Error::Verify {
             ptx: ptx_file.to_path_buf(),
             problems: vec![format!(
@@ -340,5 +346,97 @@ pub fn ptxas(ptxas: &Path, ptx_file: &Path, arch: Arch, cubin: &Path) -> Result<
             .arg(cubin))?;
         let _ = std::fs::remove_file(&object);
     }
-    Ok(mode)
+    Ok((mode, entry_resources(&info)))
+}
+
+/// Each entry's registers, stack and spills from `ptxas -v`'s report: after "Compiling
+/// entry function 'NAME'", the "Function properties for NAME" line's next line (stack
+/// frame, spill stores, spill loads) and the "Used N registers" line.
+pub fn entry_resources(info: &str) -> Vec<(String, Resources)> {
+    let number_before = |line: &str, unit: &str| -> Option<u32> {
+        let at = line.find(unit)?;
+        line[..at].split_whitespace().last()?.parse().ok()
+    };
+    let mut out = Vec::new();
+    let mut entry: Option<(String, Resources)> = None;
+    let mut lines = info.lines();
+    while let Some(line) = lines.next() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or_default().to_string();
+            entry = Some((name, Resources::default()));
+        } else if let Some((name, r)) = entry.as_mut() {
+            if line
+                .trim_end()
+                .ends_with(&format!("Function properties for {name}"))
+            {
+                let next = lines.next().unwrap_or_default();
+                r.stack_bytes = number_before(next, "bytes stack frame").unwrap_or(0);
+                r.spill_stores = number_before(next, "bytes spill stores").unwrap_or(0);
+                r.spill_loads = number_before(next, "bytes spill loads").unwrap_or(0);
+            } else if let Some(n) = number_before(line, "registers")
+                && line.contains("Used ")
+            {
+                r.registers = n;
+                out.extend(entry.take());
+            }
+        }
+    }
+    out
+}
+
+/// [`run`], returning what the tool wrote to stderr (its report) instead of echoing it.
+fn run_quiet(cmd: &mut Command) -> Result<String> {
+    let shown = format!("{cmd:?}");
+    let out = cmd.output().map_err(|e| Error::Tool {
+        command: shown.clone(),
+        output: e.to_string(),
+    })?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(Error::Tool {
+            command: shown,
+            output: stderr,
+        });
+    }
+    Ok(stderr)
+}
+
+#[cfg(test)]
+mod resource_tests {
+    use super::*;
+
+    /// `ptxas -v` output of CUDA 13.0 (trimmed): callees' properties between entries are
+    /// not the entries'.
+    #[test]
+    fn entry_resources_reads_each_entry_of_ptxas_v() {
+        let info = "\
+ptxas info    : 8 bytes gmem, 48 bytes cmem[4]
+ptxas info    : Compiling entry function 'step_f32' for 'sm_90'
+ptxas info    : Function properties for step_f32
+    16 bytes stack frame, 16 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 16 bytes cumulative stack size
+ptxas info    : Function properties for _Z23nvshmemi_transfer_quietIL13threadgroup_t0EEvb
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function 'moe_combine' for 'sm_90'
+ptxas info    : Function properties for moe_combine
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 80 registers, used 1 barriers, 568 bytes smem
+";
+        let r = entry_resources(info);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].0, "step_f32");
+        assert_eq!(
+            r[0].1,
+            Resources {
+                registers: 40,
+                stack_bytes: 16,
+                spill_stores: 16,
+                spill_loads: 12
+            }
+        );
+        assert!(r[0].1.spills());
+        assert_eq!(r[1].0, "moe_combine");
+        assert_eq!(r[1].1.registers, 80);
+        assert!(!r[1].1.spills());
+    }
 }

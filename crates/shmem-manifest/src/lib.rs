@@ -11,5 +11,6 @@ pub mod search;
 
 pub use arch::{Arch, UnknownArch};
 pub use manifest::{
-    KernelManifest, MANIFEST_FORMAT, Manifest, ManifestError, ParamManifest, parse_version,
+    KernelManifest, MANIFEST_FORMAT, Manifest, ManifestError, ParamManifest, Resources,
+    parse_version,
 };

@@ -76,6 +76,29 @@ pub struct KernelManifest {
     /// `#[shmem_kernel(min_blocks = M)]` (PTX `.minnctapersm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_blocks: Option<u32>,
+    /// What `ptxas -v` reported for the entry (when ptxas ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+}
+
+/// A kernel's registers and local memory as `ptxas -v` reports them for its entry.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Resources {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Bytes of stack frame per thread (its own and its callees').
+    pub stack_bytes: u32,
+    /// Bytes of spill stores.
+    pub spill_stores: u32,
+    /// Bytes of spill loads.
+    pub spill_loads: u32,
+}
+
+impl Resources {
+    /// Whether ptxas spilled registers to local memory.
+    pub fn spills(&self) -> bool {
+        self.spill_stores > 0 || self.spill_loads > 0
+    }
 }
 
 /// One kernel parameter.
