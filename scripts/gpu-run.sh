@@ -117,6 +117,10 @@ stage_graph_bench() {
 }
 stage_moe_bench() {
   run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128,4096 --experts 64 --reps 5 --rounds 10
+  # A shape published figures use (Mixtral: hidden 4096, 8 experts, top-2), reported as
+  # cross-GPU bytes and as all received bytes.
+  cleanup
+  run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 4096 --hidden 4096 --experts 8 --top-k 2 --reps 5 --rounds 10
 }
 stage_bound_cost() {
   export SHMEM_WAIT_TIMEOUT=60s

@@ -299,6 +299,7 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                 }
                 let check = moe.check()?;
                 let (bd, bc) = moe.cross_bytes();
+                let (ad, ac) = moe.received_bytes();
                 let dropped = moe.dropped_per_round()?;
                 if !check.ok() || dropped > 0 || !graph_ok {
                     println!(
@@ -316,15 +317,19 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                         m(&times[1][1]),
                     );
                     println!(
-                        "{:<11} T {tokens:>5} E {experts:>3}  dispatch rust {rd:>9.2} us cuda {cd:>9.2} us ratio {:.3} ({:.1} GB/s)  combine rust {rc:>9.2} us cuda {cc:>9.2} us ratio {:.3} ({:.1} GB/s)",
+                        "{:<11} T {tokens:>5} H {} E {experts:>3} top-{}  dispatch rust {rd:>9.2} us cuda {cd:>9.2} us ratio {:.3} ({:.1} GB/s cross-GPU, {:.1} GB/s all received)  combine rust {rc:>9.2} us cuda {cc:>9.2} us ratio {:.3} ({:.1} GB/s cross-GPU, {:.1} GB/s all received)",
                         mode.name(),
+                        o.hidden,
+                        o.top_k,
                         rd / cd,
                         gbps(bd, rd),
+                        gbps(ad, rd),
                         rc / cc,
-                        gbps(bc, rc)
+                        gbps(bc, rc),
+                        gbps(ac, rc)
                     );
                     println!(
-                        "RESULT {{\"mode\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"hidden\": {}, \"top_k\": {}, \"n_pes\": {}, \"dispatch_bytes\": {bd}, \"combine_bytes\": {bc}, \"rust_dispatch_us\": {rd:.3}, \"cuda_dispatch_us\": {cd:.3}, \"rust_combine_us\": {rc:.3}, \"cuda_combine_us\": {cc:.3}, \"rounds\": {}, \"check_ok\": {}, \"grids\": \"{:?}\"}}",
+                        "RESULT {{\"mode\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"hidden\": {}, \"top_k\": {}, \"n_pes\": {}, \"dispatch_bytes\": {bd}, \"combine_bytes\": {bc}, \"dispatch_received_bytes\": {ad}, \"combine_received_bytes\": {ac}, \"rust_dispatch_us\": {rd:.3}, \"cuda_dispatch_us\": {cd:.3}, \"rust_combine_us\": {rc:.3}, \"cuda_combine_us\": {cc:.3}, \"rounds\": {}, \"check_ok\": {}, \"grids\": \"{:?}\"}}",
                         mode.name(),
                         o.hidden,
                         o.top_k,

@@ -526,6 +526,21 @@ impl<'rt> Moe<'rt> {
     /// combine sends one row back per row received from another PE. Only token rows count
     /// (`hidden * 2` bytes each), not the routing metadata (`8 * top_k + 4` bytes a row).
     pub fn cross_bytes(&self) -> (u64, u64) {
+        self.token_bytes(false)
+    }
+
+    /// All token bytes of one round, the most any PE receives, its own rows included:
+    /// `(dispatch, combine)`, as DeepEP-derived benchmarks count them (a dispatch delivers
+    /// each token once to each PE holding one of its experts, this PE too; a combine
+    /// returns one row per delivered row).
+    pub fn received_bytes(&self) -> (u64, u64) {
+        self.token_bytes(true)
+    }
+
+    /// Token rows per round with or without a PE's rows to itself: the most any PE sends
+    /// (dispatch) and receives (combine), or with `with_self` the most any PE receives in
+    /// both phases.
+    fn token_bytes(&self, with_self: bool) -> (u64, u64) {
         let n = self.shape.n_pes;
         let (k, l) = (self.shape.top_k as usize, self.shape.experts / n);
         let row = u64::from(self.shape.hidden) * 2;
@@ -541,7 +556,7 @@ impl<'rt> Moe<'rt> {
                 self.opts.dist,
             );
             for ids in r.topk.chunks(k) {
-                let m = destinations(ids, l) & !(1 << pe);
+                let m = destinations(ids, l) & if with_self { !0 } else { !(1 << pe) };
                 sent[pe as usize] += u64::from(m.count_ones()) * row;
                 for d in 0..n {
                     if m & (1 << d) != 0 {
@@ -550,10 +565,13 @@ impl<'rt> Moe<'rt> {
                 }
             }
         }
-        (
-            sent.into_iter().max().unwrap_or(0),
-            received.into_iter().max().unwrap_or(0),
-        )
+        let most = |v: Vec<u64>| v.into_iter().max().unwrap_or(0);
+        if with_self {
+            // A combine returns to each token's PE what its dispatch delivered.
+            (most(received), most(sent))
+        } else {
+            (most(sent), most(received))
+        }
     }
 
     /// Compares the last round's received data and combined tokens with the CPU reference.

@@ -271,3 +271,32 @@ fn a_round_captured_in_a_graph_replays_like_eager_rounds() {
         }
     }
 }
+
+/// Bytes a round moves: at 1 PE nothing crosses and every token reaches its own PE once;
+/// at 2 PEs all received bytes (own rows too) are at least the cross-GPU bytes and at most
+/// every token to every PE.
+#[test]
+fn cross_gpu_and_all_received_bytes() {
+    use ::moe_dispatch::host::{Moe, Options};
+    use shmem_host::{Shmem, sim};
+    for n in [1u32, 2] {
+        let got = sim::run(n, || {
+            let rt = Shmem::init()?;
+            let mut o = Options::new(40, std::path::PathBuf::new());
+            (o.hidden, o.experts, o.top_k) = (16, 4, 2);
+            let moe = Moe::new(&rt, &o)?;
+            Ok((moe.cross_bytes(), moe.received_bytes()))
+        })
+        .unwrap();
+        let row = 16 * 2;
+        for (cross, all) in got {
+            if n == 1 {
+                assert_eq!(cross, (0, 0));
+                assert_eq!(all, (40 * row, 40 * row));
+            } else {
+                assert!(all.0 >= cross.0 && all.1 >= cross.1, "{all:?} {cross:?}");
+                assert!(all.0 <= 2 * 40 * row && all.0 > cross.0, "{all:?}");
+            }
+        }
+    }
+}
