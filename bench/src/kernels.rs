@@ -166,24 +166,34 @@ pub unsafe fn latency(
             SymSlice::from_raw_parts(src.as_ptr(), bytes),
         );
         let word: Sym<u32> = dst.cast();
-        let mut acc = 0u32;
-        for i in 0..iters {
-            match (op, scope) {
-                (LAT_PUT, THREAD) => put(Thread, d, s, peer),
-                (LAT_PUT, WARP) => put(Warp, d, s, peer),
-                (LAT_PUT, _) => put(Block, d, s, peer),
-                (LAT_GET, THREAD) => get(Thread, ld, rs, peer),
-                (LAT_GET, WARP) => get(Warp, ld, rs, peer),
-                (LAT_GET, _) => get(Block, ld, rs, peer),
-                (LAT_P, _) => p(word, i, peer),
-                (_, _) => acc = acc.wrapping_add(g(word, peer)),
-            }
-            if op == LAT_PUT || op == LAT_P {
-                quiet();
-            }
+        // One loop per operation (the choice made once, outside the loop): inside one loop
+        // every operation's inlined NVSHMEM path was live at once and spilled (140 bytes
+        // of spill stores at 64 registers). The operations and their count are the same.
+        macro_rules! timed {
+            ($op:expr, $complete:expr) => {
+                for i in 0..iters {
+                    $op(i);
+                    if $complete {
+                        quiet();
+                    }
+                }
+            };
         }
-        if op == LAT_G && thread_idx_x() == 0 {
-            out.write(acc);
+        match (op, scope) {
+            (LAT_PUT, THREAD) => timed!(|_| put(Thread, d, s, peer), true),
+            (LAT_PUT, WARP) => timed!(|_| put(Warp, d, s, peer), true),
+            (LAT_PUT, _) => timed!(|_| put(Block, d, s, peer), true),
+            (LAT_GET, THREAD) => timed!(|_| get(Thread, ld, rs, peer), false),
+            (LAT_GET, WARP) => timed!(|_| get(Warp, ld, rs, peer), false),
+            (LAT_GET, _) => timed!(|_| get(Block, ld, rs, peer), false),
+            (LAT_P, _) => timed!(|i| p(word, i, peer), true),
+            (_, _) => {
+                let mut acc = 0u32;
+                timed!(|_| acc = acc.wrapping_add(g(word, peer)), false);
+                if thread_idx_x() == 0 {
+                    out.write(acc);
+                }
+            }
         }
     }
 }
