@@ -155,16 +155,8 @@ impl<'b> Enqueue<'_, 'b> {
     {
         match self {
             Enqueue::Stream(_, stream) => {
-                if !matches!(cfg.stream, StreamRef::Runtime) {
-                    return Err(Error::Invalid(format!(
-                        "the launch of `{}` names a stream of its own; through `Enqueue`                          every launch goes on the target's stream",
-                        K::NAME
-                    )));
-                }
-                let cfg = LaunchConfig {
-                    stream: *stream,
-                    ..cfg
-                };
+                let cfg = on_target::<K>(cfg, *stream, "through `Enqueue`", "target's")
+                    .map_err(Error::Invalid)?;
                 // SAFETY: the caller's contract.
                 unsafe { kernel.launch(cfg, args) }
             }
@@ -188,6 +180,24 @@ impl<'b> Enqueue<'_, 'b> {
             Enqueue::Capture(c) => c.zero(buf),
         }
     }
+}
+
+/// `cfg` moved onto `to`, the stream of a capture or an [`Enqueue`]; a `cfg` that names a
+/// stream of its own is refused, with the message.
+fn on_target<'s, K: Kernel>(
+    cfg: LaunchConfig<'_>,
+    to: StreamRef<'s>,
+    context: &str,
+    which: &str,
+) -> std::result::Result<LaunchConfig<'s>, String> {
+    if !matches!(cfg.stream, StreamRef::Runtime) {
+        return Err(format!(
+            "the launch of `{}` names a stream of its own; {context} every launch goes on \
+             the {which} stream",
+            K::NAME
+        ));
+    }
+    Ok(LaunchConfig { stream: to, ..cfg })
 }
 
 /// What a backend made of a capture.
@@ -264,17 +274,8 @@ impl<'b> Capture<'b> {
     where
         K::Params: ParamPtrs,
     {
-        if !matches!(cfg.stream, StreamRef::Runtime) {
-            return Err(Error::Capture(format!(
-                "the launch of `{}` names a stream of its own; in a capture every launch \
-                 goes on the capturing stream",
-                K::NAME
-            )));
-        }
-        let cfg = LaunchConfig {
-            stream: self.stream,
-            ..cfg
-        };
+        let cfg = on_target::<K>(cfg, self.stream, "in a capture", "capturing")
+            .map_err(Error::Capture)?;
         // SAFETY: the caller's contract, for this launch and every replay.
         unsafe { kernel.launch(cfg, args) }.map_err(|e| match e {
             Error::Capture(_) => e,
