@@ -182,7 +182,7 @@ unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, che
     let edge = match ROLE {
         EDGE => true,
         INTERIOR => false,
-        _ => blk == 0 || (blk == 1 && rows >= 2),
+        _ => is_edge_block(s),
     };
     if edge {
         let sync = b.sync.as_ptr();

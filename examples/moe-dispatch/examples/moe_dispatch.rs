@@ -238,7 +238,7 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
 
 /// `--compare`: Rust and CUDA C++ kernels interleaved, every configuration; PE 0 reports.
 fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shmem_host::Result<()> {
-    use moe_dispatch::host::{Kernels, Moe, Steps, load};
+    use moe_dispatch::host::{Kernels, Moe, Steps, eager_then_replays, load};
     use shmem_host::measure::{copy_engine_peer_bandwidth, median};
     let ce = copy_engine_peer_bandwidth(rt, 5)?;
     let rust = load(rt, &cli.opts.implementation)?;
@@ -285,11 +285,9 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                     ];
                     for rep in 0..=reps {
                         for (i, k) in [&kr, &kc].into_iter().enumerate() {
-                            let e = moe.eager_steps(k, o.graph_replays)?;
-                            let want = moe.combined()?;
-                            moe.clear_combined()?;
-                            let g = graphs[i].steps(o.graph_replays)?;
-                            graph_ok &= moe.combined()? == want;
+                            let (e, g, same) =
+                                eager_then_replays(&moe, k, &graphs[i], o.graph_replays)?;
+                            graph_ok &= same;
                             if rep > 0 {
                                 steps[i][0].push(e);
                                 steps[i][1].push(g);

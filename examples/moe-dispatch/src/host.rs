@@ -794,21 +794,33 @@ pub fn compare_graph(
     replays: u32,
     verify: bool,
 ) -> Result<GraphOutcome> {
-    moe.clear_combined()?;
-    let eager_steps = moe.eager_steps(k, replays)?;
-    let eager = moe.combined()?;
-    moe.clear_combined()?;
     let stream = rt.new_stream()?;
     let graph = moe.graph(k, stream.as_ref())?;
-    let graph_steps = graph.steps(replays)?;
-    let identical = moe.combined()? == eager;
+    let (eager, replayed, identical) = eager_then_replays(moe, k, &graph, replays)?;
     let check = if verify { Some(moe.check()?) } else { None };
     Ok(GraphOutcome {
         replays,
-        eager: eager_steps,
-        graph: graph_steps,
+        eager,
+        graph: replayed,
         graph_len: graph.len(),
         identical,
         check,
     })
+}
+
+/// `count` eager rounds of `k` back to back, then `count` replays of `graph` (captured
+/// with `k`), each over zeroed combined tokens: both timings, and whether the replays'
+/// combined tokens equal the eager rounds' bit for bit. Collective.
+pub fn eager_then_replays(
+    moe: &Moe<'_>,
+    k: &Kernels<'_>,
+    graph: &MoeGraph<'_>,
+    count: u32,
+) -> Result<(Steps, Steps, bool)> {
+    moe.clear_combined()?;
+    let eager = moe.eager_steps(k, count)?;
+    let want = moe.combined()?;
+    moe.clear_combined()?;
+    let replayed = graph.steps(count)?;
+    Ok((eager, replayed, moe.combined()? == want))
 }
