@@ -7,10 +7,12 @@
 //! and what was combined with [`crate::reference`]. [`run`] does all of it for the example
 //! and the tests.
 
+pub mod front;
+
 use crate::kernels::{self, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
 use crate::reference::{self, DispatchReport, Inputs, Received};
 use crate::routing::{self, Distribution, destinations};
-use shmem_device::Sym;
+use shmem_device::{DevicePtr, Sym};
 use shmem_host::args::HostArg;
 use shmem_host::{
     Enqueue, Error, Graph, KernelFn, LaunchConfig, Mark, Module, Result, Shmem, StreamRef,
@@ -247,31 +249,83 @@ pub struct Moe<'rt> {
 
 /// Makes the allocations behind [`Bufs`] from the buffer list ([`crate::moe_buffers`]).
 macro_rules! held {
-    ($($(#[$doc:meta])* $name:ident: $t:ty = $len:expr;)*) => {
-        /// The allocations behind [`Bufs`] (freed, collectively, when the `Moe` is dropped).
-        struct Held<'rt> {
-            $($name: SymBuffer<'rt, $t>,)*
+    ($($(#[$doc:meta])* $name:ident: $t:ty $(as $local:ident)? = $len:expr;)*) => {
+        /// The allocations behind [`Bufs`] (freed, collectively, when their owner is dropped).
+        pub(crate) struct Held<'rt> {
+            $(pub(crate) $name: SymBuffer<'rt, $t>,)*
         }
         impl<'rt> Held<'rt> {
-            /// Every buffer, as long as `lens` says. Collective.
-            fn alloc(rt: &'rt Shmem, lens: &kernels::Lens) -> Result<Held<'rt>> {
-                Ok(Held { $($name: rt.alloc(lens.$name)?,)* })
+            /// Every buffer, as long as `lens` says; with `local` false, the buffers marked
+            /// `as local` get one element (their owner passes other memory in their place).
+            /// Collective.
+            pub(crate) fn alloc(rt: &'rt Shmem, lens: &kernels::Lens, local: bool) -> Result<Held<'rt>> {
+                Ok(Held { $($name: rt.alloc(held!(@len local, lens.$name $(, $local)?))?,)* })
             }
-            fn bufs(&self) -> Bufs {
-                Bufs { $($name: sym(&self.$name),)* }
+            pub(crate) fn bufs(&self) -> Bufs {
+                Bufs { $($name: held!(@handle &self.$name $(, $local)?),)* }
             }
         }
     };
+    (@len $keep:ident, $len:expr) => { $len };
+    (@len $keep:ident, $len:expr, local) => { if $keep { $len } else { 1 } };
+    (@handle $b:expr) => { sym($b) };
+    (@handle $b:expr, local) => { device($b) };
 }
 crate::moe_buffers!(held);
 
-fn sym<T>(b: &SymBuffer<'_, T>) -> Sym<T>
+pub(crate) fn sym<T>(b: &SymBuffer<'_, T>) -> Sym<T>
 where
     T: Copy + 'static,
 {
     // SAFETY: the address of a live symmetric allocation of `T`s (kept in `Held` for as long
     // as the `Bufs` that carries it).
     unsafe { Sym::from_raw(b.device_ptr() as *mut T) }
+}
+
+fn device<T>(b: &SymBuffer<'_, T>) -> DevicePtr<T>
+where
+    T: Copy + 'static,
+{
+    // SAFETY: as in `sym`: this PE's copy of a live allocation, device memory.
+    unsafe { DevicePtr::from_raw(b.device_ptr() as *mut T) }
+}
+
+/// The shapes of the four launches of `k` (layout, dispatch, experts, combine) for `opts`.
+fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<'static>; 4]> {
+    let th = opts.threads;
+    let wpb = th / 32;
+    let probe = LaunchConfig::linear(1, th);
+    let n = shape.n_pes;
+    // How many blocks of `th` threads fit at once; none (too many registers per thread
+    // for blocks this large) is an error, not a launch that would fail.
+    let resident = |what: &str, fit: Result<u32>| -> Result<u32> {
+        match fit? {
+            0 => Err(Error::Invalid(format!(
+                "the {what} kernel cannot run blocks of {th} threads on this GPU (too many registers per thread): use fewer --threads"
+            ))),
+            f => Ok(f),
+        }
+    };
+    let lf = resident("layout", k.layout.max_coresident_blocks(&probe))?;
+    let df = resident("dispatch", k.dispatch.max_coresident_blocks(&probe))?;
+    let ef = resident("experts", k.experts.max_coresident_blocks(&probe))?;
+    let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
+    let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
+    let t = shape.tokens;
+    // Units of work (one warp each): layout (column, chunk); dispatch (token,
+    // destination); combine (received row, segment).
+    let layout = kernels::scratch_len(t, n, shape.experts) as u32;
+    let segs = (shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
+    let combine = t * n * segs;
+    Ok([
+        // Layout and combine wait inside the grid and on other PEs, dispatch on other
+        // PEs: cooperative, for the CUDA C++ twin too (the Rust manifest says so itself);
+        // experts is local.
+        LaunchConfig::linear(layout.div_ceil(wpb).clamp(1, lf), th).with_cooperative(true),
+        LaunchConfig::linear(fit(df, t * n), th).with_cooperative(true),
+        LaunchConfig::linear(ef, th).with_cooperative(false),
+        LaunchConfig::linear(fit(cf, combine), th).with_cooperative(true),
+    ])
 }
 
 /// What a round measured (slowest PE), in milliseconds.
@@ -321,7 +375,7 @@ impl<'rt> Moe<'rt> {
             routing: r,
         };
         let lens = shape.lens();
-        let held = Held::alloc(rt, &lens)?;
+        let held = Held::alloc(rt, &lens, true)?;
         held.x.copy_from(&inputs.x)?;
         held.topk.copy_from(&inputs.routing.topk)?;
         held.weights.copy_from(&inputs.routing.weights)?;
@@ -358,40 +412,7 @@ impl<'rt> Moe<'rt> {
 
     /// The shapes of the four launches for `k`.
     fn grids(&self, k: &Kernels<'_>) -> Result<[LaunchConfig<'static>; 4]> {
-        let th = self.opts.threads;
-        let wpb = th / 32;
-        let probe = LaunchConfig::linear(1, th);
-        let n = self.shape.n_pes;
-        // How many blocks of `th` threads fit at once; none (too many registers per thread
-        // for blocks this large) is an error, not a launch that would fail.
-        let resident = |what: &str, fit: Result<u32>| -> Result<u32> {
-            match fit? {
-                0 => Err(Error::Invalid(format!(
-                    "the {what} kernel cannot run blocks of {th} threads on this GPU (too many registers per thread): use fewer --threads"
-                ))),
-                f => Ok(f),
-            }
-        };
-        let lf = resident("layout", k.layout.max_coresident_blocks(&probe))?;
-        let df = resident("dispatch", k.dispatch.max_coresident_blocks(&probe))?;
-        let ef = resident("experts", k.experts.max_coresident_blocks(&probe))?;
-        let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
-        let fit = |f: u32, units: u32| self.opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
-        let t = self.shape.tokens;
-        // Units of work (one warp each): layout (column, chunk); dispatch (token,
-        // destination); combine (received row, segment).
-        let layout = kernels::scratch_len(t, n, self.shape.experts) as u32;
-        let segs = (self.shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
-        let combine = t * n * segs;
-        Ok([
-            // Layout and combine wait inside the grid and on other PEs, dispatch on other
-            // PEs: cooperative, for the CUDA C++ twin too (the Rust manifest says so itself);
-            // experts is local.
-            LaunchConfig::linear(layout.div_ceil(wpb).clamp(1, lf), th).with_cooperative(true),
-            LaunchConfig::linear(fit(df, t * n), th).with_cooperative(true),
-            LaunchConfig::linear(ef, th).with_cooperative(false),
-            LaunchConfig::linear(fit(cf, combine), th).with_cooperative(true),
-        ])
+        grids(k, &self.opts, self.shape)
     }
 
     /// Enqueues round `s.round` into `sink`: a barrier on the stream, (layout,) dispatch,

@@ -1,5 +1,6 @@
 //! The MoE kernels: [`moe_layout()`], [`moe_dispatch()`], [`moe_experts()`],
-//! [`moe_combine()`].
+//! [`moe_combine()`]; and for the front ([`crate::host::front`]), [`moe_stage()`] and
+//! [`moe_gather()`].
 //!
 //! # Layout
 //! With `n` PEs, `T` tokens per PE, `H` hidden (a multiple of 8), `E` experts, `K` choices
@@ -119,8 +120,10 @@ unsafe impl KernelParam for Shape {
     const KIND: ParamKind = ParamKind::Scalar;
 }
 
-/// The one list of the symmetric buffers: each buffer's name, element type, length (from
-/// a shape's [`Dims`]) and meaning. Everything that needs the list is made from it by a
+/// The one list of the buffers: each buffer's name, element type, length (from a shape's
+/// [`Dims`]) and meaning. A buffer marked `as local` is only read or written by its own PE:
+/// it is a [`DevicePtr`] in [`Bufs`], so that it may be any device memory (the caller's
+/// tensors, through [`crate::host::front`]); the others are symmetric ([`Sym`]). Everything that needs the list is made from it by a
 /// callback macro: [`Bufs`] (what the kernels take), [`Lens`] and [`Shape::lens`] here, the
 /// host driver's allocations (`host.rs`), the simulator test's, and the check that the CUDA
 /// C++ twin's `struct Bufs` (`cuda/moe.cu`) names the same fields in the same order
@@ -164,20 +167,29 @@ macro_rules! moe_buffers {
             expert_offset: u32 = |d| d.l * d.n;
             /// One per pair slot: the received row of the pair.
             expert_rows: i32 = |d| d.pairs;
-            /// One `H` row per pair slot: the expert's output.
-            expert_y: u16 = |d| d.pairs * d.h;
+            /// One `H` row per pair slot: the expert's output (local: any device memory).
+            expert_y: u16 as local = |d| d.pairs * d.h;
             /// `n × T × H`: on a token's PE, the weighted sum from each destination.
             comb_recv: u16 = |d| d.n * d.t * d.h;
             /// `n × T × H`: combine's rows staged for `put` when a peer is not mapped.
             comb_stage: u16 = |d| d.n * d.t * d.h;
-            /// `T × H`: the combined tokens.
-            out: u16 = |d| d.t * d.h;
+            /// `T × H`: the combined tokens (local: any device memory).
+            out: u16 as local = |d| d.t * d.h;
             /// 3 signal words (`SIG_*`).
             signals: u64 = |_| 3;
             /// 1: pairs this PE's dispatches dropped for capacity, over all rounds.
             dropped: u32 = |_| 1;
         }
     };
+}
+
+/// The type of a buffer of [`moe_buffers!`] in [`Bufs`]: [`Sym`], or [`DevicePtr`] for a
+/// buffer marked `as local`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! buf_type {
+    ($t:ty) => { ::shmem_device::Sym<$t> };
+    ($t:ty, local) => { ::shmem_device::DevicePtr<$t> };
 }
 
 /// A shape's dimensions, as the buffer list's lengths use them (in elements).
@@ -223,13 +235,13 @@ impl Shape {
 
 /// Makes [`Bufs`], [`Lens`], [`Shape::lens`] and [`BUFFER_NAMES`] from the list.
 macro_rules! define_bufs {
-    ($($(#[$doc:meta])* $name:ident: $t:ty = $len:expr;)*) => {
+    ($($(#[$doc:meta])* $name:ident: $t:ty $(as $local:ident)? = $len:expr;)*) => {
         /// The symmetric buffers (module documentation), passed by value to every kernel; the
         /// CUDA C++ kernels take the same `struct` of pointers.
         #[repr(C)]
         #[derive(Clone, Copy, Debug)]
         pub struct Bufs {
-            $($(#[$doc])* pub $name: Sym<$t>,)*
+            $($(#[$doc])* pub $name: $crate::buf_type!($t $(, $local)?),)*
         }
 
         /// Element counts of the buffers of [`Bufs`], field by field ([`Shape::lens`]).
@@ -257,6 +269,32 @@ macro_rules! define_bufs {
     };
 }
 moe_buffers!(define_bufs);
+
+/// Copies one call's inputs into the symmetric buffers and restarts the signal words: the
+/// front's first step ([`crate::host::front`]).
+///
+/// # Safety
+/// Shape and buffers as [`moe_dispatch()`]; `i.x` (unless null), `i.topk`, `i.weights`
+/// point at `i.tokens` rows of this PE's device memory; the previous call's combine has
+/// finished on this PE, and a barrier of every PE follows before the dispatch.
+#[shmem_kernel]
+pub unsafe fn moe_stage(b: Bufs, s: Shape, i: Stage) {
+    // SAFETY: this kernel's contract.
+    unsafe { stage(b, s, i) }
+}
+
+/// Writes the received tokens by local expert into the caller's memory: what the front's
+/// dispatch returns ([`crate::host::front`]).
+///
+/// # Safety
+/// After [`moe_dispatch()`] of the same round on this PE's stream; `g.x` holds
+/// [`Shape::pair_slots`] rows of `hidden` values, 16-byte aligned, and `g.layout`
+/// `2 × L × n` words, in this PE's device memory.
+#[shmem_kernel]
+pub unsafe fn moe_gather(b: Bufs, s: Shape, g: Gather) {
+    // SAFETY: this kernel's contract.
+    unsafe { gather(b, s, g) }
+}
 
 // SAFETY: `#[repr(C)]` of pointer-sized handles with no padding: the same layout on the host
 // and the GPU (the kernels' contract says what the pointers must be).
@@ -727,40 +765,174 @@ unsafe fn dispatch(b: Bufs, s: Shape) {
     }
 }
 
+/// Runs `f(pair, row, local expert)` on one warp for every kept pair of this round (the
+/// warps of the grid share them out): the pair's slot, its received row, and its local
+/// expert `0..L`.
+///
+/// # Safety
+/// After [`moe_dispatch()`] of the round on this PE's stream; shape and buffers as there.
+#[inline(always)]
+unsafe fn for_each_pair(b: Bufs, s: Shape, mut f: impl FnMut(usize, usize, u32)) {
+    let n = s.n_pes;
+    let l_n = s.experts / n;
+    let per = s.capacity.min(s.tokens) as usize;
+    let (_, gw, nw) = warps();
+    let mut i = gw as usize;
+    while i < (l_n * n) as usize * per {
+        let (blk, q) = (i / per, i % per);
+        // SAFETY: `blk < L * n`; a kept pair's slot holds a received row of this round.
+        unsafe {
+            if (q as u32) < ld(b.expert_count, blk) {
+                let pair = ld(b.expert_offset, blk) as usize + q;
+                f(pair, ld(b.expert_rows, pair) as usize, blk as u32 / n);
+            }
+        }
+        i += nw as usize;
+    }
+}
+
 /// The stand-in expert layer (module documentation).
 ///
 /// # Safety
 /// See [`moe_experts()`].
 #[inline(always)]
 unsafe fn experts(b: Bufs, s: Shape) {
-    let (me, n, h) = (my_pe() as u32, s.n_pes, s.hidden as usize);
-    let l_n = s.experts / n;
-    let per = s.capacity.min(s.tokens) as usize;
-    let (lane, gw, nw) = warps();
-    let mut i = gw as usize;
-    while i < (l_n * n) as usize * per {
-        let (blk, q) = (i / per, i % per);
-        // SAFETY: `blk < L * n`; a kept pair's slot holds a received row of this round, and
-        // its output row is this warp's alone.
-        unsafe {
-            if (q as u32) < ld(b.expert_count, blk) {
-                let pair = ld(b.expert_offset, blk) as usize + q;
-                let row = ld(b.expert_rows, pair) as usize;
-                let scale = expert_scale(me * l_n + blk as u32 / n);
-                let src = b.recv_x.as_ptr().add(row * h).cast::<Chunk>();
-                let dst = b.expert_y.as_ptr().add(pair * h).cast::<Chunk>();
-                let mut c = lane as usize;
-                while c < h / 8 {
-                    let mut v = widen(Chunk::load_global(src.add(c)));
-                    for x in &mut v {
-                        *x *= scale;
-                    }
-                    narrow(v).store_global(dst.add(c));
-                    c += 32;
+    let (me, h) = (my_pe() as u32, s.hidden as usize);
+    let l_n = s.experts / s.n_pes;
+    let lane = lane_id() as usize;
+    // SAFETY: this kernel's contract; each pair's output row is this warp's alone.
+    unsafe {
+        for_each_pair(b, s, |pair, row, l| {
+            let scale = expert_scale(me * l_n + l);
+            let src = b.recv_x.as_ptr().add(row * h).cast::<Chunk>();
+            let dst = b.expert_y.as_ptr().add(pair * h).cast::<Chunk>();
+            let mut c = lane;
+            while c < h / 8 {
+                let mut v = widen(Chunk::load_global(src.add(c)));
+                for x in &mut v {
+                    *x *= scale;
                 }
+                narrow(v).store_global(dst.add(c));
+                c += 32;
+            }
+        })
+    }
+}
+
+/// The inputs of one call of the front ([`crate::host::front`]), in any device memory of
+/// the calling PE, for [`moe_stage()`] to copy into the symmetric buffers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Stage {
+    /// `tokens × H` tokens; null when they are already in `Bufs::x`.
+    pub x: DevicePtr<u16>,
+    /// `tokens × K` expert ids (-1: none).
+    pub topk: DevicePtr<i32>,
+    /// `tokens × K` routing weights.
+    pub weights: DevicePtr<f32>,
+    /// The call's tokens, at most the shape's; the rest of the shape's rows route nowhere.
+    pub tokens: u64,
+}
+
+// SAFETY: `#[repr(C)]` of three pointers and a `u64`, no padding: one layout on the host and
+// the GPU (the kernel's contract says what the pointers must be).
+unsafe impl KernelParam for Stage {
+    const KIND: ParamKind = ParamKind::Scalar;
+}
+
+/// Where [`moe_gather()`] writes the received tokens by local expert, in any device memory
+/// of the calling PE.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Gather {
+    /// One `H` row per pair slot ([`Shape::pair_slots`]): the token of each kept pair.
+    pub x: DevicePtr<u16>,
+    /// `2 × L × n` words: the kept pairs of each (local expert, source), then the slot of
+    /// the first.
+    pub layout: DevicePtr<i32>,
+}
+
+// SAFETY: `#[repr(C)]` of two pointers: one layout on the host and the GPU.
+unsafe impl KernelParam for Gather {
+    const KIND: ParamKind = ParamKind::Scalar;
+}
+
+/// Copies the call's inputs into `x`, `topk`, `weights` (rows past `tokens`: no experts),
+/// and restarts the signal words at zero, so that every call is round 1.
+///
+/// # Safety
+/// See [`moe_stage()`].
+#[inline(always)]
+unsafe fn stage(b: Bufs, s: Shape, i: Stage) {
+    let (h, k_n, t_n) = (s.hidden as usize, s.top_k as usize, s.tokens as usize);
+    let tokens = (i.tokens as usize).min(t_n);
+    let (gt, nt) = (
+        (block_idx_x() * block_dim_x() + thread_idx_x()) as usize,
+        (grid_dim_x() * block_dim_x()) as usize,
+    );
+    // SAFETY: every index is in bounds of the buffers (shape) and of the inputs (`tokens`
+    // rows); each element is this thread's alone.
+    unsafe {
+        if !i.x.as_ptr().is_null() {
+            let (src, dst) = (i.x.as_ptr().cast::<Chunk>(), b.x.as_ptr().cast::<Chunk>());
+            let mut c = gt;
+            while c < tokens * h / 8 {
+                Chunk::load_global(src.add(c)).store_global(dst.add(c));
+                c += nt;
             }
         }
-        i += nw as usize;
+        let mut q = gt;
+        while q < t_n * k_n {
+            let (e, w) = if q < tokens * k_n {
+                (
+                    i.topk.as_ptr().add(q).read(),
+                    i.weights.as_ptr().add(q).read(),
+                )
+            } else {
+                (-1, 0.0)
+            };
+            st(b.topk, q, e);
+            st(b.weights, q, w);
+            q += nt;
+        }
+        if gt < 3 {
+            st(b.signals, gt, 0u64);
+        }
+    }
+}
+
+/// Writes each kept pair's received token into `g.x`, and the pairs' layout into `g.layout`.
+///
+/// # Safety
+/// See [`moe_gather()`].
+#[inline(always)]
+unsafe fn gather(b: Bufs, s: Shape, g: Gather) {
+    let h = s.hidden as usize;
+    let lane = lane_id() as usize;
+    let blocks = (s.experts / s.n_pes * s.n_pes) as usize;
+    let gt = (block_idx_x() * block_dim_x() + thread_idx_x()) as usize;
+    // SAFETY: this kernel's contract; each pair's row of `g.x` is this warp's alone, each
+    // word of `g.layout` this thread's.
+    unsafe {
+        if gt < blocks {
+            g.layout
+                .as_ptr()
+                .add(gt)
+                .write(ld(b.expert_count, gt) as i32);
+            g.layout
+                .as_ptr()
+                .add(blocks + gt)
+                .write(ld(b.expert_offset, gt) as i32);
+        }
+        for_each_pair(b, s, |pair, row, _| {
+            let src = b.recv_x.as_ptr().add(row * h).cast::<Chunk>();
+            let dst = g.x.as_ptr().add(pair * h).cast::<Chunk>();
+            let mut c = lane;
+            while c < h / 8 {
+                Chunk::load_global(src.add(c)).store_global(dst.add(c));
+                c += 32;
+            }
+        })
     }
 }
 

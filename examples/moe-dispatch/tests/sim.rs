@@ -7,14 +7,14 @@
 use ::moe_dispatch::kernels::{self as k, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
 use ::moe_dispatch::reference::{self, Inputs, Received};
 use ::moe_dispatch::routing::{Distribution, route, tokens};
-use shmem_device::Sym;
 use shmem_device::sim::{SimBuffer, World};
+use shmem_device::{DevicePtr, Sym};
 use std::sync::Arc;
 
 /// Makes the simulated allocations behind `Bufs` from the crate's buffer list, and the
 /// conversion for the calling simulated thread's PE.
 macro_rules! held {
-    ($($(#[$doc:meta])* $name:ident: $t:ty = $len:expr;)*) => {
+    ($($(#[$doc:meta])* $name:ident: $t:ty $(as $local:ident)? = $len:expr;)*) => {
         struct Held { $($name: SimBuffer<$t>,)* }
         impl Held {
             fn alloc(w: &Arc<World>, lens: &k::Lens) -> Held {
@@ -22,10 +22,12 @@ macro_rules! held {
             }
             fn bufs(&self) -> Bufs {
                 // SAFETY: each is a live simulated symmetric allocation of its type.
-                Bufs { $($name: unsafe { Sym::from_raw(self.$name.sym().as_ptr()) },)* }
+                Bufs { $($name: unsafe { held!(@handle self.$name.sym().as_ptr() $(, $local)?) },)* }
             }
         }
     };
+    (@handle $p:expr) => { Sym::from_raw($p) };
+    (@handle $p:expr, local) => { DevicePtr::from_raw($p) };
 }
 ::moe_dispatch::moe_buffers!(held);
 
