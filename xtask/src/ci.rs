@@ -76,6 +76,7 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
             c(&["run", "-q", "-p", pkg, "--example", example]).env("SHMEM_SIM", "1"),
         )?;
     }
+    python(&root)?;
     // Last, so the run's closing lines are the test suite's counts.
     step(
         "test",
@@ -83,4 +84,55 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
     )?;
     println!("\nci: all steps passed");
     Ok(())
+}
+
+/// The Python package (`python/`) on the simulator: a virtual environment in
+/// `target/py-venv` with maturin, pytest and NumPy (installed once), the wheel built by
+/// maturin and installed there, and its pytest suite (NumPy arrays; the torch tests run
+/// where torch is installed, on the GPU machine).
+fn python(root: &std::path::Path) -> Result<(), String> {
+    let venv = root.join("target/py-venv");
+    let bin = venv.join("bin");
+    if !bin.join("maturin").exists() || !bin.join("pytest").exists() {
+        step(
+            "python venv",
+            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+        )?;
+        step(
+            "python tools",
+            Command::new(bin.join("pip")).args([
+                "install",
+                "-q",
+                "maturin==1.16.0",
+                "pytest==9.2.0",
+                "numpy==2.1.3",
+            ]),
+        )?;
+    }
+    let wheels = root.join("target/wheels");
+    let _ = std::fs::remove_dir_all(&wheels);
+    step(
+        "python wheel",
+        Command::new(bin.join("maturin"))
+            .current_dir(root.join("python"))
+            .args(["build", "--release", "-o"])
+            .arg(&wheels),
+    )?;
+    let wheel = std::fs::read_dir(&wheels)
+        .map_err(|e| format!("{}: {e}", wheels.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or("maturin wrote no wheel")?;
+    step(
+        "python install",
+        Command::new(bin.join("pip"))
+            .args(["install", "-q", "--force-reinstall", "--no-deps"])
+            .arg(&wheel),
+    )?;
+    step(
+        "python tests",
+        Command::new(bin.join("pytest"))
+            .current_dir(root)
+            .args(["-q", "python/tests"]),
+    )
 }

@@ -1,0 +1,217 @@
+"""The Python front on the CPU simulator (NumPy arrays, or CPU torch tensors where torch is
+installed) and, with ``SHMEM_PY_GPU=1`` under torchrun, on GPUs (CUDA tensors).
+
+Every check is against a pure reference (``reference.py``): exactly-once delivery of every
+(token, expert) pair, and a combine equal, bit for bit, to the reference's rounding.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+import shmem_rs
+
+from reference import bf16_to_f32, combine_reference, expert_layer, f32_to_bf16, make_inputs
+
+GPU = os.environ.get("SHMEM_PY_GPU") == "1"
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def on_pes(fn, n=2):
+    """``fn()`` on every PE: simulated PEs here, this torchrun rank on the GPU."""
+    if GPU:
+        shmem_rs.init()
+        return [fn()]
+    return shmem_rs.run(fn, n)
+
+
+def to_lib(a, lib):
+    """A NumPy array as the library under test takes it (bf16 bits stay uint16 in NumPy)."""
+    if lib == "numpy":
+        return a
+    t = torch.from_numpy(a)
+    if a.dtype == np.uint16:
+        t = t.view(torch.int16).view(torch.bfloat16)
+    return t.cuda() if GPU else t
+
+
+def to_numpy(t):
+    if isinstance(t, np.ndarray):
+        return t
+    t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().view(np.uint16) if t.dtype == torch.int16 else t.numpy()
+
+
+LIBS = ["torch"] if GPU else (["numpy", "torch"] if torch is not None else ["numpy"])
+
+
+def exchange(mode, lib, hidden=16, experts=8, top_k=3, max_tokens=12, tokens=None, calls=1, capacity=None, idx64=False):
+    """Every PE dispatches its tokens, runs the stand-in experts on what it received,
+    combines; returns what each PE saw, per call."""
+
+    def pe():
+        shmem_rs.init()
+        me, n = shmem_rs.my_pe(), shmem_rs.n_pes()
+        buf = shmem_rs.MoeBuffer(hidden, experts, top_k, max_tokens, mode=mode, capacity=capacity, threads=64)
+        seen = []
+        for c in range(calls):
+            t = max_tokens if tokens is None else tokens(me, c)
+            x, idx, w = make_inputs(me, c, t, hidden, experts, top_k)
+            if idx64:
+                idx = idx.astype(np.int64)
+            recv, counts, handle = buf.dispatch(to_lib(x, lib), to_lib(idx, lib), to_lib(w, lib))
+            recv_n, counts_n, offsets_n = to_numpy(recv), to_numpy(counts), to_numpy(handle.offsets)
+            y = expert_layer(recv_n, counts_n, offsets_n, me)
+            out = buf.combine(to_lib(y, lib), handle)
+            out_n = to_numpy(out)
+            rows = {}
+            for l in range(counts_n.shape[0]):
+                for s in range(n):
+                    for p in range(offsets_n[l, s], offsets_n[l, s] + counts_n[l, s]):
+                        rows.setdefault((me * counts_n.shape[0] + l, s), []).append(recv_n[p].tobytes())
+            seen.append(dict(pe=me, x=x, idx=idx, w=w, out=out_n, rows=rows, shape=tuple(out.shape)))
+        dropped = buf.dropped()
+        buf.close()
+        return seen, dropped
+
+    return on_pes(pe)
+
+
+def check_all(results, hidden, experts, top_k, n):
+    """Exactly-once delivery (over all PEs: each (token, expert) pair's row arrives once, at
+    the expert's PE, as the token's bytes) and the combine against the reference."""
+    calls = len(results[0][0])
+    for c in range(calls):
+        per_pe = [r[0][c] for r in results]
+        got = {}
+        for s in per_pe:
+            for key, rows in s["rows"].items():
+                got.setdefault(key, []).extend(rows)
+        want = {}
+        for s in per_pe:
+            for t, ids in enumerate(s["idx"]):
+                for e in ids:
+                    if e >= 0:
+                        want.setdefault((int(e), s["pe"]), []).append(s["x"][t].tobytes())
+        if not GPU:
+            assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}, f"call {c}"
+        for s in per_pe:
+            ref = combine_reference(s["x"], s["idx"], s["w"], experts // n, n)
+            assert s["shape"] == s["x"].shape, f"call {c} PE {s['pe']}: out shape"
+            diff = np.nonzero(s["out"] != ref)
+            assert diff[0].size == 0, f"call {c} PE {s['pe']}: {diff[0].size} values differ"
+
+
+@pytest.mark.parametrize("mode", ["low_latency", "throughput"])
+@pytest.mark.parametrize("lib", LIBS)
+def test_dispatch_delivers_once_and_combine_matches_the_reference(mode, lib):
+    res = exchange(mode, lib, calls=2)
+    check_all(res, 16, 8, 3, len(res) if not GPU else shmem_rs.n_pes())
+
+
+@pytest.mark.parametrize("mode", ["low_latency", "throughput"])
+def test_short_and_unequal_calls(mode):
+    # A different number of tokens per PE and per call, none at all included.
+    res = exchange(mode, LIBS[0], tokens=lambda me, c: [12, 5 + 3 * me, 0][c], calls=3)
+    check_all(res, 16, 8, 3, len(res) if not GPU else shmem_rs.n_pes())
+
+
+def test_int64_ids_and_wider_rows():
+    res = exchange("low_latency", LIBS[0], hidden=64, experts=4, top_k=2, max_tokens=20, idx64=True)
+    check_all(res, 64, 4, 2, len(res) if not GPU else shmem_rs.n_pes())
+
+
+def test_capacity_drops_and_counts():
+    res = exchange("low_latency", LIBS[0], capacity=1, calls=1)
+    assert sum(d for _, d in res) > 0, "a capacity of 1 must drop pairs"
+
+
+def test_dispatch_input_is_sent_without_a_copy():
+    def pe():
+        shmem_rs.init()
+        me = shmem_rs.my_pe()
+        buf = shmem_rs.MoeBuffer(16, 8, 3, 12, threads=64)
+        x, idx, w = make_inputs(me, 0, 12, 16, 8, 3)
+        staged = buf.dispatch_input()
+        assert staged.shape == (12, 16)
+        staged[:] = to_lib(x, "numpy") if isinstance(staged, np.ndarray) else to_lib(x, "torch")
+        recv, counts, h = buf.dispatch(staged[:12], to_lib(idx, LIBS[0]), to_lib(w, LIBS[0]))
+        y = expert_layer(to_numpy(recv), to_numpy(counts), to_numpy(h.offsets), me)
+        out = to_numpy(buf.combine(to_lib(y, LIBS[0]), h))
+        ref = combine_reference(x, idx, w, 8 // shmem_rs.n_pes(), shmem_rs.n_pes())
+        assert (out == ref).all()
+        buf.close()
+
+    on_pes(pe)
+
+
+def test_errors_name_the_problem():
+    def pe():
+        shmem_rs.init()
+        buf = shmem_rs.MoeBuffer(16, 8, 3, 4, threads=64)
+        x, idx, w = make_inputs(shmem_rs.my_pe(), 0, 4, 16, 8, 3)
+        lib = LIBS[0]
+        errs = []
+
+        def expect(exc, text, f):
+            with pytest.raises(exc) as e:
+                f()
+            assert text in str(e.value), str(e.value)
+            errs.append(str(e.value))
+
+        expect(TypeError, "x must be bfloat16", lambda: buf.dispatch(to_lib(x.astype(np.float32), lib), to_lib(idx, lib), to_lib(w, lib)))
+        expect(ValueError, "x must have shape [T, 16]", lambda: buf.dispatch(to_lib(x[:, :8].copy(), lib), to_lib(idx, lib), to_lib(w, lib)))
+        expect(ValueError, "topk_idx must have shape [4, 3]", lambda: buf.dispatch(to_lib(x, lib), to_lib(idx[:, :2].copy(), lib), to_lib(w, lib)))
+        expect(TypeError, "topk_weights must be float32", lambda: buf.dispatch(to_lib(x, lib), to_lib(idx, lib), to_lib(w.astype(np.float64), lib)))
+        big = np.zeros((5, 16), np.uint16)
+        expect(ValueError, "more than max_tokens=4", lambda: buf.dispatch(to_lib(big, lib), to_lib(np.zeros((5, 3), np.int32), lib), to_lib(np.zeros((5, 3), np.float32), lib)))
+        expect(TypeError, "x must be a tensor or array", lambda: buf.dispatch([1, 2], idx, w))
+        _, _, h1 = buf.dispatch(to_lib(x, lib), to_lib(idx, lib), to_lib(w, lib))
+        _, _, h2 = buf.dispatch(to_lib(x, lib), to_lib(idx, lib), to_lib(w, lib))
+        y = np.zeros((buf.pair_slots, 16), np.uint16)
+        expect(ValueError, "dispatch 2 has run since", lambda: buf.combine(to_lib(y, lib), h1))
+        expect(ValueError, "y must have shape", lambda: buf.combine(to_lib(y[:1].copy(), lib), h2))
+        buf.combine(to_lib(y, lib), h2)
+        with pytest.raises(ValueError, match="mode must be"):
+            shmem_rs.MoeBuffer(16, 8, 3, 4, mode="fast")
+        with pytest.raises(ValueError, match="cannot be spread evenly"):
+            shmem_rs.MoeBuffer(16, 7, 3, 4)
+        buf.close()
+        with pytest.raises(ValueError, match="closed"):
+            buf.dispatch(to_lib(x, lib), to_lib(idx, lib), to_lib(w, lib))
+        return errs
+
+    on_pes(pe)
+
+
+@pytest.mark.skipif(GPU, reason="outside a job: the simulator's process only")
+def test_calls_outside_a_job_raise():
+    with pytest.raises(shmem_rs.ShmemError, match="not initialized"):
+        shmem_rs.my_pe()
+    with pytest.raises(shmem_rs.ShmemError, match="init"):
+        shmem_rs.MoeBuffer(16, 8, 3, 4)
+
+
+@pytest.mark.skipif(GPU, reason="the simulator's failure path")
+def test_an_exception_on_one_pe_is_raised_by_run():
+    def pe():
+        shmem_rs.init()
+        if shmem_rs.my_pe() == 1:
+            raise KeyError("pe one failed")
+        shmem_rs.MoeBuffer(16, 8, 3, 4)
+        return 0
+
+    with pytest.raises(KeyError, match="pe one failed"):
+        shmem_rs.run(pe, 2)
+
+
+def test_bf16_helpers_round_trip():
+    v = np.array([1.0, -2.5, 3.140625], np.float32)
+    assert (bf16_to_f32(f32_to_bf16(v)) == v).all()
