@@ -21,6 +21,9 @@
 #     graph-bench    eager launches against CUDA graph replays: halo 1024^2, MoE 128 tokens
 #     shmem-bench    the perftest curves against the CUDA C++ twins (needs 2 PEs)
 #     mpirun         the API suite under mpirun -np 2 (needs `gpu-bundle --openmpi`)
+#     python         the Python package (carry/wheels) under torchrun: its pytest suite on CUDA
+#                    tensors at 1 and --pes processes, and python/bench/bench_moe.py (the
+#                    PyTorch all_to_all_single baseline at 1 process: NCCL takes one rank per GPU)
 #   --pes N    PEs for api, ring, examples, example-tests, benches (default: one per GPU)
 #   --mps      start the CUDA MPS control daemon first (several PEs per GPU need it) and stop
 #              it at the end
@@ -131,6 +134,25 @@ stage_bound_cost() {
 }
 stage_shmem_bench() {
   run 500 carry/bin/shmem-run -n "$pes" carry/bin/shmem-bench --cuda "$cuda/perftest.cubin" --out "$OUT/bench" --reps 5
+}
+stage_python() {
+  local py=/tmp/shmem-py
+  if [ ! -d $py/shmem_rs ]; then
+    local extra=(); python3 -c 'import numpy' 2>/dev/null || extra=(numpy)
+    python3 -c 'import pytest' 2>/dev/null || extra+=(pytest)
+    run 120 python3 -m pip install -q --no-index --find-links carry/wheels --target $py shmem-rs "${extra[@]}"
+  fi
+  export PYTHONPATH=$py${PYTHONPATH:+:$PYTHONPATH}
+  python3 -c 'import torch, shmem_rs; print("torch", torch.__version__, "shmem_rs from", shmem_rs.__file__)'
+  local tr=(python3 -m torch.distributed.run --standalone)
+  for n in $(printf '%s\n' 1 "$pes" | sort -un); do
+    local share=(); [ "$mps" -eq 1 ] && share=(env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / n)))
+    SHMEM_PY_GPU=1 run 300 "${share[@]}" "${tr[@]}" --nproc_per_node "$n" -m pytest -q -p no:cacheprovider python/tests
+    cleanup
+    local base=(); [ "$n" -eq 1 ] && base=(--baseline)
+    run 400 "${share[@]}" "${tr[@]}" --nproc_per_node "$n" python/bench/bench_moe.py --reps 20 "${base[@]}"
+    cleanup
+  done
 }
 stage_mpirun() {
   [ -x carry/ompi/bin/mpirun ] || { echo "no carry/ompi: build with \`cargo xtask gpu-bundle --openmpi\`"; rc=2; return; }

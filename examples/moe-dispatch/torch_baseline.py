@@ -52,6 +52,58 @@ def route_uniform(seed, pe, tokens, experts, top_k):
     return out
 
 
+class Baseline:
+    """Dispatch and combine with NCCL's all_to_all_single and exact splits (module
+    documentation), for this rank's tokens ``x``, expert ids ``topk`` (int64) and
+    ``weights``; ``L`` experts per rank. Also used by ``python/bench/bench_moe.py``."""
+
+    def __init__(self, x, topk, weights, L, rank, world, group=None):
+        self.x, self.topk, self.weights = x, topk, weights
+        self.L, self.rank, self.world, self.group = L, rank, world, group
+        self.tokens, self.H, self.K = x.shape[0], x.shape[1], topk.shape[1]
+        self.dev = x.device
+
+    def dispatch(self):
+        x, topk, L, dev, g = self.x, self.topk, self.L, self.dev, self.group
+        dest = topk // L
+        mask = torch.zeros(self.tokens, self.world, dtype=torch.bool, device=dev)
+        mask.scatter_(1, dest, True)
+        send_counts = mask.sum(0)
+        recv_counts = torch.empty_like(send_counts)
+        dist.all_to_all_single(recv_counts, send_counts, group=g)
+        idx = mask.t().nonzero()[:, 1]  # destination-major, tokens in order
+        send = x.index_select(0, idx)
+        meta = torch.cat([topk.to(torch.int32), self.weights.view(torch.int32)], 1).index_select(0, idx)
+        ss, rs = send_counts.tolist(), recv_counts.tolist()  # host round trip
+        recv = torch.empty(sum(rs), self.H, dtype=x.dtype, device=dev)
+        dist.all_to_all_single(recv, send, rs, ss, group=g)
+        recv_meta = torch.empty(sum(rs), 2 * self.K, dtype=torch.int32, device=dev)
+        dist.all_to_all_single(recv_meta, meta, rs, ss, group=g)
+        return recv, recv_meta, (idx, ss, rs)
+
+    def expert_layer(self, recv, recv_meta):
+        """The stand-in expert layer's outputs, one row per (received row, local expert),
+        with the pair's row and weight (not timed, as in the Rust run)."""
+        K, L = self.K, self.L
+        ids, w = recv_meta[:, :K], recv_meta[:, K:].view(torch.float32)
+        local = (ids >= 0) & (ids // L == self.rank)
+        pair_row = local.nonzero()[:, 0]
+        return recv.index_select(0, pair_row), pair_row, w[local]
+
+    def combine(self, y_pairs, pair_row, pair_w, rows, handle):
+        idx, ss, rs = handle
+        dev, H = self.dev, self.H
+        # The weighted sum of each received row's expert outputs (f32, then bf16).
+        y = torch.zeros(rows, H, dtype=torch.float32, device=dev)
+        y.index_add_(0, pair_row, y_pairs.float() * pair_w[:, None])
+        y = y.to(torch.bfloat16)
+        back = torch.empty(len(idx), H, dtype=y.dtype, device=dev)
+        dist.all_to_all_single(back, y, ss, rs, group=self.group)
+        out = torch.zeros(self.tokens, H, dtype=torch.float32, device=dev)
+        out.index_add_(0, idx, back.float())
+        return out.to(torch.bfloat16)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="128,4096")
@@ -79,42 +131,7 @@ def main():
             weights = torch.rand(tokens, K, device=dev, dtype=torch.float32)
             x = torch.randn(tokens, H, device=dev, dtype=torch.bfloat16)
 
-            def dispatch():
-                dest = topk // L
-                mask = torch.zeros(tokens, world, dtype=torch.bool, device=dev)
-                mask.scatter_(1, dest, True)
-                send_counts = mask.sum(0)
-                recv_counts = torch.empty_like(send_counts)
-                dist.all_to_all_single(recv_counts, send_counts)
-                idx = mask.t().nonzero()[:, 1]  # destination-major, tokens in order
-                send = x.index_select(0, idx)
-                meta = torch.cat([topk.to(torch.int32), weights.view(torch.int32)], 1).index_select(0, idx)
-                ss, rs = send_counts.tolist(), recv_counts.tolist()  # host round trip
-                recv = torch.empty(sum(rs), H, dtype=x.dtype, device=dev)
-                dist.all_to_all_single(recv, send, rs, ss)
-                recv_meta = torch.empty(sum(rs), 2 * K, dtype=torch.int32, device=dev)
-                dist.all_to_all_single(recv_meta, meta, rs, ss)
-                return recv, recv_meta, (idx, ss, rs)
-
-            def expert_layer(recv, recv_meta):
-                """The stand-in expert layer's outputs, one row per (received row, local
-                expert), with the pair's row and weight (not timed, as in the Rust run)."""
-                ids, w = recv_meta[:, :K], recv_meta[:, K:].view(torch.float32)
-                local = (ids >= 0) & (ids // L == rank)
-                pair_row = local.nonzero()[:, 0]
-                return recv.index_select(0, pair_row), pair_row, w[local]
-
-            def combine(y_pairs, pair_row, pair_w, rows, handle):
-                idx, ss, rs = handle
-                # The weighted sum of each received row's expert outputs (f32, then bf16).
-                y = torch.zeros(rows, H, dtype=torch.float32, device=dev)
-                y.index_add_(0, pair_row, y_pairs.float() * pair_w[:, None])
-                y = y.to(torch.bfloat16)
-                back = torch.empty(len(idx), H, dtype=y.dtype, device=dev)
-                dist.all_to_all_single(back, y, ss, rs)
-                out = torch.zeros(tokens, H, dtype=torch.float32, device=dev)
-                out.index_add_(0, idx, back.float())
-                return out.to(torch.bfloat16)
+            base = Baseline(x, topk, weights, L, rank, world)
 
             def timed(f):
                 dist.barrier()
@@ -126,9 +143,9 @@ def main():
 
             dts, cts = [], []
             for rep in range(a.reps + 3):
-                (recv, recv_meta, handle), dt = timed(dispatch)
-                y_pairs, pair_row, pair_w = expert_layer(recv, recv_meta)
-                _, ct = timed(lambda: combine(y_pairs, pair_row, pair_w, len(recv), handle))
+                (recv, recv_meta, handle), dt = timed(base.dispatch)
+                y_pairs, pair_row, pair_w = base.expert_layer(recv, recv_meta)
+                _, ct = timed(lambda: base.combine(y_pairs, pair_row, pair_w, len(recv), handle))
                 if rep >= 3:
                     dts.append(slowest(dt))
                     cts.append(slowest(ct))

@@ -46,9 +46,10 @@ def expert_layer(recv, counts, offsets, pe):
     return y
 
 
-def combine_reference(x, idx, w, n_local, n):
+def combine_reference(x, idx, w, n_local, n, scale=scale):
     """Each token: per destination PE in order, ``part += w_k * y_k`` over its choices there
-    (float32), rounded to bf16; the parts added in float32 and rounded to bf16."""
+    (float32; ``y_k``: the token times ``scale(expert)``, rounded to bf16), rounded to bf16;
+    the parts added in float32 and rounded to bf16."""
     xf = bf16_to_f32(x)
     out = np.zeros(x.shape, np.uint16)
     for t in range(x.shape[0]):

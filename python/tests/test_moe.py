@@ -25,8 +25,12 @@ except ImportError:
 def on_pes(fn, n=2):
     """``fn()`` on every PE: simulated PEs here, this torchrun rank on the GPU."""
     if GPU:
+        import torch.distributed as dist
+
         shmem_rs.init()
-        return [fn()]
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, fn())
+        return every
     return shmem_rs.run(fn, n)
 
 
@@ -100,8 +104,7 @@ def check_all(results, hidden, experts, top_k, n):
                 for e in ids:
                     if e >= 0:
                         want.setdefault((int(e), s["pe"]), []).append(s["x"][t].tobytes())
-        if not GPU:
-            assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}, f"call {c}"
+        assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}, f"call {c}"
         for s in per_pe:
             ref = combine_reference(s["x"], s["idx"], s["w"], experts // n, n)
             assert s["shape"] == s["x"].shape, f"call {c} PE {s['pe']}: out shape"
@@ -113,19 +116,19 @@ def check_all(results, hidden, experts, top_k, n):
 @pytest.mark.parametrize("lib", LIBS)
 def test_dispatch_delivers_once_and_combine_matches_the_reference(mode, lib):
     res = exchange(mode, lib, calls=2)
-    check_all(res, 16, 8, 3, len(res) if not GPU else shmem_rs.n_pes())
+    check_all(res, 16, 8, 3, len(res))
 
 
 @pytest.mark.parametrize("mode", ["low_latency", "throughput"])
 def test_short_and_unequal_calls(mode):
     # A different number of tokens per PE and per call, none at all included.
     res = exchange(mode, LIBS[0], tokens=lambda me, c: [12, 5 + 3 * me, 0][c], calls=3)
-    check_all(res, 16, 8, 3, len(res) if not GPU else shmem_rs.n_pes())
+    check_all(res, 16, 8, 3, len(res))
 
 
 def test_int64_ids_and_wider_rows():
     res = exchange("low_latency", LIBS[0], hidden=64, experts=4, top_k=2, max_tokens=20, idx64=True)
-    check_all(res, 64, 4, 2, len(res) if not GPU else shmem_rs.n_pes())
+    check_all(res, 64, 4, 2, len(res))
 
 
 def test_capacity_drops_and_counts():
@@ -210,6 +213,35 @@ def test_an_exception_on_one_pe_is_raised_by_run():
 
     with pytest.raises(KeyError, match="pe one failed"):
         shmem_rs.run(pe, 2)
+
+
+@pytest.mark.skipif(not GPU, reason="CUDA graphs: the GPU")
+def test_a_captured_dispatch_and_combine_replays_with_new_inputs():
+    shmem_rs.init()
+    me, n = shmem_rs.my_pe(), shmem_rs.n_pes()
+    buf = shmem_rs.MoeBuffer(16, 8, 3, 12, threads=64)
+    x, idx, w = make_inputs(me, 0, 12, 16, 8, 3)
+    sx, si, sw = to_lib(x, "torch"), to_lib(idx, "torch"), to_lib(w, "torch")
+    # Eager first (torch's advice before a capture), then the capture: the experts are the
+    # identity, inside the graph too.
+    recv, _, h = buf.dispatch(sx, si, sw)
+    buf.combine(recv, h)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        recv, _, h = buf.dispatch(sx, si, sw)
+        out = buf.combine(recv.clone(), h)
+    for call in range(1, 4):
+        x, idx, w = make_inputs(me, call, 12, 16, 8, 3)
+        sx.copy_(to_lib(x, "torch"))
+        si.copy_(to_lib(idx, "torch"))
+        sw.copy_(to_lib(w, "torch"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = combine_reference(x, idx, w, 8 // n, n, scale=lambda e: np.float32(1.0))
+        assert (to_numpy(out) == ref).all(), f"replay {call}"
+    del graph
+    buf.close()
 
 
 def test_bf16_helpers_round_trip():

@@ -91,6 +91,24 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
 /// maturin and installed there, and its pytest suite (NumPy arrays; the torch tests run
 /// where torch is installed, on the GPU machine).
 fn python(root: &std::path::Path) -> Result<(), String> {
+    let bin = py_venv(root)?;
+    let wheel = py_wheel(root, &bin)?;
+    step(
+        "python install",
+        Command::new(bin.join("pip"))
+            .args(["install", "-q", "--force-reinstall", "--no-deps"])
+            .arg(&wheel),
+    )?;
+    step(
+        "python tests",
+        Command::new(bin.join("pytest"))
+            .current_dir(root)
+            .args(["-q", "python/tests"]),
+    )
+}
+
+/// `target/py-venv` with maturin, pytest and NumPy (made once); returns its `bin`.
+pub fn py_venv(root: &std::path::Path) -> Result<std::path::PathBuf, String> {
     let venv = root.join("target/py-venv");
     let bin = venv.join("bin");
     if !bin.join("maturin").exists() || !bin.join("pytest").exists() {
@@ -109,6 +127,11 @@ fn python(root: &std::path::Path) -> Result<(), String> {
             ]),
         )?;
     }
+    Ok(bin)
+}
+
+/// Builds the wheel of `python/` into `target/wheels` with the venv's maturin; returns it.
+pub fn py_wheel(root: &std::path::Path, bin: &std::path::Path) -> Result<std::path::PathBuf, String> {
     let wheels = root.join("target/wheels");
     let _ = std::fs::remove_dir_all(&wheels);
     step(
@@ -123,16 +146,5 @@ fn python(root: &std::path::Path) -> Result<(), String> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .ok_or("maturin wrote no wheel")?;
-    step(
-        "python install",
-        Command::new(bin.join("pip"))
-            .args(["install", "-q", "--force-reinstall", "--no-deps"])
-            .arg(&wheel),
-    )?;
-    step(
-        "python tests",
-        Command::new(bin.join("pytest"))
-            .current_dir(root)
-            .args(["-q", "python/tests"]),
-    )
+    Ok(wheel)
 }

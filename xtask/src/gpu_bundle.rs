@@ -218,6 +218,29 @@ pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
             .args(["-c", "chmod +x carry/ompi/bin/*"])
             .current_dir(&root))?;
     }
+    // The Python package's wheel, and pytest and NumPy for Python 3.12 (the GPU machine has
+    // torch; it reaches no package index).
+    step("the Python wheel, pytest and NumPy");
+    let venv = crate::ci::py_venv(&root)?;
+    let wheel = crate::ci::py_wheel(&root, &venv)?;
+    let wheels = carry.join("wheels");
+    std::fs::create_dir_all(&wheels).map_err(|e| e.to_string())?;
+    copy(&wheel, &wheels.join(wheel.file_name().expect("a file")))?;
+    run(Command::new(venv.join("pip"))
+        .args([
+            "download",
+            "-q",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux2014_x86_64",
+            "-d",
+        ])
+        .arg(&wheels)
+        .args(["pytest==9.2.0", "numpy==2.1.3"]))?;
     let mib = size(&carry) as f64 / (1 << 20) as f64;
     println!(
         "gpu-bundle: {} ({mib:.1} MiB; a device run carries at most 64 MiB with the tree)",
