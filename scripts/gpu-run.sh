@@ -148,6 +148,7 @@ stage_python() {
   for n in $(printf '%s\n' 1 "$pes" | sort -un); do
     local share=(); [ "$mps" -eq 1 ] && share=(env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / n)))
     SHMEM_PY_GPU=1 run 300 "${share[@]}" "${tr[@]}" --nproc_per_node "$n" -m pytest -q -p no:cacheprovider python/tests
+    run 120 "${share[@]}" "${tr[@]}" --nproc_per_node "$n" python/examples/moe_layer.py
     cleanup
     local base=(); [ "$n" -eq 1 ] && base=(--baseline)
     run 400 "${share[@]}" "${tr[@]}" --nproc_per_node "$n" python/bench/bench_moe.py --reps 20 "${base[@]}"

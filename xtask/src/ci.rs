@@ -100,6 +100,12 @@ fn python(root: &std::path::Path) -> Result<(), String> {
             .arg(&wheel),
     )?;
     step(
+        "python example on the simulator",
+        Command::new(bin.join("python"))
+            .current_dir(root)
+            .arg("python/examples/moe_layer.py"),
+    )?;
+    step(
         "python tests",
         Command::new(bin.join("pytest"))
             .current_dir(root)
