@@ -54,12 +54,22 @@ _sim = threading.local()
 _device = {}
 
 
+try:
+    import torch as _torch_module
+except ImportError:
+    _torch_module = None
+
+
 def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
+    return _torch_module
+
+
+def _raw_stream(device):
+    """Torch's current stream on ``device``, as a ``CUstream`` address."""
+    get = getattr(_torch_module._C, "_cuda_getCurrentRawStream", None)
+    if get is not None:
+        return get(device.index)
+    return _torch_module.cuda.current_stream(device).cuda_stream
 
 
 def init(device=None):
@@ -211,7 +221,7 @@ class _Arr:
 
 def _stream(a):
     if a.lib == "torch" and a.cuda:
-        return _torch().cuda.current_stream(a.obj.device).cuda_stream
+        return _raw_stream(a.obj.device)
     return 0
 
 
@@ -247,6 +257,7 @@ class MoeBuffer:
         self.num_local_experts, self.num_pes = self._n.layout_dims
         self.pair_slots = self._n.pair_slots
         self._gpu = _native.backend() == "gpu"
+        self._staged = self._n.input_tokens_ptr()
 
     def _check(self, a, dtype, shape, what):
         if self._gpu and not (a.lib == "torch" and a.cuda):
@@ -309,13 +320,52 @@ class MoeBuffer:
         xp = xa.ptr()
         if xp % 16:
             raise ValueError("x must be 16-byte aligned")
-        if xp == self._n.input_tokens_ptr():
+        if xp == self._staged:
             xp = 0
         recv = xa.empty((self.pair_slots, self.hidden), _BF16)
         layout = xa.empty((2, self.num_local_experts, self.num_pes), "i4")
         ra, la = _Arr(recv, "recv"), _Arr(layout, "layout")
         h = self._n.dispatch(xp, ia.ptr(), wa.ptr(), t, ra.ptr(), la.ptr(), _stream(xa))
         return recv, layout[0], DispatchHandle(h, layout[1], t, xa.lib)
+
+    def _fast(self, x, idx, w):
+        """``dispatch`` for CUDA tensors that need no check's message: the common case, in
+        as few Python operations as possible (the Python cost is part of every call's
+        latency); ``None`` sends the call down the checking path."""
+        torch = _torch_module
+        dev = _device.get("torch")
+        T = torch.Tensor if torch is not None else None
+        if dev is None or type(x) is not T or type(idx) is not T or type(w) is not T:
+            return None
+        shape = x.shape
+        if (
+            x.device != dev
+            or x.dtype != torch.bfloat16
+            or len(shape) != 2
+            or shape[1] != self.hidden
+            or shape[0] > self.max_tokens
+            or idx.shape != (shape[0], self.top_k)
+            or w.shape != idx.shape
+            or idx.device != dev
+            or w.device != dev
+            or w.dtype != torch.float32
+            or idx.dtype not in (torch.int32, torch.int64)
+            or not x.is_contiguous()
+        ):
+            return None
+        xp = x.data_ptr()
+        if xp % 16:
+            return None
+        if xp == self._staged:
+            xp = 0
+        idx = idx.to(torch.int32).contiguous()
+        w = w.contiguous()
+        recv = torch.empty((self.pair_slots, self.hidden), dtype=torch.bfloat16, device=dev)
+        layout = torch.empty((2, self.num_local_experts, self.num_pes), dtype=torch.int32, device=dev)
+        h = self._n.dispatch(
+            xp, idx.data_ptr(), w.data_ptr(), shape[0], recv.data_ptr(), layout.data_ptr(), _raw_stream(dev)
+        )
+        return recv, layout[0], DispatchHandle(h, layout[1], shape[0], "torch")
 
     def combine(self, y, handle):
         """Sums each token's expert outputs ``y`` (``[pair_slots, hidden]`` bf16, in the rows
@@ -324,6 +374,19 @@ class MoeBuffer:
         current stream."""
         if not isinstance(handle, DispatchHandle):
             raise TypeError("handle must be the DispatchHandle that dispatch returned")
+        torch, dev = _torch_module, _device.get("torch")
+        if (
+            dev is not None
+            and type(y) is torch.Tensor
+            and y.device == dev
+            and y.dtype == torch.bfloat16
+            and y.shape == (self.pair_slots, self.hidden)
+            and y.is_contiguous()
+            and y.data_ptr() % 16 == 0
+        ):
+            out = torch.empty((self.max_tokens, self.hidden), dtype=torch.bfloat16, device=dev)
+            self._n.combine(handle._native, y.data_ptr(), out.data_ptr(), _raw_stream(dev))
+            return out[: handle.tokens]
         ya = _Arr(y, "y")
         self._check(ya, _BF16, (self.pair_slots, self.hidden), "y")
         ya.contiguous()

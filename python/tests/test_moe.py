@@ -184,8 +184,8 @@ def test_errors_name_the_problem():
         buf.combine(to_lib(y, lib), h2)
         with pytest.raises(ValueError, match="mode must be"):
             shmem_rs.MoeBuffer(16, 8, 3, 4, mode="fast")
-        with pytest.raises(ValueError, match="cannot be spread evenly"):
-            shmem_rs.MoeBuffer(16, 7, 3, 4)
+        with pytest.raises(ValueError, match="top-k must be 1 to 16"):
+            shmem_rs.MoeBuffer(16, 8, 17, 4)
         buf.close()
         with pytest.raises(ValueError, match="closed"):
             buf.dispatch(to_lib(x, lib), to_lib(idx, lib), to_lib(w, lib))
