@@ -77,9 +77,10 @@ def init(device=None):
 
     - under ``shmem_rs.run`` (the simulator), ``shmem-run``, ``mpirun`` or ``srun``: as the
       environment says;
-    - under ``torchrun`` (``WORLD_SIZE`` set, or ``torch.distributed`` initialized): on the
-      GPU torch has selected (``device``, else ``torch.cuda.current_device()``), one PE per
-      process; rank 0's NVSHMEM id travels through ``torch.distributed``, whose default
+    - under ``torchrun`` (``WORLD_SIZE`` set, or ``torch.distributed`` initialized): on
+      ``device`` if given, else the GPU the program selected (``torch.cuda.set_device``),
+      else, if it selected none, ``LOCAL_RANK`` modulo the GPUs; one PE per process, and
+      torch's current device is set to it; rank 0's NVSHMEM id travels through ``torch.distributed``, whose default
       group is initialized here if the program has not done so.
 
     Calling it again does nothing. NVSHMEM is finalized at interpreter exit (or by
@@ -104,7 +105,11 @@ def init(device=None):
         if not torch.cuda.is_available():
             raise ShmemError("shmem_rs under torchrun needs a CUDA GPU (the simulator: shmem_rs.run)")
         if device is None:
+            # The device the program selected; if none (still 0), torchrun's convention, as
+            # shmem-run's: local rank modulo the GPUs (several ranks on one GPU need MPS).
             device = torch.cuda.current_device()
+            if device == 0 and "LOCAL_RANK" in env:
+                device = int(env["LOCAL_RANK"]) % torch.cuda.device_count()
         device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         torch.cuda.set_device(device)
         if not dist.is_initialized():
