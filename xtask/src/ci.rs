@@ -137,7 +137,10 @@ pub fn py_venv(root: &std::path::Path) -> Result<std::path::PathBuf, String> {
 }
 
 /// Builds the wheel of `python/` into `target/wheels` with the venv's maturin; returns it.
-pub fn py_wheel(root: &std::path::Path, bin: &std::path::Path) -> Result<std::path::PathBuf, String> {
+pub fn py_wheel(
+    root: &std::path::Path,
+    bin: &std::path::Path,
+) -> Result<std::path::PathBuf, String> {
     let wheels = root.join("target/wheels");
     let _ = std::fs::remove_dir_all(&wheels);
     step(
