@@ -22,16 +22,17 @@ use std::cell::Cell;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-impl HostArg<Shape> for Shape {
-    fn to_param(&self) -> Shape {
-        *self
-    }
+/// Kernel parameters that the host passes as themselves.
+macro_rules! by_value {
+    ($($t:ty),*) => { $(
+        impl HostArg<$t> for $t {
+            fn to_param(&self) -> $t {
+                *self
+            }
+        }
+    )* };
 }
-impl HostArg<Bufs> for Bufs {
-    fn to_param(&self) -> Bufs {
-        *self
-    }
-}
+by_value!(Shape, Bufs, kernels::Stage, kernels::Gather);
 
 /// Which dispatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,20 +23,8 @@
 use super::{Held, Kernels, Mode, Options, grids};
 use crate::kernels::{self, Bufs, Gather, Shape, Stage};
 use shmem_device::DevicePtr;
-use shmem_host::args::HostArg;
 use shmem_host::{Enqueue, Error, KernelFn, LaunchConfig, Module, Result, Shmem};
 use std::cell::Cell;
-
-impl HostArg<Stage> for Stage {
-    fn to_param(&self) -> Stage {
-        *self
-    }
-}
-impl HostArg<Gather> for Gather {
-    fn to_param(&self) -> Gather {
-        *self
-    }
-}
 
 /// What a [`Front`] is sized for; the same on every PE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
