@@ -60,10 +60,6 @@ except ImportError:
     _torch_module = None
 
 
-def _torch():
-    return _torch_module
-
-
 def _raw_stream(device):
     """Torch's current stream on ``device``, as a ``CUstream`` address."""
     get = getattr(_torch_module._C, "_cuda_getCurrentRawStream", None)
@@ -96,7 +92,7 @@ def init(device=None):
     if getattr(_sim, "active", False) or launcher:
         _native.init()
         return
-    torch = _torch()
+    torch = _torch_module
     if torch is not None and (
         "WORLD_SIZE" in env or (torch.distributed.is_available() and torch.distributed.is_initialized())
     ):
@@ -162,7 +158,7 @@ class _Arr:
     """An array of some library as this module needs it: address, shape, dtype, device."""
 
     def __init__(self, obj, what):
-        torch = _torch()
+        torch = _torch_module
         self.what = what
         if torch is not None and isinstance(obj, torch.Tensor):
             self.lib, self.obj = "torch", obj
@@ -193,7 +189,7 @@ class _Arr:
     def contiguous(self, dtype=None):
         """This array, C-contiguous, converted to ``dtype`` ("i4", "f4") if given."""
         if self.lib == "torch":
-            torch = _torch()
+            torch = _torch_module
             t = self.obj
             if dtype is not None:
                 t = t.to({"i4": torch.int32, "f4": torch.float32}[dtype])
@@ -215,7 +211,7 @@ class _Arr:
     def empty(self, shape, dtype):
         """A new array of the same library and device."""
         if self.lib == "torch":
-            torch = _torch()
+            torch = _torch_module
             dt = {_BF16: torch.bfloat16, "i4": torch.int32}[dtype]
             return torch.empty(shape, dtype=dt, device=self.obj.device)
         import numpy as np
@@ -285,7 +281,7 @@ class MoeBuffer:
         ptr = self._n.input_tokens_ptr()
         shape = (self.max_tokens, self.hidden)
         if self._gpu:
-            torch = _torch()
+            torch = _torch_module
 
             class _View:
                 __cuda_array_interface__ = {"shape": shape, "typestr": "<i2", "data": (ptr, False), "version": 3}

@@ -274,6 +274,26 @@ macro_rules! held {
 }
 crate::moe_buffers!(held);
 
+impl Held<'_> {
+    /// Zeroes the kernels' counters, counts and layout words: where they start, and where
+    /// every round leaves them.
+    pub(crate) fn zero_counters(&self) -> Result<()> {
+        for b in [
+            &self.work,
+            &self.counts,
+            &self.base,
+            &self.scratch,
+            &self.recv_count,
+            &self.expert_count,
+            &self.expert_offset,
+            &self.dropped,
+        ] {
+            b.zero()?;
+        }
+        Ok(())
+    }
+}
+
 pub(crate) fn sym<T>(b: &SymBuffer<'_, T>) -> Sym<T>
 where
     T: Copy + 'static,
@@ -382,18 +402,7 @@ impl<'rt> Moe<'rt> {
         held.weights.copy_from(&inputs.routing.weights)?;
         // Counters, counts and signals start at zero; so does `out`, so that a token no
         // kernel wrote is never mistaken for a result.
-        for b in [
-            &held.work,
-            &held.counts,
-            &held.base,
-            &held.scratch,
-            &held.recv_count,
-        ] {
-            b.zero()?;
-        }
-        for b in [&held.expert_count, &held.expert_offset, &held.dropped] {
-            b.zero()?;
-        }
+        held.zero_counters()?;
         held.signals.zero()?;
         held.out.zero()?;
         let bufs = held.bufs();

@@ -19,6 +19,16 @@ fn ptr<T>(v: &mut [T]) -> DevicePtr<T> {
     unsafe { DevicePtr::from_raw(v.as_mut_ptr()) }
 }
 
+/// This crate's kernels (run from the program's own build on the simulator).
+fn kernels(rt: &Shmem) -> shmem_host::Result<shmem_host::Module<'_>> {
+    host::load(
+        rt,
+        &shmem_host::Implementation::Rust {
+            ptx_dir: Default::default(),
+        },
+    )
+}
+
 /// What one PE saw: rows per local expert, and combine's differences from the CPU.
 #[derive(Debug)]
 struct Seen {
@@ -131,12 +141,7 @@ fn the_callers_tokens_go_out_and_their_expert_outputs_come_back() {
     for mode in [Mode::LowLatency, Mode::Throughput] {
         let seen = sim::run(2, || {
             let rt = Shmem::init()?;
-            let module = host::load(
-                &rt,
-                &shmem_host::Implementation::Rust {
-                    ptx_dir: Default::default(),
-                },
-            )?;
+            let module = kernels(&rt)?;
             let k = FrontKernels::new(&module)?;
             let mut cfg = Config::new(16, 4, 2, 12);
             (cfg.mode, cfg.threads) = (mode, 32);
@@ -187,12 +192,7 @@ fn the_callers_tokens_go_out_and_their_expert_outputs_come_back() {
 fn misuse_is_refused() {
     let errs = sim::run(1, || {
         let rt = Shmem::init()?;
-        let module = host::load(
-            &rt,
-            &shmem_host::Implementation::Rust {
-                ptx_dir: Default::default(),
-            },
-        )?;
+        let module = kernels(&rt)?;
         let k = FrontKernels::new(&module)?;
         let front = Front::new(&rt, Config::new(16, 4, 2, 4))?;
         let mut x = vec![0u16; 8 * 16];

@@ -130,18 +130,7 @@ impl<'rt> Front<'rt> {
         };
         let held = Held::alloc(rt, &shape.lens(), false)?;
         // The kernels' counters start at zero and return there by themselves.
-        for b in [
-            &held.work,
-            &held.counts,
-            &held.base,
-            &held.scratch,
-            &held.recv_count,
-            &held.expert_count,
-            &held.expert_offset,
-            &held.dropped,
-        ] {
-            b.zero()?;
-        }
+        held.zero_counters()?;
         let bufs = held.bufs();
         rt.barrier_all()?;
         Ok(Front {
