@@ -64,6 +64,7 @@ mod panic;
 pub mod amo;
 pub mod bound;
 pub mod coll;
+pub mod fp8;
 pub mod kernel;
 pub mod mem;
 pub mod order;
