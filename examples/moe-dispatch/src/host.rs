@@ -59,6 +59,33 @@ impl Mode {
     }
 }
 
+/// What the dispatch sends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dtype {
+    /// The `bf16` tokens as they are.
+    #[default]
+    Bf16,
+    /// `e4m3` with one `f32` scale per 128 values, quantised by the dispatch ([`crate::fp8`]);
+    /// the combine stays `bf16`.
+    Fp8,
+}
+
+impl Dtype {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp8 => "fp8",
+        }
+    }
+    fn code(self) -> u32 {
+        match self {
+            Dtype::Bf16 => kernels::DTYPE_BF16,
+            Dtype::Fp8 => kernels::DTYPE_FP8,
+        }
+    }
+}
+
 /// Whose kernels run: this crate's Rust kernels or the CUDA C++ ones of `cuda/`.
 pub use shmem_host::Implementation;
 
@@ -80,6 +107,8 @@ pub struct Options {
     pub capacity: Option<u32>,
     /// Which dispatch.
     pub mode: Mode,
+    /// What the dispatch sends.
+    pub dtype: Dtype,
     /// Seed of tokens and routing.
     pub seed: u64,
     /// Threads per block (a multiple of 32).
@@ -113,6 +142,7 @@ impl Options {
             dist: Distribution::Uniform,
             capacity: None,
             mode: Mode::LowLatency,
+            dtype: Dtype::Bf16,
             seed: 0x5eed,
             threads: 256,
             blocks: None,
@@ -143,6 +173,13 @@ impl Options {
             return bad(format!(
                 "tokens must be positive and hidden a positive multiple of 8 (16-byte rows), not {} and {}",
                 self.tokens, self.hidden
+            ));
+        }
+        if self.dtype == Dtype::Fp8 && !self.hidden.is_multiple_of(crate::fp8::GROUP as u32) {
+            return bad(format!(
+                "an FP8 dispatch scales groups of {} values: hidden must be a multiple of {0}, not {}",
+                crate::fp8::GROUP,
+                self.hidden
             ));
         }
         if self.experts == 0 || !self.experts.is_multiple_of(n) {
@@ -201,6 +238,7 @@ impl Options {
             capacity: self.capacity(n),
             round: 0,
             mode: self.mode.code(),
+            dtype: self.dtype.code(),
         }
     }
 }
@@ -555,7 +593,8 @@ impl<'rt> Moe<'rt> {
     /// Cross-GPU token bytes of one round, the most any PE sends: `(dispatch, combine)`.
     /// A dispatch sends each token once to each other PE that holds one of its experts; a
     /// combine sends one row back per row received from another PE. Only token rows count
-    /// (`hidden * 2` bytes each), not the routing metadata (`8 * top_k + 4` bytes a row).
+    /// (`hidden * 2` bytes each, an FP8 dispatch's `hidden + hidden / 32`), not the routing
+    /// metadata (`8 * top_k + 4` bytes a row).
     pub fn cross_bytes(&self) -> (u64, u64) {
         self.token_bytes(false)
     }
@@ -575,6 +614,7 @@ impl<'rt> Moe<'rt> {
         let n = self.shape.n_pes;
         let (k, l) = (self.shape.top_k as usize, self.shape.experts / n);
         let row = u64::from(self.shape.hidden) * 2;
+        let sent_row = self.shape.sent_row() as u64 * 2;
         let mut sent = vec![0u64; n as usize];
         let mut received = vec![0u64; n as usize];
         for pe in 0..n {
@@ -596,12 +636,12 @@ impl<'rt> Moe<'rt> {
                 }
             }
         }
-        let most = |v: Vec<u64>| v.into_iter().max().unwrap_or(0);
+        let most = |v: Vec<u64>, bytes: u64| v.into_iter().max().unwrap_or(0) / row * bytes;
         if with_self {
             // A combine returns to each token's PE what its dispatch delivered.
-            (most(received), most(sent))
+            (most(received, sent_row), most(sent, row))
         } else {
-            (most(sent), most(received))
+            (most(sent, sent_row), most(received, row))
         }
     }
 

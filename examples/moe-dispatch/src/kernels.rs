@@ -43,6 +43,7 @@
 //! ([`crate::reference`]) does the same operations.
 
 use crate::{bf16, expert_scale};
+use shmem_device::fp8::{e4m3_to_f32, e4m3x2_from_f32};
 use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
 use shmem_device::rma::Chunk;
@@ -52,6 +53,12 @@ use shmem_device::scoped::{self, Gpu};
 pub const MODE_LOW_LATENCY: u32 = 0;
 /// [`Shape::mode`]: a layout pass, then a packed layout.
 pub const MODE_THROUGHPUT: u32 = 1;
+
+/// [`Shape::dtype`]: the dispatch sends `bf16` tokens as they are.
+pub const DTYPE_BF16: u32 = 0;
+/// [`Shape::dtype`]: the dispatch sends tokens as `e4m3` with one `f32` scale per 128
+/// values ([`crate::fp8`]), quantised on the fly.
+pub const DTYPE_FP8: u32 = 1;
 
 /// `work[DISPATCH_DONE]`: blocks of the dispatch grid that have finished sending.
 pub const DISPATCH_DONE: usize = 0;
@@ -97,9 +104,27 @@ pub struct Shape {
     pub round: u32,
     /// [`MODE_LOW_LATENCY`] or [`MODE_THROUGHPUT`].
     pub mode: u32,
+    /// What the dispatch sends: [`DTYPE_BF16`] or [`DTYPE_FP8`] (then `hidden` is a
+    /// multiple of 128). The combine sends `bf16` either way.
+    pub dtype: u32,
 }
 
 impl Shape {
+    /// Whether the dispatch sends FP8.
+    pub fn fp8(&self) -> bool {
+        self.dtype == DTYPE_FP8
+    }
+
+    /// `u16` units of a row as the dispatch sends it: `hidden` `bf16`, or an FP8 row
+    /// ([`crate::fp8::row_bytes`]) in the first bytes of a received row.
+    pub fn sent_row(&self) -> usize {
+        if self.fp8() {
+            crate::fp8::row_bytes(self.hidden as usize) / 2
+        } else {
+            self.hidden as usize
+        }
+    }
+
     /// Pair slots (and expert-output rows) per PE: `L · n · C` in low-latency mode (fixed
     /// slots per (expert, source)); in throughput mode what can arrive, `n · T · min(K, L)`,
     /// or `L · C` if smaller.
@@ -151,7 +176,7 @@ macro_rules! moe_buffers {
             base: u32 = |d| 3 * d.e;
             /// Throughput: [`scratch_len`] words, the layout's counts per (column, chunk).
             scratch: u32 = |d| d.scratch;
-            /// `n × T × H` received tokens.
+            /// `n × T × H` received tokens (FP8: each row's first [`crate::fp8::row_bytes`] bytes).
             recv_x: u16 = |d| d.n * d.t * d.h;
             /// `n × T`: each received row's index on its source.
             recv_src: i32 = |d| d.n * d.t;
@@ -171,7 +196,8 @@ macro_rules! moe_buffers {
             expert_y: u16 as local = |d| d.pairs * d.h;
             /// `n × T × H`: on a token's PE, the weighted sum from each destination.
             comb_recv: u16 = |d| d.n * d.t * d.h;
-            /// `n × T × H`: combine's rows staged for `put` when a peer is not mapped.
+            /// `n × T × H`: combine's rows staged for `put` when a peer is not mapped; in an FP8
+            /// dispatch, row `t` holds token `t` quantised (no combine runs meanwhile).
             comb_stage: u16 = |d| d.n * d.t * d.h;
             /// `T × H`: the combined tokens (local: any device memory).
             out: u16 as local = |d| d.t * d.h;
@@ -288,8 +314,9 @@ pub unsafe fn moe_stage(b: Bufs, s: Shape, i: Stage) {
 ///
 /// # Safety
 /// After [`moe_dispatch()`] of the same round on this PE's stream; `g.x` holds
-/// [`Shape::pair_slots`] rows of `hidden` values, 16-byte aligned, and `g.layout`
-/// `2 × L × n` words, in this PE's device memory.
+/// [`Shape::pair_slots`] rows of `hidden` values (`bf16`, or `e4m3` bytes in an FP8
+/// dispatch), 16-byte aligned, in an FP8 dispatch `g.scales` as many rows of `hidden / 128`
+/// `f32`, and `g.layout` `2 × L × n` words, in this PE's device memory.
 #[shmem_kernel]
 pub unsafe fn moe_gather(b: Bufs, s: Shape, g: Gather) {
     // SAFETY: this kernel's contract.
@@ -587,13 +614,16 @@ unsafe fn layout(b: Bufs, s: Shape) {
     }
 }
 
-/// Sends token `t` to PE `d` if any of its experts is there (one warp): the row, its source
-/// index, weights and pairs, and each pair's slot in the expert's list.
+/// Sends token `t` to PE `d` if any of its experts is there (one warp): the row (from `src`:
+/// [`Shape::sent_row`] `u16`s), its source index, weights and pairs, and each pair's slot in
+/// the expert's list.
 ///
 /// # Safety
-/// `t < T`, `d < n`; the whole warp calls it; the buffers and round as in [`moe_dispatch()`].
+/// `t < T`, `d < n`; the whole warp calls it; `src` is token `t` as sent, in device memory
+/// that stays as it is until the dispatch's `quiet`; the buffers and round as in
+/// [`moe_dispatch()`].
 #[inline(always)]
-unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32) {
+unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32, src: *mut u16) {
     let tp = s.mode == MODE_THROUGHPUT;
     let (me, n, e_n, cap) = (my_pe() as u32, s.n_pes, s.experts, s.capacity);
     let (k_n, t_n, l_n, h) = (
@@ -670,13 +700,65 @@ unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32) {
         if lane == 31 {
             p(b.recv_src.wrapping_add(row), t as i32, d as i32);
         }
+        let len = s.sent_row();
         put_nbi(
             Warp,
-            SymSlice::from_raw_parts(b.recv_x.as_ptr().add(row * h), h),
-            DeviceSlice::from_raw_parts(b.x.as_ptr().add(t * h), h),
+            SymSlice::from_raw_parts(b.recv_x.as_ptr().add(row * h), len),
+            DeviceSlice::from_raw_parts(src, len),
             d as i32,
         );
     }
+}
+
+/// Quantises token `t` into row `t` of `comb_stage` (one warp; [`crate::fp8`]): each lane
+/// takes 16-byte chunks of eight values, a half-warp a group of 128, whose largest magnitude
+/// the half-warp's shuffles find. Returns the row.
+///
+/// # Safety
+/// `t < T`, `hidden` a multiple of 128; the whole warp calls it; row `t` of `comb_stage` is
+/// this warp's until the dispatch's `quiet`.
+#[inline(always)]
+unsafe fn quantize(b: Bufs, s: Shape, t: usize) -> *mut u16 {
+    let h = s.hidden as usize;
+    let chunks = h / 8;
+    let lane = lane_id() as usize;
+    // SAFETY: the caller's contract: the token's row, and its staging row, which holds
+    // `row_bytes(h) <= 2 h` bytes.
+    unsafe {
+        let src = b.x.as_ptr().add(t * h).cast::<Chunk>();
+        let row = b.comb_stage.as_ptr().add(t * h);
+        let (q, scales) = (row.cast::<u64>(), row.cast::<u8>().add(h).cast::<f32>());
+        let mut c = lane;
+        // Every lane runs every round (the shuffles); a group is 16 chunks, so a half-warp's
+        // chunks are all in the row or all past it.
+        while c - lane < chunks {
+            let v = if c < chunks {
+                widen(Chunk::load_global(src.add(c)))
+            } else {
+                [0.0; 8]
+            };
+            let mut amax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+            for m in [8, 4, 2, 1] {
+                amax = amax.max(shfl_xor(amax, m));
+            }
+            let (scale, inv) = crate::fp8::scales(amax);
+            if c < chunks {
+                let mut w = 0u64;
+                for i in 0..4 {
+                    let two = e4m3x2_from_f32(v[2 * i + 1] * inv, v[2 * i] * inv);
+                    w |= u64::from(two) << (16 * i);
+                }
+                q.add(c).write(w);
+                if c % 16 == 0 {
+                    scales.add(c / 16).write(scale);
+                }
+            }
+            c += 32;
+        }
+    }
+    sync_warp(u32::MAX);
+    // SAFETY: as above.
+    unsafe { b.comb_stage.as_ptr().add(t * h) }
 }
 
 /// The dispatch (module documentation).
@@ -690,16 +772,33 @@ unsafe fn dispatch(b: Bufs, s: Shape) {
     let (t_n, l_n) = (s.tokens as usize, e_n / n);
     let pair_cursors = ROW_CURSORS + n as usize;
     let (lane, gw, nw) = warps();
-    // One warp per (token, destination): consecutive warps take one token's destinations.
+    let h = s.hidden as usize;
+    // BF16: one warp per (token, destination), consecutive warps taking one token's
+    // destinations. FP8: one warp per token, which quantises it once and sends it to each.
+    let per = if s.fp8() { n } else { 1 };
     let mut i = gw as usize;
-    while i < t_n * n as usize {
-        let (t, d) = (i / n as usize, (i % n as usize) as u32);
+    while i < t_n * (n / per) as usize {
+        let (t, d0) = if s.fp8() {
+            (i, 0)
+        } else {
+            (i / n as usize, (i % n as usize) as u32)
+        };
         i += nw as usize;
         // SAFETY: `t < T`, `d < n`, and `lane < K` wherever a row of `K` is indexed by lane;
         // row slots and pair slots are unique (atomics or the layout), so each remote word
         // has one writer; the peers' buffers are free for this round (module
-        // documentation); the whole warp calls `put_nbi`.
-        unsafe { send(b, s, t, d, lane) };
+        // documentation); the whole warp calls `quantize` and `put_nbi`; row `t` of
+        // `comb_stage` is this warp's (one warp per token).
+        unsafe {
+            let src = if s.fp8() {
+                quantize(b, s, t)
+            } else {
+                b.x.as_ptr().add(t * h)
+            };
+            for d in d0..d0 + per {
+                send(b, s, t, d, lane, src);
+            }
+        }
     }
     quiet();
     sync_threads();
@@ -806,6 +905,26 @@ unsafe fn experts(b: Bufs, s: Shape) {
             let scale = expert_scale(me * l_n + l);
             let src = b.recv_x.as_ptr().add(row * h).cast::<Chunk>();
             let dst = b.expert_y.as_ptr().add(pair * h).cast::<Chunk>();
+            if s.fp8() {
+                // 16 values a chunk; the group's scale after the row's `h` bytes.
+                let scales = src.cast::<u8>().add(h).cast::<f32>();
+                let mut c = lane;
+                while c < h / 16 {
+                    let (v, g) = (
+                        dequantize(Chunk::load_global(src.add(c))),
+                        scales.add(c / 8).read(),
+                    );
+                    for half in 0..2 {
+                        let mut y = [0f32; 8];
+                        for i in 0..8 {
+                            y[i] = v[8 * half + i] * g * scale;
+                        }
+                        narrow(y).store_global(dst.add(2 * c + half));
+                    }
+                    c += 32;
+                }
+                return;
+            }
             let mut c = lane;
             while c < h / 8 {
                 let mut v = widen(Chunk::load_global(src.add(c)));
@@ -817,6 +936,16 @@ unsafe fn experts(b: Bufs, s: Shape) {
             }
         })
     }
+}
+
+/// Sixteen `e4m3` values of a 16-byte chunk, widened (exact).
+#[inline(always)]
+fn dequantize(c: Chunk) -> [f32; 16] {
+    let mut v = [0f32; 16];
+    for i in 0..16 {
+        v[i] = e4m3_to_f32((c.0[i / 4] >> (8 * (i % 4))) as u8);
+    }
+    v
 }
 
 /// The inputs of one call of the front ([`crate::host::front`]), in any device memory of
@@ -845,14 +974,17 @@ unsafe impl KernelParam for Stage {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Gather {
-    /// One `H` row per pair slot ([`Shape::pair_slots`]): the token of each kept pair.
+    /// One row per pair slot ([`Shape::pair_slots`]): the token of each kept pair, `H`
+    /// `bf16`, or in an FP8 dispatch `H` `e4m3` bytes.
     pub x: DevicePtr<u16>,
+    /// FP8: one row of `H / 128` scales per pair slot (null for `bf16`).
+    pub scales: DevicePtr<f32>,
     /// `2 × L × n` words: the kept pairs of each (local expert, source), then the slot of
     /// the first.
     pub layout: DevicePtr<i32>,
 }
 
-// SAFETY: `#[repr(C)]` of two pointers: one layout on the host and the GPU.
+// SAFETY: `#[repr(C)]` of three pointers: one layout on the host and the GPU.
 unsafe impl KernelParam for Gather {
     const KIND: ParamKind = ParamKind::Scalar;
 }
@@ -926,6 +1058,25 @@ unsafe fn gather(b: Bufs, s: Shape, g: Gather) {
         }
         for_each_pair(b, s, |pair, row, _| {
             let src = b.recv_x.as_ptr().add(row * h).cast::<Chunk>();
+            if s.fp8() {
+                let dst = g.x.as_ptr().cast::<u8>().add(pair * h).cast::<Chunk>();
+                let mut c = lane;
+                while c < h / 16 {
+                    Chunk::load_global(src.add(c)).store_global(dst.add(c));
+                    c += 32;
+                }
+                let groups = h / crate::fp8::GROUP;
+                let from = src.cast::<u8>().add(h).cast::<f32>();
+                let mut i = lane;
+                while i < groups {
+                    g.scales
+                        .as_ptr()
+                        .add(pair * groups + i)
+                        .write(from.add(i).read());
+                    i += 32;
+                }
+                return;
+            }
             let dst = g.x.as_ptr().add(pair * h).cast::<Chunk>();
             let mut c = lane;
             while c < h / 8 {

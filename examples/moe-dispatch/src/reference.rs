@@ -1,7 +1,29 @@
 //! The CPU reference: what a dispatch must deliver and what a combine must produce.
 
 use crate::routing::{Routing, destinations};
-use crate::{Shape, bf16, expert_scale, kernels::MODE_THROUGHPUT};
+use crate::{Shape, bf16, expert_scale, fp8, kernels::MODE_THROUGHPUT};
+
+/// A token row as the dispatch sends it ([`Shape::sent_row`] `u16`s): the `bf16` values, or
+/// the FP8 row ([`fp8::quantize`]) as little-endian `u16`s.
+pub fn sent_row(s: &Shape, x: &[u16]) -> Vec<u16> {
+    if !s.fp8() {
+        return x.to_vec();
+    }
+    fp8::quantize(x)
+        .chunks(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect()
+}
+
+/// A token row's values as the experts see them: the `bf16` values, or what an FP8 dispatch
+/// delivers of them.
+pub fn delivered_values(s: &Shape, x: &[u16]) -> Vec<f32> {
+    if s.fp8() {
+        fp8::dequantize(&fp8::quantize(x), x.len())
+    } else {
+        x.iter().map(|&b| bf16::to_f32(b)).collect()
+    }
+}
 
 /// One PE's inputs.
 #[derive(Clone, Debug)]
@@ -58,7 +80,8 @@ impl DispatchReport {
 }
 
 /// Checks what PE `me` received from every source (`sources[s]` are PE `s`'s inputs):
-/// every token that has an expert here arrived exactly once, bit for bit, with its weights;
+/// every token that has an expert here arrived exactly once, bit for bit (as [`sent_row`]
+/// makes it), with its weights;
 /// nothing else arrived; every kept pair has one slot in its (expert, source) range that
 /// points back at its row; the pairs dropped for capacity are exactly as many as the
 /// capacity implies (and in throughput mode, exactly the last ones in source and token
@@ -118,7 +141,8 @@ pub fn check_dispatch(me: u32, s: &Shape, sources: &[Inputs], got: &Received) ->
             if destinations(&r.topk[t * k_n..(t + 1) * k_n], l_n) & (1 << me) == 0 {
                 rep.problem(format!("PE {src} token {t} has no expert here but arrived"));
             }
-            if got.recv_x[row * h..(row + 1) * h] != inp.x[t * h..(t + 1) * h] {
+            let want_row = sent_row(s, &inp.x[t * h..(t + 1) * h]);
+            if got.recv_x[row * h..row * h + want_row.len()] != want_row[..] {
                 rep.problem(format!("PE {src} token {t}: data differs"));
             }
             rep.rows += 1;
@@ -226,7 +250,8 @@ pub fn check_dispatch(me: u32, s: &Shape, sources: &[Inputs], got: &Received) ->
 /// PE's expected combined tokens, given which of its choices were delivered (`kept[t * K +
 /// k]`; a dropped or absent choice adds nothing): per destination PE, in order, the sum of
 /// `w_k * expert_k(x)` over the choices on it, rounded to `bf16`; then the sum of those in
-/// `f32`, rounded to `bf16` (the kernels' order of operations).
+/// `f32`, rounded to `bf16` (the kernels' order of operations). `x` is what the dispatch
+/// delivers ([`delivered_values`]).
 pub fn combine(inp: &Inputs, kept: &[bool], s: &Shape) -> Vec<u16> {
     let (t_n, h, k_n) = (s.tokens as usize, s.hidden as usize, s.top_k as usize);
     let l_n = s.experts / s.n_pes;
@@ -235,8 +260,8 @@ pub fn combine(inp: &Inputs, kept: &[bool], s: &Shape) -> Vec<u16> {
     for t in 0..t_n {
         let ids = &r.topk[t * k_n..(t + 1) * k_n];
         let mask = destinations(ids, l_n);
-        for i in 0..h {
-            let x = bf16::to_f32(inp.x[t * h + i]);
+        let xs = delivered_values(s, &inp.x[t * h..(t + 1) * h]);
+        for (i, &x) in xs.iter().enumerate() {
             let mut acc = 0f32;
             for d in (0..s.n_pes).filter(|d| mask & (1 << d) != 0) {
                 let mut part = 0f32;
@@ -337,6 +362,7 @@ mod tests {
             capacity: 1000,
             round: 1,
             mode: MODE_THROUGHPUT,
+            dtype: crate::kernels::DTYPE_BF16,
         };
         let src = (0..3)
             .map(|pe| Inputs {

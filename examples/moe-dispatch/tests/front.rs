@@ -2,13 +2,14 @@
 //! the received rows by local expert out, the caller's expert outputs combined back; in both
 //! modes, with full and short calls, several calls on one buffer, and a graph of a call.
 
-use moe_dispatch::host::Mode;
 use moe_dispatch::host::front::{Config, Front, FrontKernels};
+use moe_dispatch::host::{Dtype, Mode};
 use moe_dispatch::kernels::{Gather, Shape, Stage};
 use moe_dispatch::reference::{self, Inputs};
 use moe_dispatch::routing::{Distribution, route, tokens};
-use moe_dispatch::{bf16, expert_scale, host};
+use moe_dispatch::{bf16, expert_scale, fp8, host};
 use shmem_device::DevicePtr;
+use shmem_device::fp8::e4m3_to_f32;
 use shmem_host::{Shmem, StreamRef, sim};
 
 const SEED: u64 = 0xf0;
@@ -58,6 +59,7 @@ fn call(
     let slots = front.pair_slots();
     let (l_n, _) = front.layout_dims();
     let mut recv = vec![0u16; slots * h];
+    let mut scales = vec![0f32; slots * h / fp8::GROUP];
     let mut layout = vec![0i32; 2 * l_n * n as usize];
     let mut y = vec![0u16; slots * h];
     let mut out = vec![0xffffu16; c.max_tokens as usize * h];
@@ -69,6 +71,7 @@ fn call(
     };
     let gather = Gather {
         x: ptr(&mut recv),
+        scales: ptr(&mut scales),
         layout: ptr(&mut layout),
     };
     let handle = if graph {
@@ -86,7 +89,12 @@ fn call(
     };
     assert_eq!(handle.tokens(), t);
     // The caller's experts: local expert `l`'s rows from source `s` are `count` rows from
-    // `offset`.
+    // `offset`; an FP8 row is `h` bytes, times its group's scale.
+    let bytes: Vec<u8> = recv.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let value = |p: usize, i: usize| match c.dtype {
+        Dtype::Bf16 => bf16::to_f32(recv[p * h + i]),
+        Dtype::Fp8 => e4m3_to_f32(bytes[p * h + i]) * scales[p * (h / fp8::GROUP) + i / fp8::GROUP],
+    };
     let mut rows = 0;
     for l in 0..l_n {
         for s in 0..n as usize {
@@ -97,7 +105,7 @@ fn call(
             for p in offset as usize..(offset + count) as usize {
                 let scale = expert_scale(me * l_n as u32 + l as u32);
                 for i in 0..h {
-                    y[p * h + i] = bf16::from_f32(bf16::to_f32(recv[p * h + i]) * scale);
+                    y[p * h + i] = bf16::from_f32(value(p, i) * scale);
                 }
             }
             rows += count as usize;
@@ -123,6 +131,10 @@ fn call(
         capacity: u32::MAX,
         round: 1,
         mode: 0,
+        dtype: match c.dtype {
+            Dtype::Bf16 => moe_dispatch::kernels::DTYPE_BF16,
+            Dtype::Fp8 => moe_dispatch::kernels::DTYPE_FP8,
+        },
     };
     let kept: Vec<bool> = r.topk.iter().map(|&e| e >= 0).collect();
     let want = reference::combine(&Inputs { x, routing: r }, &kept, &shape);
@@ -135,16 +147,22 @@ fn call(
 }
 
 /// Every PE's received rows, summed, are the pairs routed to it; every combined token
-/// equals the CPU's, bit for bit; rows past a short call's tokens are zero.
+/// equals the CPU's, bit for bit; rows past a short call's tokens are zero. BF16 and FP8.
 #[test]
 fn the_callers_tokens_go_out_and_their_expert_outputs_come_back() {
-    for mode in [Mode::LowLatency, Mode::Throughput] {
+    for (mode, dtype) in [
+        (Mode::LowLatency, Dtype::Bf16),
+        (Mode::Throughput, Dtype::Bf16),
+        (Mode::LowLatency, Dtype::Fp8),
+        (Mode::Throughput, Dtype::Fp8),
+    ] {
+        let hidden = if dtype == Dtype::Fp8 { 128 } else { 16 };
         let seen = sim::run(2, || {
             let rt = Shmem::init()?;
             let module = kernels(&rt)?;
             let k = FrontKernels::new(&module)?;
-            let mut cfg = Config::new(16, 4, 2, 12);
-            (cfg.mode, cfg.threads) = (mode, 32);
+            let mut cfg = Config::new(hidden, 4, 2, 12);
+            (cfg.mode, cfg.threads, cfg.dtype) = (mode, 32, dtype);
             let front = Front::new(&rt, cfg)?;
             let me = rt.my_pe() as u32;
             // Full calls, a short call (different per PE), a graph of a call, a full call.
@@ -161,7 +179,7 @@ fn the_callers_tokens_go_out_and_their_expert_outputs_come_back() {
             }
             Ok(seen)
         })
-        .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        .unwrap_or_else(|e| panic!("{mode:?} {dtype:?}: {e}"));
         for (i, _) in seen[0].iter().enumerate() {
             let total: usize = seen.iter().map(|s| s[i].rows).sum();
             let want: usize = (0..2u32)
@@ -174,12 +192,18 @@ fn the_callers_tokens_go_out_and_their_expert_outputs_come_back() {
                         .count()
                 })
                 .sum();
-            assert_eq!(total, want, "{mode:?} call {i}: every pair received once");
+            assert_eq!(
+                total, want,
+                "{mode:?} {dtype:?} call {i}: every pair received once"
+            );
             for (pe, s) in seen.iter().enumerate() {
-                assert_eq!(s[i].diffs, 0, "{mode:?} call {i} PE {pe}: combine");
+                assert_eq!(
+                    s[i].diffs, 0,
+                    "{mode:?} {dtype:?} call {i} PE {pe}: combine"
+                );
                 assert!(
                     s[i].padding_zero,
-                    "{mode:?} call {i} PE {pe}: rows past the tokens"
+                    "{mode:?} {dtype:?} call {i} PE {pe}: rows past the tokens"
                 );
             }
         }
@@ -212,6 +236,8 @@ fn misuse_is_refused() {
         let s4 = stage(4);
         let gather = Gather {
             x: ptr(&mut recv),
+            // SAFETY: a BF16 dispatch writes no scales.
+            scales: unsafe { DevicePtr::from_raw(std::ptr::null_mut()) },
             layout: ptr(&mut lay),
         };
         let on = || rt.on(StreamRef::Runtime);

@@ -4,7 +4,9 @@
 //! Remote writes land late and in a seeded random order in the simulator, so a missing
 //! signal or quiet in the kernels' protocol would show as stale or missing rows here.
 
-use ::moe_dispatch::kernels::{self as k, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
+use ::moe_dispatch::kernels::{
+    self as k, Bufs, DTYPE_BF16, DTYPE_FP8, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape,
+};
 use ::moe_dispatch::reference::{self, Inputs, Received};
 use ::moe_dispatch::routing::{Distribution, route, tokens};
 use shmem_device::sim::{SimBuffer, World};
@@ -59,6 +61,7 @@ struct Case {
     top_k: u32,
     dist: Distribution,
     capacity: Option<u32>,
+    dtype: u32,
 }
 
 fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
@@ -78,6 +81,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
         capacity: cap,
         round: 0,
         mode,
+        dtype: c.dtype,
     }
     .lens();
     let hd = Held::alloc(&w, &lens);
@@ -103,6 +107,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             capacity: cap,
             round,
             mode,
+            dtype: c.dtype,
         };
         let launch = |what: &str, kernel: unsafe fn(Bufs, Shape)| {
             w.run(2, 64, seed * 10 + u64::from(round), || {
@@ -110,7 +115,12 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
                 // and buffers they document (all simulated threads are co-resident).
                 unsafe { kernel(hd.bufs(), s) }
             })
-            .unwrap_or_else(|err| panic!("{what}, round {round}, mode {mode}, {n} PEs: {err}"));
+            .unwrap_or_else(|err| {
+                panic!(
+                    "{what}, round {round}, mode {mode}, dtype {}, {n} PEs: {err}",
+                    c.dtype
+                )
+            });
         };
         if mode == MODE_THROUGHPUT {
             launch("layout", k::moe_layout);
@@ -161,6 +171,7 @@ fn both_modes_on_two_pes() {
             top_k: 3,
             dist,
             capacity: None,
+            dtype: DTYPE_BF16,
         };
         let rounds = if dist == Distribution::Uniform { 2 } else { 1 };
         run_case(&c, MODE_LOW_LATENCY, 1, rounds);
@@ -178,6 +189,7 @@ fn four_pes_and_a_capacity_that_drops() {
         top_k: 3,
         dist: Distribution::Skewed,
         capacity: Some(3),
+        dtype: DTYPE_BF16,
     };
     run_case(&c, MODE_LOW_LATENCY, 3, 1);
     run_case(&c, MODE_THROUGHPUT, 4, 1);
@@ -194,9 +206,32 @@ fn eight_pes() {
         top_k: 3,
         dist: Distribution::Uniform,
         capacity: None,
+        dtype: DTYPE_BF16,
     };
     run_case(&c, MODE_LOW_LATENCY, 6, 1);
     run_case(&c, MODE_THROUGHPUT, 7, 1);
+}
+
+/// The FP8 dispatch: every received row is the CPU's quantisation bit for bit, and the
+/// combine of the dequantised tokens equals the CPU's; both modes, 2 PEs over two rounds and
+/// 4 PEs with capacity drops.
+#[test]
+fn fp8_dispatch_sends_the_quantised_rows() {
+    let mut c = Case {
+        n: 2,
+        tokens: 19,
+        hidden: 256,
+        experts: 8,
+        top_k: 3,
+        dist: Distribution::Uniform,
+        capacity: None,
+        dtype: DTYPE_FP8,
+    };
+    run_case(&c, MODE_LOW_LATENCY, 11, 2);
+    run_case(&c, MODE_THROUGHPUT, 12, 2);
+    (c.n, c.hidden, c.dist, c.capacity) = (4, 128, Distribution::Skewed, Some(3));
+    run_case(&c, MODE_LOW_LATENCY, 13, 1);
+    run_case(&c, MODE_THROUGHPUT, 14, 1);
 }
 
 /// The example's own host driver (`host::run`: buffers, layout and launch shapes, rounds,
@@ -204,18 +239,22 @@ fn eight_pes() {
 /// `moe_dispatch` runs without a GPU: both modes, 2 and 4 PEs, with capacity drops.
 #[test]
 fn the_host_driver_runs_on_simulated_pes() {
-    use ::moe_dispatch::host::{Mode, Options, run};
+    use ::moe_dispatch::host::{Dtype, Mode, Options, run};
     use shmem_host::{Shmem, sim};
-    for (n, mode, capacity) in [
-        (2, Mode::LowLatency, None),
-        (2, Mode::Throughput, None),
-        (4, Mode::LowLatency, Some(2)),
-        (4, Mode::Throughput, Some(5)),
+    for (n, mode, capacity, dtype) in [
+        (2, Mode::LowLatency, None, Dtype::Bf16),
+        (2, Mode::Throughput, None, Dtype::Bf16),
+        (4, Mode::LowLatency, Some(2), Dtype::Bf16),
+        (4, Mode::Throughput, Some(5), Dtype::Bf16),
+        (2, Mode::LowLatency, Some(3), Dtype::Fp8),
     ] {
         let outcomes = sim::run(n, || {
             let rt = Shmem::init()?;
             let mut o = Options::new(16, "/nonexistent".into());
             (o.hidden, o.experts, o.top_k, o.threads, o.blocks) = (32, 8, 3, 32, Some(2));
+            if dtype == Dtype::Fp8 {
+                (o.hidden, o.dtype) = (128, dtype);
+            }
             (o.rounds, o.warmup, o.verify) = (1, 1, true);
             (o.mode, o.capacity) = (mode, capacity);
             run(&rt, &o)
@@ -276,22 +315,25 @@ fn a_round_captured_in_a_graph_replays_like_eager_rounds() {
 
 /// Bytes a round moves: at 1 PE nothing crosses and every token reaches its own PE once;
 /// at 2 PEs all received bytes (own rows too) are at least the cross-GPU bytes and at most
-/// every token to every PE.
+/// every token to every PE. An FP8 dispatch moves the same rows at `H + H/32` bytes each.
 #[test]
 fn cross_gpu_and_all_received_bytes() {
-    use ::moe_dispatch::host::{Moe, Options};
+    use ::moe_dispatch::host::{Dtype, Moe, Options};
     use shmem_host::{Shmem, sim};
     for n in [1u32, 2] {
         let got = sim::run(n, || {
             let rt = Shmem::init()?;
             let mut o = Options::new(40, std::path::PathBuf::new());
-            (o.hidden, o.experts, o.top_k) = (16, 4, 2);
-            let moe = Moe::new(&rt, &o)?;
-            Ok((moe.cross_bytes(), moe.received_bytes()))
+            (o.hidden, o.experts, o.top_k) = (128, 4, 2);
+            let bf16 = Moe::new(&rt, &o)?;
+            let bf16 = (bf16.cross_bytes(), bf16.received_bytes());
+            o.dtype = Dtype::Fp8;
+            let fp8 = Moe::new(&rt, &o)?;
+            Ok((bf16, (fp8.cross_bytes(), fp8.received_bytes())))
         })
         .unwrap();
-        let row = 16 * 2;
-        for (cross, all) in got {
+        let (row, q) = (128 * 2, 128 + 4);
+        for ((cross, all), (fcross, fall)) in got {
             if n == 1 {
                 assert_eq!(cross, (0, 0));
                 assert_eq!(all, (40 * row, 40 * row));
@@ -299,6 +341,12 @@ fn cross_gpu_and_all_received_bytes() {
                 assert!(all.0 >= cross.0 && all.1 >= cross.1, "{all:?} {cross:?}");
                 assert!(all.0 <= 2 * 40 * row && all.0 > cross.0, "{all:?}");
             }
+            assert_eq!((fcross.0 * row, fall.0 * row), (cross.0 * q, all.0 * q));
+            assert_eq!(
+                (fcross.1, fall.1),
+                (cross.1, all.1),
+                "the combine stays bf16"
+            );
         }
     }
 }

@@ -7,7 +7,8 @@
 //!   weights (any device memory: the caller's tensors), and writes the tokens received for
 //!   this PE's experts into the caller's `pair_slots × H` rows, one row per kept (token,
 //!   local expert) pair, with their layout: for local expert `l` and source PE `s`,
-//!   `count[l][s]` rows from slot `offset[l][s]` ([`kernels::Gather`]). In low-latency mode
+//!   `count[l][s]` rows from slot `offset[l][s]` ([`kernels::Gather`]); an FP8 dispatch
+//!   ([`Config::dtype`]) writes `e4m3` rows and one row of `hidden / 128` scales per slot. In low-latency mode
 //!   the slots of `(l, s)` start at `(l · n + s) · C`, so the rows read as `L × n·C × H`
 //!   with `count` valid rows per source; in throughput mode each expert's rows are packed;
 //! - the caller's experts write one output row per pair into a `pair_slots × H` tensor;
@@ -20,7 +21,7 @@
 //! like eager ones. Calls are collective: every PE dispatches and combines, the same number
 //! of times, with the same configuration (tokens may differ per PE).
 
-use super::{Held, Kernels, Mode, Options, grids};
+use super::{Dtype, Held, Kernels, Mode, Options, grids};
 use crate::kernels::{self, Bufs, Gather, Shape, Stage};
 use shmem_device::DevicePtr;
 use shmem_host::{Enqueue, Error, KernelFn, LaunchConfig, Module, Result, Shmem};
@@ -39,6 +40,9 @@ pub struct Config {
     pub max_tokens: u32,
     /// Which dispatch.
     pub mode: Mode,
+    /// What the dispatch sends, and so what it returns: `bf16` rows, or `e4m3` rows and
+    /// their scales ([`Dtype::Fp8`], `hidden` a multiple of 128).
+    pub dtype: Dtype,
     /// Pairs kept per (local expert, source) in low-latency mode, per local expert in
     /// throughput mode; `None`: as many as can arrive.
     pub capacity: Option<u32>,
@@ -55,6 +59,7 @@ impl Config {
             top_k,
             max_tokens,
             mode: Mode::LowLatency,
+            dtype: Dtype::Bf16,
             capacity: None,
             threads: 256,
         }
@@ -66,6 +71,7 @@ impl Config {
         o.experts = self.experts;
         o.top_k = self.top_k;
         o.mode = self.mode;
+        o.dtype = self.dtype;
         o.capacity = self.capacity;
         o.threads = self.threads;
         o
@@ -206,7 +212,8 @@ impl<'rt> Front<'rt> {
     /// `input`'s pointers are this PE's device memory (host memory under the simulator)
     /// holding `input.tokens` rows (`x`: `hidden` `bf16` each, 16-byte aligned, or null;
     /// `topk`: `top_k` ids, each `-1` or a distinct expert; `weights`: `top_k` values);
-    /// `out.x` holds [`Front::pair_slots`] rows of `hidden` `bf16`, 16-byte aligned, and
+    /// `out.x` holds [`Front::pair_slots`] rows of `hidden` `bf16` (FP8: `hidden` bytes),
+    /// 16-byte aligned, FP8's `out.scales` as many rows of `hidden / 128` `f32`, and
     /// `out.layout` `2 × L × n` `i32`; all stay valid and untouched by anything else until
     /// the enqueued work has run (every replay of it, when `to` is a capture).
     pub unsafe fn dispatch<'b>(
@@ -222,6 +229,11 @@ impl<'rt> Front<'rt> {
                 "{tokens} tokens, more than the {} this buffer was made for",
                 self.config.max_tokens
             )));
+        }
+        if self.shape.fp8() && out.scales.as_ptr().is_null() {
+            return Err(Error::Invalid(
+                "an FP8 dispatch returns scales: the gather's scales pointer is null".into(),
+            ));
         }
         let (g, local) = self.launches(k)?;
         let (b, s) = (self.bufs, self.shape);
