@@ -738,8 +738,11 @@ unsafe fn quantize(b: Bufs, s: Shape, t: usize) -> *mut u16 {
                 [0.0; 8]
             };
             let mut amax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
-            for m in [8, 4, 2, 1] {
+            // Lanes 16 apart hold different groups: butterflies within each half-warp.
+            let mut m = 8;
+            while m > 0 {
                 amax = amax.max(shfl_xor(amax, m));
+                m /= 2;
             }
             let (scale, inv) = crate::fp8::scales(amax);
             if c < chunks {

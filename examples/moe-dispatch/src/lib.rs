@@ -65,8 +65,11 @@ pub mod bf16 {
 /// [`GROUP`](fp8::GROUP) consecutive values of a token is sent as `e4m3` values
 /// ([`shmem_device::fp8`]) times one `f32` scale.
 pub mod fp8 {
+    #[cfg(not(target_arch = "nvptx64"))]
     use super::bf16;
-    use shmem_device::fp8::{E4M3_MAX, e4m3_from_f32, e4m3_to_f32};
+    use shmem_device::fp8::E4M3_MAX;
+    #[cfg(not(target_arch = "nvptx64"))]
+    use shmem_device::fp8::{e4m3_from_f32, e4m3_to_f32};
 
     /// Values per scale.
     pub const GROUP: usize = 128;
@@ -87,6 +90,7 @@ pub mod fp8 {
     }
 
     /// One `bf16` row quantised on the CPU, as the dispatch sends it ([`row_bytes`]).
+    #[cfg(not(target_arch = "nvptx64"))]
     pub fn quantize(x: &[u16]) -> Vec<u8> {
         let h = x.len();
         let mut out = vec![0u8; row_bytes(h)];
@@ -102,6 +106,7 @@ pub mod fp8 {
     }
 
     /// The values of a quantised row of `hidden` values.
+    #[cfg(not(target_arch = "nvptx64"))]
     pub fn dequantize(row: &[u8], hidden: usize) -> Vec<f32> {
         (0..hidden)
             .map(|i| {
