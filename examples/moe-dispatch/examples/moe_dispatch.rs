@@ -10,7 +10,7 @@
 //! simulator handles in seconds. See `--help` for the options.
 
 use clap::Parser;
-use moe_dispatch::host::{Implementation, Mode, Options, Outcome, run};
+use moe_dispatch::host::{Dtype, Implementation, Mode, Options, Outcome, run};
 use moe_dispatch::routing::Distribution;
 use shmem_host::{Error, Shmem};
 use std::path::PathBuf;
@@ -32,7 +32,8 @@ struct Cli {
     /// Tokens per PE, one configuration each [default: 512; 48 on the simulator]
     #[arg(long, value_name = "T[,T..]", value_delimiter = ',')]
     tokens: Vec<u32>,
-    /// bf16 values per token, a multiple of 8 [default: 7168; 64 on the simulator]
+    /// bf16 values per token, a multiple of 8 (of 128 for fp8) [default: 7168; 64 on the
+    /// simulator, 128 with fp8]
     #[arg(long, value_name = "H")]
     hidden: Option<u32>,
     /// Experts, spread evenly over the PEs, one configuration each [default: 64; 8 on the
@@ -53,6 +54,10 @@ struct Cli {
     /// Which dispatch
     #[arg(long, default_value = "both", value_parser = ["low-latency", "throughput", "both"])]
     mode: String,
+    /// What the dispatch sends: bf16 tokens, or fp8 (e4m3 with one f32 scale per 128 values,
+    /// quantised by the dispatch; the combine stays bf16), or both in turn
+    #[arg(long, default_value = "bf16", value_parser = ["bf16", "fp8", "both"])]
+    dtype: String,
     /// Timed rounds [default: 20; 2 on the simulator]
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
@@ -110,6 +115,26 @@ struct Plan {
     tokens: Vec<u32>,
     experts: Vec<u32>,
     modes: Vec<Mode>,
+    dtypes: Vec<Dtype>,
+}
+
+impl Plan {
+    /// Every configuration: experts, tokens, mode and dtype, in that nesting.
+    fn configs(&self) -> Vec<Options> {
+        let mut all = Vec::new();
+        for &experts in &self.experts {
+            for &tokens in &self.tokens {
+                for &mode in &self.modes {
+                    for &dtype in &self.dtypes {
+                        let mut o = self.opts.clone();
+                        (o.experts, o.tokens, o.mode, o.dtype) = (experts, tokens, mode, dtype);
+                        all.push(o);
+                    }
+                }
+            }
+        }
+        all
+    }
 }
 
 impl Cli {
@@ -125,8 +150,14 @@ impl Cli {
                 given.clone()
             }
         };
+        let dtypes = match self.dtype.as_str() {
+            "bf16" => vec![Dtype::Bf16],
+            "fp8" => vec![Dtype::Fp8],
+            _ => vec![Dtype::Bf16, Dtype::Fp8],
+        };
         let mut o = Options::new(512, ptx_dir());
-        o.hidden = pick(self.hidden, 7168, 64);
+        let sim_hidden = if self.dtype == "bf16" { 64 } else { 128 };
+        o.hidden = pick(self.hidden, 7168, sim_hidden);
         o.top_k = pick(self.top_k, 8, 3);
         o.rounds = pick(self.rounds, 20, 2);
         o.warmup = pick(self.warmup, 3, 0);
@@ -151,6 +182,7 @@ impl Cli {
                 "throughput" => vec![Mode::Throughput],
                 _ => vec![Mode::LowLatency, Mode::Throughput],
             },
+            dtypes,
         }
     }
 }
@@ -165,8 +197,9 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
     let me = rt.my_pe();
     if me == 0 {
         println!(
-            "{:<11} T {:>5} H {} E {:>3} top-{} {:<7}  dispatch {:>9.2} us ({:>6.1} GB/s)  combine {:>9.2} us ({:>6.1} GB/s)  grids {:?}",
+            "{:<11} {:<4} T {:>5} H {} E {:>3} top-{} {:<7}  dispatch {:>9.2} us ({:>6.1} GB/s)  combine {:>9.2} us ({:>6.1} GB/s)  grids {:?}",
             o.mode.name(),
+            o.dtype.name(),
             o.tokens,
             o.hidden,
             o.experts,
@@ -254,113 +287,109 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
         println!("copy-engine peer bandwidth (PE 0 -> PE 1, 256 MiB): {ce:.1} GB/s");
         println!("RESULT {{\"ce_gbps\": {ce:.2}, \"n_pes\": {}}}", rt.n_pes());
     }
-    for &experts in &cli.experts {
-        for &tokens in &cli.tokens {
-            for &mode in &cli.modes {
-                let mut o = cli.opts.clone();
-                (o.experts, o.tokens, o.mode) = (experts, tokens, mode);
-                let mut moe = Moe::new(rt, &o)?;
-                // Per implementation: the rounds' times; one call = `rounds` rounds.
-                let mut times = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
-                for rep in 0..=reps {
-                    for (i, k) in [&kr, &kc].into_iter().enumerate() {
-                        for _ in 0..if rep == 0 { o.warmup } else { o.rounds } {
-                            let t = moe.round(k)?;
-                            if rep > 0 {
-                                times[i][0].push(t.dispatch_ms * 1e3);
-                                times[i][1].push(t.combine_ms * 1e3);
-                            }
-                        }
+    for o in cli.configs() {
+        let (experts, tokens, mode) = (o.experts, o.tokens, o.mode);
+        let mut moe = Moe::new(rt, &o)?;
+        // Per implementation: the rounds' times; one call = `rounds` rounds.
+        let mut times = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+        for rep in 0..=reps {
+            for (i, k) in [&kr, &kc].into_iter().enumerate() {
+                for _ in 0..if rep == 0 { o.warmup } else { o.rounds } {
+                    let t = moe.round(k)?;
+                    if rep > 0 {
+                        times[i][0].push(t.dispatch_ms * 1e3);
+                        times[i][1].push(t.combine_ms * 1e3);
                     }
                 }
-                // With --graph: per implementation, rounds launched back to back and
-                // replays of a captured round, interleaved the same way.
-                let mut steps = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
-                let mut graph_ok = true;
-                if o.graph_replays > 0 {
-                    let stream = rt.new_stream()?;
-                    let graphs = [
-                        moe.graph(&kr, stream.as_ref())?,
-                        moe.graph(&kc, stream.as_ref())?,
-                    ];
-                    for rep in 0..=reps {
-                        for (i, k) in [&kr, &kc].into_iter().enumerate() {
-                            let (e, g, same) =
-                                eager_then_replays(&moe, k, &graphs[i], o.graph_replays)?;
-                            graph_ok &= same;
-                            if rep > 0 {
-                                steps[i][0].push(e);
-                                steps[i][1].push(g);
-                            }
-                        }
+            }
+        }
+        // With --graph: per implementation, rounds launched back to back and
+        // replays of a captured round, interleaved the same way.
+        let mut steps = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+        let mut graph_ok = true;
+        if o.graph_replays > 0 {
+            let stream = rt.new_stream()?;
+            let graphs = [
+                moe.graph(&kr, stream.as_ref())?,
+                moe.graph(&kc, stream.as_ref())?,
+            ];
+            for rep in 0..=reps {
+                for (i, k) in [&kr, &kc].into_iter().enumerate() {
+                    let (e, g, same) = eager_then_replays(&moe, k, &graphs[i], o.graph_replays)?;
+                    graph_ok &= same;
+                    if rep > 0 {
+                        steps[i][0].push(e);
+                        steps[i][1].push(g);
                     }
                 }
-                let check = moe.check()?;
-                let (bd, bc) = moe.cross_bytes();
-                let (ad, ac) = moe.received_bytes();
-                let dropped = moe.dropped_per_round()?;
-                if !check.ok() || dropped > 0 || !graph_ok {
-                    println!(
-                        "  PE {me}: check ok {} graph replays identical {graph_ok} dropped {dropped}: {:?}",
-                        check.ok(),
-                        check.dispatch.problems
-                    );
-                }
-                if me == 0 {
-                    let m = |v: &Vec<f64>| median(v);
-                    let (rd, rc, cd, cc) = (
-                        m(&times[0][0]),
-                        m(&times[0][1]),
-                        m(&times[1][0]),
-                        m(&times[1][1]),
-                    );
-                    println!(
-                        "{:<11} T {tokens:>5} H {} E {experts:>3} top-{}  dispatch rust {rd:>9.2} us cuda {cd:>9.2} us ratio {:.3} ({:.1} GB/s cross-GPU, {:.1} GB/s all received)  combine rust {rc:>9.2} us cuda {cc:>9.2} us ratio {:.3} ({:.1} GB/s cross-GPU, {:.1} GB/s all received)",
-                        mode.name(),
-                        o.hidden,
-                        o.top_k,
-                        rd / cd,
-                        gbps(bd, rd),
-                        gbps(ad, rd),
-                        rc / cc,
-                        gbps(bc, rc),
-                        gbps(ac, rc)
-                    );
-                    println!(
-                        "RESULT {{\"mode\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"hidden\": {}, \"top_k\": {}, \"n_pes\": {}, \"dispatch_bytes\": {bd}, \"combine_bytes\": {bc}, \"dispatch_received_bytes\": {ad}, \"combine_received_bytes\": {ac}, \"rust_dispatch_us\": {rd:.3}, \"cuda_dispatch_us\": {cd:.3}, \"rust_combine_us\": {rc:.3}, \"cuda_combine_us\": {cc:.3}, \"rounds\": {}, \"check_ok\": {}, \"grids\": \"{:?}\"}}",
-                        mode.name(),
-                        o.hidden,
-                        o.top_k,
-                        rt.n_pes(),
-                        times[0][0].len(),
-                        check.ok(),
-                        moe.launch
-                    );
-                    if o.graph_replays > 0 {
-                        // Medians of GPU and host time per step: [impl][eager, graph].
-                        let med = |i: usize, j: usize| {
-                            let g: Vec<f64> =
-                                steps[i][j].iter().map(|s: &Steps| s.gpu_us).collect();
-                            let h: Vec<f64> =
-                                steps[i][j].iter().map(|s: &Steps| s.host_us).collect();
-                            (median(&g), median(&h))
-                        };
-                        let ((re, reh), (rg, rgh)) = (med(0, 0), med(0, 1));
-                        let ((ce, ceh), (cg, cgh)) = (med(1, 0), med(1, 1));
-                        println!(
-                            "{:<11} T {tokens:>5} E {experts:>3}  step eager/graph: rust {re:>8.2} / {rg:>8.2} us  cuda {ce:>8.2} / {cg:>8.2} us  ratio rust/cuda eager {:.3} graph {:.3}  host enqueue eager/graph: rust {reh:.2} / {rgh:.2} us  cuda {ceh:.2} / {cgh:.2} us",
-                            mode.name(),
-                            re / ce,
-                            rg / cg
-                        );
-                        println!(
-                            "RESULT {{\"mode\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"n_pes\": {}, \"steps\": {}, \"rust_eager_step_us\": {re:.3}, \"rust_graph_step_us\": {rg:.3}, \"cuda_eager_step_us\": {ce:.3}, \"cuda_graph_step_us\": {cg:.3}, \"rust_eager_host_us\": {reh:.3}, \"rust_graph_host_us\": {rgh:.3}, \"cuda_eager_host_us\": {ceh:.3}, \"cuda_graph_host_us\": {cgh:.3}, \"graph_identical\": {graph_ok}}}",
-                            mode.name(),
-                            rt.n_pes(),
-                            o.graph_replays
-                        );
-                    }
-                }
+            }
+        }
+        let check = moe.check()?;
+        let (bd, bc) = moe.cross_bytes();
+        let (ad, ac) = moe.received_bytes();
+        let dropped = moe.dropped_per_round()?;
+        if !check.ok() || dropped > 0 || !graph_ok {
+            println!(
+                "  PE {me}: check ok {} graph replays identical {graph_ok} dropped {dropped}: {:?}",
+                check.ok(),
+                check.dispatch.problems
+            );
+        }
+        if me == 0 {
+            let m = |v: &Vec<f64>| median(v);
+            let (rd, rc, cd, cc) = (
+                m(&times[0][0]),
+                m(&times[0][1]),
+                m(&times[1][0]),
+                m(&times[1][1]),
+            );
+            println!(
+                "{:<11} {:<4} T {tokens:>5} H {} E {experts:>3} top-{}  dispatch rust {rd:>9.2} us cuda {cd:>9.2} us ratio {:.3} ({:.1} GB/s cross-GPU, {:.1} GB/s all received)  combine rust {rc:>9.2} us cuda {cc:>9.2} us ratio {:.3} ({:.1} GB/s cross-GPU, {:.1} GB/s all received)",
+                mode.name(),
+                o.dtype.name(),
+                o.hidden,
+                o.top_k,
+                rd / cd,
+                gbps(bd, rd),
+                gbps(ad, rd),
+                rc / cc,
+                gbps(bc, rc),
+                gbps(ac, rc)
+            );
+            println!(
+                "RESULT {{\"mode\": \"{}\", \"dtype\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"hidden\": {}, \"top_k\": {}, \"n_pes\": {}, \"dispatch_bytes\": {bd}, \"combine_bytes\": {bc}, \"dispatch_received_bytes\": {ad}, \"combine_received_bytes\": {ac}, \"rust_dispatch_us\": {rd:.3}, \"cuda_dispatch_us\": {cd:.3}, \"rust_combine_us\": {rc:.3}, \"cuda_combine_us\": {cc:.3}, \"rounds\": {}, \"check_ok\": {}, \"grids\": \"{:?}\"}}",
+                mode.name(),
+                o.dtype.name(),
+                o.hidden,
+                o.top_k,
+                rt.n_pes(),
+                times[0][0].len(),
+                check.ok(),
+                moe.launch
+            );
+            if o.graph_replays > 0 {
+                // Medians of GPU and host time per step: [impl][eager, graph].
+                let med = |i: usize, j: usize| {
+                    let g: Vec<f64> = steps[i][j].iter().map(|s: &Steps| s.gpu_us).collect();
+                    let h: Vec<f64> = steps[i][j].iter().map(|s: &Steps| s.host_us).collect();
+                    (median(&g), median(&h))
+                };
+                let ((re, reh), (rg, rgh)) = (med(0, 0), med(0, 1));
+                let ((ce, ceh), (cg, cgh)) = (med(1, 0), med(1, 1));
+                println!(
+                    "{:<11} {:<4} T {tokens:>5} E {experts:>3}  step eager/graph: rust {re:>8.2} / {rg:>8.2} us  cuda {ce:>8.2} / {cg:>8.2} us  ratio rust/cuda eager {:.3} graph {:.3}  host enqueue eager/graph: rust {reh:.2} / {rgh:.2} us  cuda {ceh:.2} / {cgh:.2} us",
+                    mode.name(),
+                    o.dtype.name(),
+                    re / ce,
+                    rg / cg
+                );
+                println!(
+                    "RESULT {{\"mode\": \"{}\", \"dtype\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"n_pes\": {}, \"steps\": {}, \"rust_eager_step_us\": {re:.3}, \"rust_graph_step_us\": {rg:.3}, \"cuda_eager_step_us\": {ce:.3}, \"cuda_graph_step_us\": {cg:.3}, \"rust_eager_host_us\": {reh:.3}, \"rust_graph_host_us\": {rgh:.3}, \"cuda_eager_host_us\": {ceh:.3}, \"cuda_graph_host_us\": {cgh:.3}, \"graph_identical\": {graph_ok}}}",
+                    mode.name(),
+                    o.dtype.name(),
+                    rt.n_pes(),
+                    o.graph_replays
+                );
             }
         }
     }
@@ -388,16 +417,10 @@ fn pe_main(args: &Cli) -> shmem_host::Result<()> {
         );
     }
     let mut ok = true;
-    for &experts in &cli.experts {
-        for &tokens in &cli.tokens {
-            for &mode in &cli.modes {
-                let mut o = cli.opts.clone();
-                (o.experts, o.tokens, o.mode) = (experts, tokens, mode);
-                let out = run(&rt, &o)?;
-                ok &= report(&rt, &o, &out);
-                rt.barrier_all()?;
-            }
-        }
+    for o in cli.configs() {
+        let out = run(&rt, &o)?;
+        ok &= report(&rt, &o, &out);
+        rt.barrier_all()?;
     }
     let (worst, _) = rt.min_max(i64::from(ok))?;
     if rt.my_pe() == 0 {
