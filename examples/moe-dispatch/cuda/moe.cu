@@ -9,11 +9,12 @@
 
 #include <cstdint>
 #include <cuda/atomic>
+#include <cuda_fp8.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
 struct Shape {
-  uint32_t tokens, hidden, experts, top_k, n_pes, capacity, round, mode;
+  uint32_t tokens, hidden, experts, top_k, n_pes, capacity, round, mode, dtype;
 };
 
 struct Bufs {
@@ -33,6 +34,8 @@ struct Bufs {
 };
 
 enum : uint32_t { LOW_LATENCY = 0, THROUGHPUT = 1 };
+enum : uint32_t { BF16 = 0, FP8 = 1 };
+constexpr size_t FP8_GROUP = 128;
 enum : size_t { DISPATCH_DONE = 0, COMBINE_DONE = 1, LAYOUT_BARRIER = 2, ROW_CURSORS = 4 };
 enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2 };
 
@@ -197,6 +200,45 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   if (tid < n) b.recv_count[tid] = cnt(tid, e_n + me);
 }
 
+// A group's scale and its inverse from its largest magnitude (at least 1e-4).
+__device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv) {
+  float a = fmaxf(amax, 1e-4f);
+  scale = __fdiv_rn(a, 448.0f);
+  inv = __fdiv_rn(448.0f, a);
+}
+
+// Quantises token t into row t of comb_stage (one warp): h e4m3 bytes, then one f32 scale
+// per 128 values; a half-warp's 16 chunks are one group.
+__device__ __forceinline__ uint16_t *quantize(const Bufs &b, const Shape &s, size_t t) {
+  size_t h = s.hidden, chunks = h / 8, lane = threadIdx.x % 32;
+  const uint4 *src = reinterpret_cast<const uint4 *>(b.x + t * h);
+  uint16_t *row = b.comb_stage + t * h;
+  uint64_t *q = reinterpret_cast<uint64_t *>(row);
+  float *scales = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(row) + h);
+  for (size_t c = lane; c - lane < chunks; c += 32) {
+    float v[8] = {};
+    if (c < chunks) widen(src[c], v);
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+    for (int m = 8; m > 0; m /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+    float scale, inv;
+    fp8_scales(amax, scale, inv);
+    if (c < chunks) {
+      uint64_t w = 0;
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        float2 pair = make_float2(__fmul_rn(v[2 * i], inv), __fmul_rn(v[2 * i + 1], inv));
+        w |= (uint64_t)__nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3) << (16 * i);
+      }
+      q[c] = w;
+      if (c % 16 == 0) scales[c / 16] = scale;
+    }
+  }
+  __syncwarp();
+  return row;
+}
+
 extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
@@ -206,9 +248,15 @@ extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
   uint32_t lane, gw, nw;
   warps(lane, gw, nw);
   bool mine = lane < k_n;
-  for (size_t i = gw; i < t_n * n; i += nw) {
-    size_t t = i / n;
-    uint32_t d = i % n;
+  // BF16: a warp per (token, destination); FP8: a warp per token, quantised once, sent to each.
+  bool fp8 = s.dtype == FP8;
+  uint32_t per = fp8 ? n : 1;
+  size_t sent_bytes = fp8 ? h + h / FP8_GROUP * 4 : h * sizeof(uint16_t);
+  for (size_t i = gw; i < t_n * (n / per); i += nw) {
+   size_t t = fp8 ? i : i / n;
+   uint32_t d0 = fp8 ? 0 : i % n;
+   const uint16_t *src = fp8 ? quantize(b, s, t) : b.x + t * h;
+   for (uint32_t d = d0; d < d0 + per; d++) {
     int32_t e = mine ? b.topk[t * k_n + lane] : -1;
     float w = mine ? b.weights[t * k_n + lane] : 0.0f;
     uint32_t dest = e >= 0 ? (uint32_t)e / l_n : 0xffffffffu;
@@ -252,7 +300,8 @@ extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
       nvshmem_float_p(b.recv_w + to, w, d);
     }
     if (lane == 31) nvshmem_int_p(b.recv_src + row, (int)t, d);
-    nvshmemx_putmem_nbi_warp(b.recv_x + row * h, b.x + t * h, h * sizeof(uint16_t), d);
+    nvshmemx_putmem_nbi_warp(b.recv_x + row * h, src, sent_bytes, d);
+   }
   }
   nvshmem_quiet();
   __syncthreads();
@@ -301,6 +350,27 @@ extern "C" __global__ void moe_experts(Bufs b, Shape s) {
     float scale = expert_scale(me * l_n + blk / n);
     const uint4 *src = reinterpret_cast<const uint4 *>(b.recv_x + row * h);
     uint4 *dst = reinterpret_cast<uint4 *>(b.expert_y + pair * h);
+    if (s.dtype == FP8) {
+      // 16 values a chunk; the group's scale after the row's h bytes.
+      const float *scales = reinterpret_cast<const float *>(reinterpret_cast<const uint8_t *>(src) + h);
+      for (size_t c = lane; c < h / 16; c += 32) {
+        uint4 q = src[c];
+        uint32_t w[4] = {q.x, q.y, q.z, q.w};
+        float g = scales[c / 8];
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+          float y[8];
+#pragma unroll
+          for (int i = 0; i < 8; i++) {
+            int k = 8 * half + i;
+            __half_raw v = __nv_cvt_fp8_to_halfraw((w[k / 4] >> (8 * (k % 4))) & 0xff, __NV_E4M3);
+            y[i] = __fmul_rn(__fmul_rn(__half2float(__half(v)), g), scale);
+          }
+          dst[2 * c + half] = narrow(y);
+        }
+      }
+      continue;
+    }
     for (size_t c = lane; c < h / 8; c += 32) {
       float v[8];
       widen(src[c], v);
