@@ -152,6 +152,7 @@ def run(fn, n=2):
 # --- tensors ------------------------------------------------------------------------------
 
 _BF16 = "bf16"
+_FP8 = "fp8"
 
 
 class _Arr:
@@ -163,6 +164,8 @@ class _Arr:
         if torch is not None and isinstance(obj, torch.Tensor):
             self.lib, self.obj = "torch", obj
             dt = {torch.bfloat16: _BF16, torch.int32: "i4", torch.int64: "i8", torch.float32: "f4"}
+            if hasattr(torch, "float8_e4m3fn"):
+                dt[torch.float8_e4m3fn] = _FP8
             self.dtype = dt.get(obj.dtype, str(obj.dtype))
             self.cuda = obj.is_cuda
             self.shape = tuple(obj.shape)
@@ -212,12 +215,19 @@ class _Arr:
         """A new array of the same library and device."""
         if self.lib == "torch":
             torch = _torch_module
-            dt = {_BF16: torch.bfloat16, "i4": torch.int32}[dtype]
+            dt = {_BF16: torch.bfloat16, "i4": torch.int32, "f4": torch.float32, _FP8: _fp8_torch()}[dtype]
             return torch.empty(shape, dtype=dt, device=self.obj.device)
         import numpy as np
 
-        dt = {_BF16: np.uint16, "i4": np.int32}[dtype]
+        dt = {_BF16: np.uint16, "i4": np.int32, "f4": np.float32, _FP8: np.uint8}[dtype]
         return np.empty(shape, dtype=dt)
+
+
+def _fp8_torch():
+    torch = _torch_module
+    if not hasattr(torch, "float8_e4m3fn"):
+        raise ShmemError(f"dtype='fp8' needs torch.float8_e4m3fn (PyTorch 2.1 or later), not torch {torch.__version__}")
+    return torch.float8_e4m3fn
 
 
 def _stream(a):
@@ -246,15 +256,23 @@ class MoeBuffer:
     ``mode``: ``"low_latency"`` (one kernel, per-(expert, source) slots) or
     ``"throughput"`` (a layout pass, then packed slots). ``capacity``: pairs kept per
     (local expert, source) in low-latency mode, per local expert in throughput mode
-    (``None``: all; more are dropped and counted by ``dropped()``).
+    (``None``: all; more are dropped and counted by ``dropped()``). ``dtype``: what the
+    dispatch sends and returns: ``"bf16"``, or ``"fp8"`` (``hidden`` a multiple of 128):
+    e4m3 values with one float32 scale per 128, quantised on the fly (DeepEP's low-latency
+    format); the combine takes and returns bf16 either way.
     """
 
-    def __init__(self, hidden, num_experts, top_k, max_tokens, mode="low_latency", capacity=None, threads=256):
+    def __init__(
+        self, hidden, num_experts, top_k, max_tokens, mode="low_latency", capacity=None, threads=256, dtype="bf16"
+    ):
         if not _native.initialized():
             raise ShmemError("call shmem_rs.init() first")
-        self._n = _native.MoeBuffer(hidden, num_experts, top_k, max_tokens, mode, capacity, threads)
+        if dtype == _FP8 and _native.backend() == "gpu":
+            _fp8_torch()
+        self._n = _native.MoeBuffer(hidden, num_experts, top_k, max_tokens, mode, capacity, threads, dtype)
         self.hidden, self.num_experts, self.top_k, self.max_tokens = hidden, num_experts, top_k, max_tokens
-        self.mode = mode
+        self.mode, self.dtype = mode, dtype
+        self._groups = hidden // 128
         self.num_local_experts, self.num_pes = self._n.layout_dims
         self.pair_slots = self._n.pair_slots
         self._gpu = _native.backend() == "gpu"
@@ -302,7 +320,13 @@ class MoeBuffer:
         Returns ``(recv_x, counts, handle)``: ``recv_x`` (``[pair_slots, hidden]`` bf16) the
         tokens received for this PE's experts, ``counts`` (``[L, n]`` int32) the rows per
         (local expert, source), ``handle`` for ``combine`` (``handle.offsets``: where each
-        (local expert, source)'s rows start). Enqueued on torch's current stream."""
+        (local expert, source)'s rows start). With ``dtype="fp8"``, ``recv_x`` is a pair
+        ``(values, scales)``: ``[pair_slots, hidden]`` float8_e4m3fn (NumPy: uint8 bits) and
+        ``[pair_slots, hidden / 128]`` float32, a value being ``values * scales`` of its
+        group of 128. Enqueued on torch's current stream."""
+        fast = self._fast(x, topk_idx, topk_weights)
+        if fast is not None:
+            return fast
         k = self.top_k
         xa = _Arr(x, "x")
         self._check(xa, _BF16, (None, self.hidden), "x")
@@ -323,11 +347,17 @@ class MoeBuffer:
             raise ValueError("x must be 16-byte aligned")
         if xp == self._staged:
             xp = 0
-        recv = xa.empty((self.pair_slots, self.hidden), _BF16)
         layout = xa.empty((2, self.num_local_experts, self.num_pes), "i4")
+        if self.dtype == _FP8:
+            recv = xa.empty((self.pair_slots, self.hidden), _FP8)
+            scales = xa.empty((self.pair_slots, self._groups), "f4")
+            sp, out = _Arr(scales, "scales").ptr(), (recv, scales)
+        else:
+            recv = out = xa.empty((self.pair_slots, self.hidden), _BF16)
+            sp = 0
         ra, la = _Arr(recv, "recv"), _Arr(layout, "layout")
-        h = self._n.dispatch(xp, ia.ptr(), wa.ptr(), t, ra.ptr(), la.ptr(), _stream(xa))
-        return recv, layout[0], DispatchHandle(h, layout[1], t, xa.lib)
+        h = self._n.dispatch(xp, ia.ptr(), wa.ptr(), t, ra.ptr(), sp, la.ptr(), _stream(xa))
+        return out, layout[0], DispatchHandle(h, layout[1], t, xa.lib)
 
     def _fast(self, x, idx, w):
         """``dispatch`` for CUDA tensors that need no check's message: the common case, in
@@ -361,12 +391,18 @@ class MoeBuffer:
             xp = 0
         idx = idx.to(torch.int32).contiguous()
         w = w.contiguous()
-        recv = torch.empty((self.pair_slots, self.hidden), dtype=torch.bfloat16, device=dev)
         layout = torch.empty((2, self.num_local_experts, self.num_pes), dtype=torch.int32, device=dev)
+        if self.dtype == _FP8:
+            recv = torch.empty((self.pair_slots, self.hidden), dtype=torch.float8_e4m3fn, device=dev)
+            scales = torch.empty((self.pair_slots, self._groups), dtype=torch.float32, device=dev)
+            sp, out = scales.data_ptr(), (recv, scales)
+        else:
+            recv = out = torch.empty((self.pair_slots, self.hidden), dtype=torch.bfloat16, device=dev)
+            sp = 0
         h = self._n.dispatch(
-            xp, idx.data_ptr(), w.data_ptr(), shape[0], recv.data_ptr(), layout.data_ptr(), _raw_stream(dev)
+            xp, idx.data_ptr(), w.data_ptr(), shape[0], recv.data_ptr(), sp, layout.data_ptr(), _raw_stream(dev)
         )
-        return recv, layout[0], DispatchHandle(h, layout[1], shape[0], "torch")
+        return out, layout[0], DispatchHandle(h, layout[1], shape[0], "torch")
 
     def combine(self, y, handle):
         """Sums each token's expert outputs ``y`` (``[pair_slots, hidden]`` bf16, in the rows

@@ -10,8 +10,8 @@
 //! the runtime, and frees (collective) happen at explicit points, the same on every PE,
 //! never when Python's garbage collector gets round to an object.
 
-use moe_dispatch::host::Mode;
 use moe_dispatch::host::front::{Config, Front, FrontKernels, Handle};
+use moe_dispatch::host::{Dtype, Mode};
 use moe_dispatch::kernels::{Gather, Stage};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -288,7 +288,7 @@ impl MoeBuffer {
     /// Allocates the buffers. Collective.
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     #[new]
-    #[pyo3(signature = (hidden, experts, top_k, max_tokens, mode="low_latency", capacity=None, threads=256))]
+    #[pyo3(signature = (hidden, experts, top_k, max_tokens, mode="low_latency", capacity=None, threads=256, dtype="bf16"))]
     fn new(
         py: Python<'_>,
         hidden: u32,
@@ -298,7 +298,17 @@ impl MoeBuffer {
         mode: &str,
         capacity: Option<u32>,
         threads: u32,
+        dtype: &str,
     ) -> PyResult<MoeBuffer> {
+        let dtype = match dtype {
+            "bf16" => Dtype::Bf16,
+            "fp8" => Dtype::Fp8,
+            d => {
+                return Err(PyValueError::new_err(format!(
+                    "dtype must be \"bf16\" or \"fp8\", not {d:?}"
+                )));
+            }
+        };
         let mode = match mode {
             "low_latency" => Mode::LowLatency,
             "throughput" => Mode::Throughput,
@@ -314,6 +324,7 @@ impl MoeBuffer {
             top_k,
             max_tokens,
             mode,
+            dtype,
             capacity,
             threads,
         };
@@ -344,15 +355,23 @@ impl MoeBuffer {
         self.layout
     }
 
-    /// `(hidden, experts, top_k, max_tokens, mode, capacity)`.
+    /// `(hidden, experts, top_k, max_tokens, mode, capacity, dtype)`.
     #[getter]
-    fn config(&self) -> (u32, u32, u32, u32, &'static str, Option<u32>) {
+    fn config(&self) -> (u32, u32, u32, u32, &'static str, Option<u32>, &'static str) {
         let c = self.config;
         let mode = match c.mode {
             Mode::LowLatency => "low_latency",
             Mode::Throughput => "throughput",
         };
-        (c.hidden, c.experts, c.top_k, c.max_tokens, mode, c.capacity)
+        (
+            c.hidden,
+            c.experts,
+            c.top_k,
+            c.max_tokens,
+            mode,
+            c.capacity,
+            c.dtype.name(),
+        )
     }
 
     /// The address of this PE's symmetric token buffer (`max_tokens × hidden` `bf16`).
@@ -366,7 +385,7 @@ impl MoeBuffer {
     }
 
     /// Enqueues a dispatch on `stream` (addresses: see `Front::dispatch`; `x` 0: the tokens
-    /// are already in the symmetric buffer). Collective.
+    /// are already in the symmetric buffer; `scales` 0 for `bf16`). Collective.
     #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
@@ -376,6 +395,7 @@ impl MoeBuffer {
         weights: usize,
         tokens: u64,
         recv: usize,
+        scales: usize,
         layout: usize,
         stream: usize,
     ) -> PyResult<DispatchHandle> {
@@ -391,6 +411,7 @@ impl MoeBuffer {
                 };
                 let out = Gather {
                     x: dev(recv),
+                    scales: dev(scales),
                     layout: dev(layout),
                 };
                 // SAFETY: the Python side checked every tensor's dtype, shape, device and

@@ -12,7 +12,17 @@ import pytest
 
 import shmem_rs
 
-from reference import bf16_to_f32, combine_reference, expert_layer, f32_to_bf16, make_inputs
+from reference import (
+    bf16_to_f32,
+    combine_reference,
+    dequantize,
+    e4m3_from_f32,
+    e4m3_to_f32,
+    expert_layer,
+    f32_to_bf16,
+    make_inputs,
+    quantize,
+)
 
 GPU = os.environ.get("SHMEM_PY_GPU") == "1"
 
@@ -48,6 +58,8 @@ def to_numpy(t):
     if isinstance(t, np.ndarray):
         return t
     t = t.cpu()
+    if t.dtype == getattr(torch, "float8_e4m3fn", None):
+        return t.view(torch.uint8).numpy()
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
     return t.numpy().view(np.uint16) if t.dtype == torch.int16 else t.numpy()
@@ -56,14 +68,18 @@ def to_numpy(t):
 LIBS = ["torch"] if GPU else (["numpy", "torch"] if torch is not None else ["numpy"])
 
 
-def exchange(mode, lib, hidden=16, experts=8, top_k=3, max_tokens=12, tokens=None, calls=1, capacity=None, idx64=False):
+def exchange(
+    mode, lib, hidden=16, experts=8, top_k=3, max_tokens=12, tokens=None, calls=1, capacity=None, idx64=False, dtype="bf16"
+):
     """Every PE dispatches its tokens, runs the stand-in experts on what it received,
     combines; returns what each PE saw, per call."""
 
     def pe():
         shmem_rs.init()
         me, n = shmem_rs.my_pe(), shmem_rs.n_pes()
-        buf = shmem_rs.MoeBuffer(hidden, experts, top_k, max_tokens, mode=mode, capacity=capacity, threads=64)
+        buf = shmem_rs.MoeBuffer(
+            hidden, experts, top_k, max_tokens, mode=mode, capacity=capacity, threads=64, dtype=dtype
+        )
         seen = []
         for c in range(calls):
             t = max_tokens if tokens is None else tokens(me, c)
@@ -71,15 +87,21 @@ def exchange(mode, lib, hidden=16, experts=8, top_k=3, max_tokens=12, tokens=Non
             if idx64:
                 idx = idx.astype(np.int64)
             recv, counts, handle = buf.dispatch(to_lib(x, lib), to_lib(idx, lib), to_lib(w, lib))
+            scales_n = None
+            if dtype == "fp8":
+                recv, scales = recv
+                assert recv.shape == (buf.pair_slots, hidden) and scales.shape == (buf.pair_slots, hidden // 128)
+                scales_n = to_numpy(scales)
             recv_n, counts_n, offsets_n = to_numpy(recv), to_numpy(counts), to_numpy(handle.offsets)
-            y = expert_layer(recv_n, counts_n, offsets_n, me)
+            y = expert_layer(recv_n, counts_n, offsets_n, me, scales_n)
             out = buf.combine(to_lib(y, lib), handle)
             out_n = to_numpy(out)
             rows = {}
             for l in range(counts_n.shape[0]):
                 for s in range(n):
                     for p in range(offsets_n[l, s], offsets_n[l, s] + counts_n[l, s]):
-                        rows.setdefault((me * counts_n.shape[0] + l, s), []).append(recv_n[p].tobytes())
+                        row = recv_n[p].tobytes() + (b"" if scales_n is None else scales_n[p].tobytes())
+                        rows.setdefault((me * counts_n.shape[0] + l, s), []).append(row)
             seen.append(dict(pe=me, x=x, idx=idx, w=w, out=out_n, rows=rows, shape=tuple(out.shape)))
         dropped = buf.dropped()
         buf.close()
@@ -88,9 +110,10 @@ def exchange(mode, lib, hidden=16, experts=8, top_k=3, max_tokens=12, tokens=Non
     return on_pes(pe)
 
 
-def check_all(results, hidden, experts, top_k, n):
+def check_all(results, hidden, experts, top_k, n, fp8=False):
     """Exactly-once delivery (over all PEs: each (token, expert) pair's row arrives once, at
-    the expert's PE, as the token's bytes) and the combine against the reference."""
+    the expert's PE, as the token's bytes, or with ``fp8`` as the reference's quantisation)
+    and the combine against the reference."""
     calls = len(results[0][0])
     for c in range(calls):
         per_pe = [r[0][c] for r in results]
@@ -100,13 +123,17 @@ def check_all(results, hidden, experts, top_k, n):
                 got.setdefault(key, []).extend(rows)
         want = {}
         for s in per_pe:
+            sent = [r.tobytes() for r in s["x"]]
+            if fp8:
+                q, sc = quantize(s["x"])
+                sent = [q[t].tobytes() + sc[t].tobytes() for t in range(len(q))]
             for t, ids in enumerate(s["idx"]):
                 for e in ids:
                     if e >= 0:
-                        want.setdefault((int(e), s["pe"]), []).append(s["x"][t].tobytes())
+                        want.setdefault((int(e), s["pe"]), []).append(sent[t])
         assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}, f"call {c}"
         for s in per_pe:
-            ref = combine_reference(s["x"], s["idx"], s["w"], experts // n, n)
+            ref = combine_reference(s["x"], s["idx"], s["w"], experts // n, n, fp8=fp8)
             assert s["shape"] == s["x"].shape, f"call {c} PE {s['pe']}: out shape"
             diff = np.nonzero(s["out"] != ref)
             assert diff[0].size == 0, f"call {c} PE {s['pe']}: {diff[0].size} values differ"
@@ -129,6 +156,33 @@ def test_short_and_unequal_calls(mode):
 def test_int64_ids_and_wider_rows():
     res = exchange("low_latency", LIBS[0], hidden=64, experts=4, top_k=2, max_tokens=20, idx64=True)
     check_all(res, 64, 4, 2, len(res))
+
+
+@pytest.mark.parametrize("mode", ["low_latency", "throughput"])
+@pytest.mark.parametrize("lib", LIBS)
+def test_fp8_dispatch_sends_the_quantised_rows(mode, lib):
+    # Every received row is the reference's e4m3 values and scales, bit for bit; the combine
+    # of the dequantised tokens equals the reference's. A short call included.
+    res = exchange(mode, lib, hidden=256, calls=2, dtype="fp8", tokens=lambda me, c: [12, 7 - me][c])
+    check_all(res, 256, 8, 3, len(res), fp8=True)
+
+
+def test_fp8_reference_is_within_e4m3_rounding():
+    # The reference quantiser itself: every code decodes and encodes back, halfway points
+    # go to the even code, and a token comes back within half an e4m3 step of each value.
+    codes = np.arange(256, dtype=np.uint8)
+    finite = codes[(codes & 0x7F) != 0x7F]
+    assert (e4m3_from_f32(e4m3_to_f32(finite)) == finite).all()
+    pos = e4m3_to_f32(np.arange(0x7F, dtype=np.uint8))
+    mid = (pos[:-1] + pos[1:]) / 2
+    even = np.arange(0x7E) + (np.arange(0x7E) % 2)
+    assert (e4m3_from_f32(mid) == even).all()
+    x, _, _ = make_inputs(0, 0, 4, 256, 8, 3)
+    xf = bf16_to_f32(x)
+    q, sc = quantize(x)
+    back = dequantize(q, sc)
+    step = np.maximum(np.abs(xf) / 16, np.repeat(sc, 128, axis=1) / 1024)
+    assert (np.abs(back - xf) <= step * 1.0001).all()
 
 
 def test_capacity_drops_and_counts():
@@ -186,6 +240,10 @@ def test_errors_name_the_problem():
             shmem_rs.MoeBuffer(16, 8, 3, 4, mode="fast")
         with pytest.raises(ValueError, match="top-k must be 1 to 16"):
             shmem_rs.MoeBuffer(16, 8, 17, 4)
+        with pytest.raises(ValueError, match="multiple of 128"):
+            shmem_rs.MoeBuffer(16, 8, 3, 4, dtype="fp8")
+        with pytest.raises(ValueError, match="dtype must be"):
+            shmem_rs.MoeBuffer(16, 8, 3, 4, dtype="int4")
         buf.close()
         with pytest.raises(ValueError, match="closed"):
             buf.dispatch(to_lib(x, lib), to_lib(idx, lib), to_lib(w, lib))

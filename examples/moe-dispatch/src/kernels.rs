@@ -752,7 +752,7 @@ unsafe fn quantize(b: Bufs, s: Shape, t: usize) -> *mut u16 {
                     w |= u64::from(two) << (16 * i);
                 }
                 q.add(c).write(w);
-                if c % 16 == 0 {
+                if c.is_multiple_of(16) {
                     scales.add(c / 16).write(scale);
                 }
             }
@@ -944,11 +944,7 @@ unsafe fn experts(b: Bufs, s: Shape) {
 /// Sixteen `e4m3` values of a 16-byte chunk, widened (exact).
 #[inline(always)]
 fn dequantize(c: Chunk) -> [f32; 16] {
-    let mut v = [0f32; 16];
-    for i in 0..16 {
-        v[i] = e4m3_to_f32((c.0[i / 4] >> (8 * (i % 4))) as u8);
-    }
-    v
+    core::array::from_fn(|i| e4m3_to_f32((c.0[i / 4] >> (8 * (i % 4))) as u8))
 }
 
 /// The inputs of one call of the front ([`crate::host::front`]), in any device memory of

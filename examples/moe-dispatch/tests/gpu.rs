@@ -12,7 +12,7 @@
 //! implies; and the combined tokens are within bf16 rounding of the CPU (the Rust kernels
 //! are also asserted bit-exact: same operations in the same order).
 
-use moe_dispatch::host::{Implementation, Mode, Options, run};
+use moe_dispatch::host::{Dtype, Implementation, Mode, Options, run};
 use moe_dispatch::routing::Distribution;
 use shmem_host::Shmem;
 use shmem_host::launcher::gpu_test;
@@ -34,9 +34,10 @@ fn check(rt: &Shmem, o: &Options, bit_exact: bool) -> [u64; 2] {
         let out = run(rt, &o).unwrap_or_else(|e| panic!("{o:?}: {e}"));
         let ch = out.check.clone().unwrap();
         let what = format!(
-            "PE {} {:?} T {} H {} E {} K {} {:?} cap {:?}",
+            "PE {} {:?} {} T {} H {} E {} K {} {:?} cap {:?}",
             rt.my_pe(),
             mode,
+            o.dtype.name(),
             o.tokens,
             o.hidden,
             o.experts,
@@ -124,6 +125,22 @@ fn deepseek_shape_small_batch() {
     });
 }
 
+/// The FP8 dispatch (the `e4m3` conversion is the GPU's own instruction on sm_89+): every
+/// received row equals the CPU's quantisation bit for bit, and the combine of the
+/// dequantised tokens the CPU's; at DeepSeek's shape, and with capacity drops.
+#[test]
+fn fp8_dispatch_sends_the_cpu_quantisation() {
+    gpu_test("fp8_dispatch_sends_the_cpu_quantisation", None, |rt| {
+        let mut o = small(128, 7168, 256, 8);
+        o.dtype = Dtype::Fp8;
+        check(rt, &o, true);
+        let mut o = small(300, 256, 16, 4);
+        (o.dtype, o.dist, o.capacity) = (Dtype::Fp8, Distribution::Skewed, Some(20));
+        let dropped = check(rt, &o, true);
+        assert!(dropped.iter().all(|&d| d > 0), "{dropped:?}");
+    });
+}
+
 #[test]
 fn grid_shapes() {
     gpu_test("grid_shapes", None, |rt| {
@@ -158,6 +175,9 @@ fn bad_options_are_refused() {
         (o.hidden, o.top_k) = (64, 17);
         let e = run(rt, &o).unwrap_err().to_string();
         assert!(e.contains("top-k"), "{e}");
+        (o.top_k, o.dtype) = (4, Dtype::Fp8);
+        let e = run(rt, &o).unwrap_err().to_string();
+        assert!(e.contains("multiple of 128"), "{e}");
     });
 }
 
@@ -176,6 +196,9 @@ fn cuda_reference_matches_the_cpu() {
             (o.implementation, o.dist) = (imp.clone(), dist);
             check(rt, &o, false);
         }
+        let mut o = small(300, 256, 32, 8);
+        (o.implementation, o.dtype) = (imp.clone(), Dtype::Fp8);
+        check(rt, &o, false);
         let mut o = small(400, 64, 16, 4);
         (o.implementation, o.dist, o.capacity) = (imp, Distribution::Skewed, Some(20));
         check(rt, &o, false);
