@@ -16,7 +16,8 @@
 #                    defaults (both modes, checked), on --pes PEs
 #     example-tests  the halo-exchange and MoE GPU test suites (Rust and CUDA C++ kernels)
 #     halo-bench     halo_exchange --compare against the CUDA C++ twin (--size, f32)
-#     moe-bench      moe_dispatch --compare against the CUDA C++ twin (128 and 4096 tokens)
+#     moe-bench      moe_dispatch --compare against the CUDA C++ twin (128, 512, 4096 tokens;
+#                    bf16 and fp8)
 #     bound-cost     halo-bench and moe-bench again with every wait bounded (SHMEM_WAIT_TIMEOUT=60s)
 #     graph-bench    eager launches against CUDA graph replays: halo 1024^2, MoE 128 tokens
 #     shmem-bench    the perftest curves against the CUDA C++ twins (needs 2 PEs)
@@ -119,11 +120,11 @@ stage_graph_bench() {
   run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128 --experts 64 --reps 5 --rounds 10 --graph 100
 }
 stage_moe_bench() {
-  run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128,4096 --experts 64 --reps 5 --rounds 10
+  run 400 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128,512,4096 --experts 64 --dtype both --reps 5 --rounds 10
   # A shape published figures use (Mixtral: hidden 4096, 8 experts, top-2), reported as
   # cross-GPU bytes and as all received bytes.
   cleanup
-  run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 4096 --hidden 4096 --experts 8 --top-k 2 --reps 5 --rounds 10
+  run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 4096 --hidden 4096 --experts 8 --top-k 2 --dtype both --reps 5 --rounds 10
 }
 stage_bound_cost() {
   export SHMEM_WAIT_TIMEOUT=60s

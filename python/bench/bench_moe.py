@@ -2,7 +2,9 @@
 eager and captured in a CUDA graph, against the PyTorch baseline (``all_to_all_single`` with
 exact splits, ``examples/moe-dispatch/torch_baseline.py``) on the same routing.
 
-For each token count and mode, on every rank:
+For each token count, mode and dtype (``bf16``, ``fp8``: the dispatch sends e4m3 and
+scales; the experts are then a fixed bf16 tensor, since the received rows are FP8), on
+every rank:
 
 - **eager, one call**: after a barrier and a synchronisation, CUDA events on torch's
   stream around ``dispatch`` and around ``combine`` (the experts are the identity:
@@ -20,7 +22,7 @@ For each token count and mode, on every rank:
   ``torch_baseline.py`` times it.
 
 usage: torchrun --nproc_per_node N python/bench/bench_moe.py [--tokens 128,4096]
-       [--modes low_latency,throughput] [--hidden 7168] [--experts 64] [--top-k 8]
+       [--modes low_latency,throughput] [--dtypes bf16,fp8] [--hidden 7168] [--experts 64] [--top-k 8]
        [--reps 20] [--baseline]
 Prints one ``RESULT {json}`` line per configuration (rank 0).
 """
@@ -44,6 +46,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="128,4096")
     ap.add_argument("--modes", default="low_latency,throughput")
+    ap.add_argument("--dtypes", default="bf16,fp8")
     ap.add_argument("--hidden", type=int, default=7168)
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--top-k", type=int, default=8)
@@ -67,8 +70,13 @@ def main():
         x = torch.randn(tokens, H, device=dev, generator=g).to(torch.bfloat16)
         idx = torch.rand(tokens, E, device=dev, generator=g).topk(K, dim=1).indices
         w = torch.rand(tokens, K, device=dev, generator=g).softmax(1)
-        for mode in a.modes.split(","):
-            buf = shmem_rs.MoeBuffer(H, E, K, tokens, mode=mode)
+        for mode, dtype in [(m, d) for m in a.modes.split(",") for d in a.dtypes.split(",")]:
+            buf = shmem_rs.MoeBuffer(H, E, K, tokens, mode=mode, dtype=dtype)
+            fixed_y = torch.ones(buf.pair_slots, H, dtype=torch.bfloat16, device=dev) if dtype == "fp8" else None
+
+            def experts(recv):
+                return recv if fixed_y is None else fixed_y
+
             stream = torch.cuda.current_stream()
             ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
             disp, comb, host = [], [], []
@@ -79,7 +87,7 @@ def main():
                 ev[0].record(stream)
                 recv, counts, h = buf.dispatch(x, idx, w)
                 ev[1].record(stream)
-                out = buf.combine(recv, h)
+                out = buf.combine(experts(recv), h)
                 ev[2].record(stream)
                 t1 = time.perf_counter()
                 torch.cuda.synchronize()
@@ -96,7 +104,7 @@ def main():
             start.record()
             for _ in range(a.reps):
                 recv, counts, h = buf.dispatch(x, idx, w)
-                out = buf.combine(recv, h)
+                out = buf.combine(experts(recv), h)
             end.record()
             t1 = time.perf_counter()
             torch.cuda.synchronize()
@@ -109,7 +117,7 @@ def main():
             torch.cuda.synchronize()
             with torch.cuda.graph(graph):
                 g_recv, _, g_h = buf.dispatch(x, idx, w)
-                g_out = buf.combine(g_recv, g_h)
+                g_out = buf.combine(experts(g_recv), g_h)
             torch.cuda.synchronize()
             dist.barrier()
             g_out.zero_()
@@ -129,7 +137,7 @@ def main():
             all_identical = slowest(0.0 if identical else 1.0) == 0.0
             del graph
             res = {
-                "impl": "shmem_rs", "mode": mode, "tokens": tokens, "hidden": H, "experts": E,
+                "impl": "shmem_rs", "mode": mode, "dtype": dtype, "tokens": tokens, "hidden": H, "experts": E,
                 "top_k": K, "n_pes": world, "reps": a.reps,
                 "dispatch_us": statistics.median(disp), "combine_us": statistics.median(comb),
                 "host_us_first_call": statistics.median(host),
@@ -139,7 +147,7 @@ def main():
                 "torch": torch.__version__,
             }
             buf.close()
-            if nccl is not None and mode == a.modes.split(",")[0]:
+            if nccl is not None and (mode, dtype) == (a.modes.split(",")[0], a.dtypes.split(",")[0]):
                 from torch_baseline import Baseline
 
                 base = Baseline(x, idx, w, L, rank, world, group=nccl)
