@@ -207,15 +207,17 @@ __device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv)
   inv = __fdiv_rn(448.0f, a);
 }
 
-// Quantises token t into row t of comb_stage (one warp): h e4m3 bytes, then one f32 scale
-// per 128 values; a half-warp's 16 chunks are one group.
+// Quantises token t into row t of comb_stage (the whole block; complete after a
+// __syncthreads): h e4m3 bytes, then one f32 scale per 128 values; a half-warp's 16 chunks
+// are one group, the warps take turns of 32 chunks.
 __device__ __forceinline__ uint16_t *quantize(const Bufs &b, const Shape &s, size_t t) {
   size_t h = s.hidden, chunks = h / 8, lane = threadIdx.x % 32;
+  size_t first = threadIdx.x / 32 * 32, stride = blockDim.x / 32 * 32;
   const uint4 *src = reinterpret_cast<const uint4 *>(b.x + t * h);
   uint16_t *row = b.comb_stage + t * h;
   uint64_t *q = reinterpret_cast<uint64_t *>(row);
   float *scales = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(row) + h);
-  for (size_t c = lane; c - lane < chunks; c += 32) {
+  for (size_t c = first + lane; c - lane < chunks; c += stride) {
     float v[8] = {};
     if (c < chunks) widen(src[c], v);
     float amax = 0.0f;
@@ -235,73 +237,91 @@ __device__ __forceinline__ uint16_t *quantize(const Bufs &b, const Shape &s, siz
       if (c % 16 == 0) scales[c / 16] = scale;
     }
   }
-  __syncwarp();
   return row;
 }
 
-extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
+// Sends token t to PE d if any of its experts is there (one warp): its source index, weights
+// and pairs, each pair's slot, and the row from src if given; send_slot[t][d] then holds the
+// row's slot on d (-1: not sent there).
+__device__ __forceinline__ void send(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint32_t lane,
+                                     const uint16_t *src) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
   size_t k_n = s.top_k, t_n = s.tokens, h = s.hidden;
   uint32_t l_n = e_n / n;
   size_t pair_cursors = ROW_CURSORS + n;
+  bool mine = lane < k_n;
+  int32_t e = mine ? b.topk[t * k_n + lane] : -1;
+  float w = mine ? b.weights[t * k_n + lane] : 0.0f;
+  uint32_t dest = e >= 0 ? (uint32_t)e / l_n : 0xffffffffu;
+  if (d == 0 && mine && e < 0) b.send_pair[t * k_n + lane] = -2;
+  if (__ballot_sync(0xffffffffu, dest == d) == 0) {
+    if (!tp && lane == 0) b.send_slot[t * n + d] = -1;
+    return;
+  }
+  uint32_t slot;
+  if (tp) {
+    slot = (uint32_t)b.send_slot[t * n + d];
+  } else {
+    uint32_t v = 0;
+    if (lane == 0) {
+      v = atomicAdd(b.work + ROW_CURSORS + d, 1u);
+      b.send_slot[t * n + d] = (int32_t)v;
+    }
+    slot = __shfl_sync(0xffffffffu, v, 0);
+  }
+  size_t row = me * t_n + slot;
+  int32_t pair = -1;
+  if (dest == d) {
+    uint32_t eu = (uint32_t)e;
+    size_t q = t * k_n + lane;
+    if (tp) {
+      uint32_t p = b.base[eu] + (uint32_t)b.send_pair[q];
+      if (p < b.base[e_n + eu]) pair = (int32_t)p;
+    } else {
+      uint32_t c = atomicAdd(b.work + pair_cursors + eu, 1u);
+      if (c < cap) pair = (int32_t)(((eu % l_n) * n + me) * cap + c);
+    }
+    if (pair < 0)
+      atomicAdd(b.dropped, 1u);
+    else
+      nvshmem_int_p(b.expert_rows + pair, (int)row, d);
+    b.send_pair[q] = pair;
+  }
+  if (mine) {
+    size_t to = row * k_n + lane;
+    nvshmem_int_p(b.recv_pair + to, pair, d);
+    nvshmem_float_p(b.recv_w + to, w, d);
+  }
+  if (lane == 31) nvshmem_int_p(b.recv_src + row, (int)t, d);
+  if (src) nvshmemx_putmem_nbi_warp(b.recv_x + row * h, src, h * sizeof(uint16_t), d);
+}
+
+extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
+  bool tp = s.mode == THROUGHPUT;
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
+  size_t t_n = s.tokens, h = s.hidden;
+  uint32_t l_n = e_n / n;
+  size_t pair_cursors = ROW_CURSORS + n;
   uint32_t lane, gw, nw;
   warps(lane, gw, nw);
-  bool mine = lane < k_n;
-  // BF16: a warp per (token, destination); FP8: a warp per token, quantised once, sent to each.
-  bool fp8 = s.dtype == FP8;
-  uint32_t per = fp8 ? n : 1;
-  size_t sent_bytes = fp8 ? h + h / FP8_GROUP * 4 : h * sizeof(uint16_t);
-  for (size_t i = gw; i < t_n * (n / per); i += nw) {
-   size_t t = fp8 ? i : i / n;
-   uint32_t d0 = fp8 ? 0 : i % n;
-   const uint16_t *src = fp8 ? quantize(b, s, t) : b.x + t * h;
-   for (uint32_t d = d0; d < d0 + per; d++) {
-    int32_t e = mine ? b.topk[t * k_n + lane] : -1;
-    float w = mine ? b.weights[t * k_n + lane] : 0.0f;
-    uint32_t dest = e >= 0 ? (uint32_t)e / l_n : 0xffffffffu;
-    if (d == 0 && mine && e < 0) b.send_pair[t * k_n + lane] = -2;
-    if (__ballot_sync(0xffffffffu, dest == d) == 0) {
-      if (!tp && lane == 0) b.send_slot[t * n + d] = -1;
-      continue;
-    }
-    uint32_t slot;
-    if (tp) {
-      slot = (uint32_t)b.send_slot[t * n + d];
-    } else {
-      uint32_t v = 0;
-      if (lane == 0) {
-        v = atomicAdd(b.work + ROW_CURSORS + d, 1u);
-        b.send_slot[t * n + d] = (int32_t)v;
+  if (s.dtype == FP8) {
+    // A block per token: its warps quantise it, warp d sends the metadata to PE d, and the
+    // whole block puts the row to each PE it goes to.
+    size_t sent_bytes = h + h / FP8_GROUP * 4;
+    for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
+      const uint16_t *src = quantize(b, s, t);
+      __syncthreads();
+      for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane, nullptr);
+      __syncthreads();
+      for (uint32_t d = 0; d < n; d++) {
+        int32_t slot = b.send_slot[t * n + d];
+        if (slot >= 0) nvshmemx_putmem_nbi_block(b.recv_x + (me * t_n + slot) * h, src, sent_bytes, d);
       }
-      slot = __shfl_sync(0xffffffffu, v, 0);
     }
-    size_t row = me * t_n + slot;
-    int32_t pair = -1;
-    if (dest == d) {
-      uint32_t eu = (uint32_t)e;
-      size_t q = t * k_n + lane;
-      if (tp) {
-        uint32_t p = b.base[eu] + (uint32_t)b.send_pair[q];
-        if (p < b.base[e_n + eu]) pair = (int32_t)p;
-      } else {
-        uint32_t c = atomicAdd(b.work + pair_cursors + eu, 1u);
-        if (c < cap) pair = (int32_t)(((eu % l_n) * n + me) * cap + c);
-      }
-      if (pair < 0)
-        atomicAdd(b.dropped, 1u);
-      else
-        nvshmem_int_p(b.expert_rows + pair, (int)row, d);
-      b.send_pair[q] = pair;
-    }
-    if (mine) {
-      size_t to = row * k_n + lane;
-      nvshmem_int_p(b.recv_pair + to, pair, d);
-      nvshmem_float_p(b.recv_w + to, w, d);
-    }
-    if (lane == 31) nvshmem_int_p(b.recv_src + row, (int)t, d);
-    nvshmemx_putmem_nbi_warp(b.recv_x + row * h, src, sent_bytes, d);
-   }
+  } else {
+    // BF16: a warp per (token, destination).
+    for (size_t i = gw; i < t_n * n; i += nw) send(b, s, i / n, i % n, lane, b.x + (i / n) * h);
   }
   nvshmem_quiet();
   __syncthreads();

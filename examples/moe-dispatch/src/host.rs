@@ -372,8 +372,9 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
     let t = shape.tokens;
     // Units of work (one warp each): layout (column, chunk); dispatch (token,
-    // destination); combine (received row, segment).
+    // destination), or in FP8 a block per token; combine (received row, segment).
     let layout = kernels::scratch_len(t, n, shape.experts) as u32;
+    let dispatch = if shape.fp8() { t * wpb } else { t * n };
     let segs = (shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
     let combine = t * n * segs;
     Ok([
@@ -381,7 +382,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         // PEs: cooperative, for the CUDA C++ twin too (the Rust manifest says so itself);
         // experts is local.
         LaunchConfig::linear(layout.div_ceil(wpb).clamp(1, lf), th).with_cooperative(true),
-        LaunchConfig::linear(fit(df, t * n), th).with_cooperative(true),
+        LaunchConfig::linear(fit(df, dispatch), th).with_cooperative(true),
         LaunchConfig::linear(ef, th).with_cooperative(false),
         LaunchConfig::linear(fit(cf, combine), th).with_cooperative(true),
     ])

@@ -614,16 +614,17 @@ unsafe fn layout(b: Bufs, s: Shape) {
     }
 }
 
-/// Sends token `t` to PE `d` if any of its experts is there (one warp): the row (from `src`:
-/// [`Shape::sent_row`] `u16`s), its source index, weights and pairs, and each pair's slot in
-/// the expert's list.
+/// Sends token `t` to PE `d` if any of its experts is there (one warp): its source index,
+/// weights and pairs, each pair's slot in the expert's list, and, from `src` if given, the
+/// row ([`Shape::sent_row`] `u16`s). Either way `send_slot[t][d]` then holds the row's slot
+/// on `d` (-1: not sent there).
 ///
 /// # Safety
 /// `t < T`, `d < n`; the whole warp calls it; `src` is token `t` as sent, in device memory
 /// that stays as it is until the dispatch's `quiet`; the buffers and round as in
 /// [`moe_dispatch()`].
 #[inline(always)]
-unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32, src: *mut u16) {
+unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32, src: Option<*mut u16>) {
     let tp = s.mode == MODE_THROUGHPUT;
     let (me, n, e_n, cap) = (my_pe() as u32, s.n_pes, s.experts, s.capacity);
     let (k_n, t_n, l_n, h) = (
@@ -700,37 +701,41 @@ unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32, src: *mut u16) {
         if lane == 31 {
             p(b.recv_src.wrapping_add(row), t as i32, d as i32);
         }
-        let len = s.sent_row();
-        put_nbi(
-            Warp,
-            SymSlice::from_raw_parts(b.recv_x.as_ptr().add(row * h), len),
-            DeviceSlice::from_raw_parts(src, len),
-            d as i32,
-        );
+        if let Some(src) = src {
+            let len = s.sent_row();
+            put_nbi(
+                Warp,
+                SymSlice::from_raw_parts(b.recv_x.as_ptr().add(row * h), len),
+                DeviceSlice::from_raw_parts(src, len),
+                d as i32,
+            );
+        }
     }
 }
 
-/// Quantises token `t` into row `t` of `comb_stage` (one warp; [`crate::fp8`]): each lane
-/// takes 16-byte chunks of eight values, a half-warp a group of 128, whose largest magnitude
-/// the half-warp's shuffles find. Returns the row.
+/// Quantises token `t` into row `t` of `comb_stage` ([`crate::fp8`]) with the whole block:
+/// each lane takes 16-byte chunks of eight values, a half-warp a group of 128, whose
+/// largest magnitude the half-warp's shuffles find; the warps take turns of 32 chunks.
+/// Returns the row, complete once the block has synchronised.
 ///
 /// # Safety
-/// `t < T`, `hidden` a multiple of 128; the whole warp calls it; row `t` of `comb_stage` is
-/// this warp's until the dispatch's `quiet`.
+/// `t < T`, `hidden` a multiple of 128; every thread of the block calls it; row `t` of
+/// `comb_stage` is this block's until the dispatch's `quiet`.
 #[inline(always)]
 unsafe fn quantize(b: Bufs, s: Shape, t: usize) -> *mut u16 {
     let h = s.hidden as usize;
     let chunks = h / 8;
     let lane = lane_id() as usize;
+    let (first, stride) = (32 * warp_id() as usize, 32 * warps_per_block() as usize);
     // SAFETY: the caller's contract: the token's row, and its staging row, which holds
     // `row_bytes(h) <= 2 h` bytes.
     unsafe {
         let src = b.x.as_ptr().add(t * h).cast::<Chunk>();
         let row = b.comb_stage.as_ptr().add(t * h);
         let (q, scales) = (row.cast::<u64>(), row.cast::<u8>().add(h).cast::<f32>());
-        let mut c = lane;
-        // Every lane runs every round (the shuffles); a group is 16 chunks, so a half-warp's
-        // chunks are all in the row or all past it.
+        let mut c = first + lane;
+        // Every lane of a warp runs every turn (the shuffles); a group is 16 chunks, so a
+        // half-warp's chunks are all in the row or all past it.
         while c - lane < chunks {
             let v = if c < chunks {
                 widen(Chunk::load_global(src.add(c)))
@@ -756,10 +761,9 @@ unsafe fn quantize(b: Bufs, s: Shape, t: usize) -> *mut u16 {
                     scales.add(c / 16).write(scale);
                 }
             }
-            c += 32;
+            c += stride;
         }
     }
-    sync_warp(u32::MAX);
     // SAFETY: as above.
     unsafe { b.comb_stage.as_ptr().add(t * h) }
 }
@@ -776,32 +780,51 @@ unsafe fn dispatch(b: Bufs, s: Shape) {
     let pair_cursors = ROW_CURSORS + n as usize;
     let (lane, gw, nw) = warps();
     let h = s.hidden as usize;
+    if s.fp8() {
+        // A block per token: all its warps quantise the token, warp `d` sends the token's
+        // metadata to PE `d`, and the whole block puts the row to each PE it goes to.
+        let mut t = block_idx_x() as usize;
+        while t < t_n {
+            // SAFETY: as below; every thread of the block runs the same tokens, so it calls
+            // `quantize`, `sync_threads` and the block-scope `put_nbi` together; row `t` of
+            // `comb_stage` is this block's; `send_slot[t]` is complete after the barrier.
+            unsafe {
+                let src = quantize(b, s, t);
+                sync_threads();
+                let mut d = warp_id();
+                while d < n {
+                    send(b, s, t, d, lane, None);
+                    d += warps_per_block();
+                }
+                sync_threads();
+                let len = s.sent_row();
+                for d in 0..n {
+                    let slot = ld(b.send_slot, t * n as usize + d as usize);
+                    if slot >= 0 {
+                        let row = me as usize * t_n + slot as usize;
+                        put_nbi(
+                            Block,
+                            SymSlice::from_raw_parts(b.recv_x.as_ptr().add(row * h), len),
+                            DeviceSlice::from_raw_parts(src, len),
+                            d as i32,
+                        );
+                    }
+                }
+            }
+            t += grid_dim_x() as usize;
+        }
+    }
     // BF16: one warp per (token, destination), consecutive warps taking one token's
-    // destinations. FP8: one warp per token, which quantises it once and sends it to each.
-    let per = if s.fp8() { n } else { 1 };
+    // destinations.
     let mut i = gw as usize;
-    while i < t_n * (n / per) as usize {
-        let (t, d0) = if s.fp8() {
-            (i, 0)
-        } else {
-            (i / n as usize, (i % n as usize) as u32)
-        };
+    while !s.fp8() && i < t_n * n as usize {
+        let (t, d) = (i / n as usize, (i % n as usize) as u32);
         i += nw as usize;
         // SAFETY: `t < T`, `d < n`, and `lane < K` wherever a row of `K` is indexed by lane;
         // row slots and pair slots are unique (atomics or the layout), so each remote word
         // has one writer; the peers' buffers are free for this round (module
-        // documentation); the whole warp calls `quantize` and `put_nbi`; row `t` of
-        // `comb_stage` is this warp's (one warp per token).
-        unsafe {
-            let src = if s.fp8() {
-                quantize(b, s, t)
-            } else {
-                b.x.as_ptr().add(t * h)
-            };
-            for d in d0..d0 + per {
-                send(b, s, t, d, lane, src);
-            }
-        }
+        // documentation); the whole warp calls `put_nbi`.
+        unsafe { send(b, s, t, d, lane, Some(b.x.as_ptr().add(t * h))) };
     }
     quiet();
     sync_threads();
