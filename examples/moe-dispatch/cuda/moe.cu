@@ -307,16 +307,29 @@ extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
   warps(lane, gw, nw);
   if (s.dtype == FP8) {
     // A block per token: its warps quantise it, warp d sends the metadata to PE d, and the
-    // whole block puts the row to each PE it goes to.
+    // whole block copies the row to each PE it goes to whose memory is mapped here (else
+    // warp 0 puts it).
     size_t sent_bytes = h + h / FP8_GROUP * 4;
     for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
-      const uint16_t *src = quantize(b, s, t);
+      uint16_t *src = quantize(b, s, t);
       __syncthreads();
       for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane, nullptr);
       __syncthreads();
       for (uint32_t d = 0; d < n; d++) {
         int32_t slot = b.send_slot[t * n + d];
-        if (slot >= 0) nvshmemx_putmem_nbi_block(b.recv_x + (me * t_n + slot) * h, src, sent_bytes, d);
+        if (slot < 0) continue;
+        uint16_t *target = b.recv_x + (me * t_n + slot) * h;
+        uint16_t *peer = (uint16_t *)nvshmem_ptr(target, d);
+        if (peer) {
+          const uint4 *from = reinterpret_cast<const uint4 *>(src);
+          uint4 *to = reinterpret_cast<uint4 *>(peer);
+          for (size_t c = threadIdx.x; c < h / 16; c += blockDim.x) to[c] = from[c];
+          const uint32_t *sf = reinterpret_cast<const uint32_t *>(reinterpret_cast<const uint8_t *>(src) + h);
+          uint32_t *st = reinterpret_cast<uint32_t *>(reinterpret_cast<uint8_t *>(peer) + h);
+          for (size_t i = threadIdx.x; i < h / FP8_GROUP; i += blockDim.x) st[i] = sf[i];
+        } else if (threadIdx.x / 32 == 0) {
+          nvshmemx_putmem_nbi_warp(target, src, sent_bytes, d);
+        }
       }
     }
   } else {

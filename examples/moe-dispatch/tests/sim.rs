@@ -62,6 +62,9 @@ struct Case {
     dist: Distribution,
     capacity: Option<u32>,
     dtype: u32,
+    /// Whether peers' memory is mapped (NVLink); unmapped, the kernels take the paths
+    /// between nodes (puts from staging rows).
+    peers_mapped: bool,
 }
 
 fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
@@ -72,6 +75,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
         c.tokens * n
     });
     let w = World::new(n, 64 << 20);
+    w.set_peers_mapped(c.peers_mapped);
     let lens = Shape {
         tokens: c.tokens,
         hidden: c.hidden,
@@ -172,6 +176,7 @@ fn both_modes_on_two_pes() {
             dist,
             capacity: None,
             dtype: DTYPE_BF16,
+            peers_mapped: true,
         };
         let rounds = if dist == Distribution::Uniform { 2 } else { 1 };
         run_case(&c, MODE_LOW_LATENCY, 1, rounds);
@@ -190,6 +195,7 @@ fn four_pes_and_a_capacity_that_drops() {
         dist: Distribution::Skewed,
         capacity: Some(3),
         dtype: DTYPE_BF16,
+        peers_mapped: true,
     };
     run_case(&c, MODE_LOW_LATENCY, 3, 1);
     run_case(&c, MODE_THROUGHPUT, 4, 1);
@@ -207,6 +213,7 @@ fn eight_pes() {
         dist: Distribution::Uniform,
         capacity: None,
         dtype: DTYPE_BF16,
+        peers_mapped: true,
     };
     run_case(&c, MODE_LOW_LATENCY, 6, 1);
     run_case(&c, MODE_THROUGHPUT, 7, 1);
@@ -226,12 +233,34 @@ fn fp8_dispatch_sends_the_quantised_rows() {
         dist: Distribution::Uniform,
         capacity: None,
         dtype: DTYPE_FP8,
+        peers_mapped: true,
     };
     run_case(&c, MODE_LOW_LATENCY, 11, 2);
     run_case(&c, MODE_THROUGHPUT, 12, 2);
     (c.n, c.hidden, c.dist, c.capacity) = (4, 128, Distribution::Skewed, Some(3));
     run_case(&c, MODE_LOW_LATENCY, 13, 1);
     run_case(&c, MODE_THROUGHPUT, 14, 1);
+}
+
+/// Peers' memory unmapped (PEs on different nodes: `nvshmem_ptr` null): the FP8 dispatch
+/// puts its staged rows and the combine its staged sums, in both modes and both dtypes.
+#[test]
+fn unmapped_peers_take_the_put_paths() {
+    for dtype in [DTYPE_BF16, DTYPE_FP8] {
+        let c = Case {
+            n: 2,
+            tokens: 13,
+            hidden: 128,
+            experts: 4,
+            top_k: 2,
+            dist: Distribution::Uniform,
+            capacity: None,
+            dtype,
+            peers_mapped: false,
+        };
+        run_case(&c, MODE_LOW_LATENCY, 15, 2);
+        run_case(&c, MODE_THROUGHPUT, 16, 1);
+    }
 }
 
 /// The example's own host driver (`host::run`: buffers, layout and launch shapes, rounds,

@@ -40,6 +40,9 @@ pub struct World {
     teams: Mutex<Vec<Option<SplitTeam>>>,
     /// The program-wide bound of waits in kernels on these PEs (ns, 0: none).
     wait_bound_ns: core::sync::atomic::AtomicU64,
+    /// Whether `nvshmem_ptr` maps other PEs' memory (as NVLink does); without, only a PE's
+    /// own, as between nodes, so that kernels take their put paths.
+    peers_mapped: core::sync::atomic::AtomicBool,
 }
 
 /// A team's members (world numbers, in team order) and how many have not destroyed it.
@@ -86,6 +89,7 @@ impl World {
             live: Mutex::new(Vec::new()),
             teams: Mutex::new(Vec::new()),
             wait_bound_ns: Default::default(),
+            peers_mapped: core::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -138,6 +142,14 @@ impl World {
     pub fn set_wait_bound_ns(&self, ns: u64) {
         self.wait_bound_ns
             .store(ns, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`crate::ptr`] maps other PEs' memory (the default, as NVLink within a node
+    /// does), or only each PE's own (as between nodes, where NVSHMEM's `nvshmem_ptr`
+    /// returns null): the second runs a kernel's fallback for unmapped peers.
+    pub fn set_peers_mapped(&self, mapped: bool) {
+        self.peers_mapped
+            .store(mapped, core::sync::atomic::Ordering::Relaxed);
     }
 
     /// The bound [`World::set_wait_bound_ns`] set.
@@ -536,7 +548,8 @@ pub(crate) fn n_pes() -> i32 {
 
 pub(crate) fn ptr(addr: *const c_void, pe: i32) -> *mut c_void {
     let (c, w) = here();
-    if pe < 0 || pe as u32 >= w.n_pes() {
+    let unmapped = pe as u32 != c.pe && !w.peers_mapped.load(core::sync::atomic::Ordering::Relaxed);
+    if pe < 0 || pe as u32 >= w.n_pes() || unmapped {
         return core::ptr::null_mut();
     }
     w.translate(addr as usize, c.pe, pe as u32) as *mut c_void
