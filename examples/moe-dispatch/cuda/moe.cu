@@ -207,27 +207,16 @@ __device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv)
   inv = __fdiv_rn(448.0f, a);
 }
 
-// Quantises token t with the whole block into each PE's row of `rows` (bit d: the token goes
-// to PE d) mapped here, and with `staged` into row t of comb_stage: h e4m3 bytes, then one
-// f32 scale per 128 values; a half-warp's 16 chunks are one group, the warps take turns of
-// 32 chunks.
-template <typename V>
-__device__ __forceinline__ void write_rows(const Bufs &b, const Shape &s, size_t t, uint32_t rows, bool staged,
-                                           size_t at, V v) {
-  size_t h = s.hidden, n = s.n_pes, me = nvshmem_my_pe();
-  for (uint32_t m = rows; m != 0; m &= m - 1) {
-    int d = __ffs(m) - 1;
-    uint16_t *target = b.recv_x + (me * s.tokens + b.send_slot[t * n + d]) * h;
-    uint8_t *peer = (uint8_t *)nvshmem_ptr(target, d);
-    if (peer) *reinterpret_cast<V *>(peer + at) = v;
-  }
-  if (staged) *reinterpret_cast<V *>(reinterpret_cast<uint8_t *>(b.comb_stage + t * h) + at) = v;
-}
-
-__device__ __forceinline__ void quantize(const Bufs &b, const Shape &s, size_t t, uint32_t rows, bool staged) {
+// Quantises token t into row t of comb_stage (the whole block; complete after a
+// __syncthreads): h e4m3 bytes, then one f32 scale per 128 values; a half-warp's 16 chunks
+// are one group, the warps take turns of 32 chunks.
+__device__ __forceinline__ uint16_t *quantize(const Bufs &b, const Shape &s, size_t t) {
   size_t h = s.hidden, chunks = h / 8, lane = threadIdx.x % 32;
   size_t first = threadIdx.x / 32 * 32, stride = blockDim.x / 32 * 32;
   const uint4 *src = reinterpret_cast<const uint4 *>(b.x + t * h);
+  uint16_t *row = b.comb_stage + t * h;
+  uint64_t *q = reinterpret_cast<uint64_t *>(row);
+  float *scales = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(row) + h);
   for (size_t c = first + lane; c - lane < chunks; c += stride) {
     float v[8] = {};
     if (c < chunks) widen(src[c], v);
@@ -244,10 +233,11 @@ __device__ __forceinline__ void quantize(const Bufs &b, const Shape &s, size_t t
         float2 pair = make_float2(__fmul_rn(v[2 * i], inv), __fmul_rn(v[2 * i + 1], inv));
         w |= (uint64_t)__nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3) << (16 * i);
       }
-      write_rows(b, s, t, rows, staged, 8 * c, w);
-      if (c % 16 == 0) write_rows(b, s, t, rows, staged, h + c / 4, scale);
+      q[c] = w;
+      if (c % 16 == 0) scales[c / 16] = scale;
     }
   }
+  return row;
 }
 
 // Sends token t to PE d if any of its experts is there (one warp): its source index, weights
@@ -316,27 +306,29 @@ extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
   uint32_t lane, gw, nw;
   warps(lane, gw, nw);
   if (s.dtype == FP8) {
-    // A block per token: warp d sends the metadata to PE d (its slot there), then the warps
-    // quantise the token straight into its rows on the PEs mapped here; for the others it is
-    // staged, and warp 0 puts it.
+    // A block per token: its warps quantise it, warp d sends the metadata to PE d, and the
+    // whole block copies the row to each PE it goes to whose memory is mapped here (else
+    // warp 0 puts it).
     size_t sent_bytes = h + h / FP8_GROUP * 4;
     for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
+      uint16_t *src = quantize(b, s, t);
+      __syncthreads();
       for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane, nullptr);
       __syncthreads();
-      uint32_t rows = 0, unmapped = 0;
       for (uint32_t d = 0; d < n; d++) {
         int32_t slot = b.send_slot[t * n + d];
         if (slot < 0) continue;
-        rows |= 1u << d;
-        if (!nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d)) unmapped |= 1u << d;
-      }
-      quantize(b, s, t, rows, unmapped != 0);
-      if (unmapped) {
-        __syncthreads();
-        for (uint32_t m = threadIdx.x / 32 == 0 ? unmapped : 0; m != 0; m &= m - 1) {
-          int d = __ffs(m) - 1;
-          nvshmemx_putmem_nbi_warp(b.recv_x + (me * t_n + b.send_slot[t * n + d]) * h, b.comb_stage + t * h,
-                                   sent_bytes, d);
+        uint16_t *target = b.recv_x + (me * t_n + slot) * h;
+        uint16_t *peer = (uint16_t *)nvshmem_ptr(target, d);
+        if (peer) {
+          const uint4 *from = reinterpret_cast<const uint4 *>(src);
+          uint4 *to = reinterpret_cast<uint4 *>(peer);
+          for (size_t c = threadIdx.x; c < h / 16; c += blockDim.x) to[c] = from[c];
+          const uint32_t *sf = reinterpret_cast<const uint32_t *>(reinterpret_cast<const uint8_t *>(src) + h);
+          uint32_t *st = reinterpret_cast<uint32_t *>(reinterpret_cast<uint8_t *>(peer) + h);
+          for (size_t i = threadIdx.x; i < h / FP8_GROUP; i += blockDim.x) st[i] = sf[i];
+        } else if (threadIdx.x / 32 == 0) {
+          nvshmemx_putmem_nbi_warp(target, src, sent_bytes, d);
         }
       }
     }
