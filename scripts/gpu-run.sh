@@ -22,8 +22,9 @@
 #     graph-bench    eager launches against CUDA graph replays: halo 1024^2, MoE 128 tokens
 #     shmem-bench    the perftest curves against the CUDA C++ twins (needs 2 PEs)
 #     mpirun         the API suite under mpirun -np 2 (needs `gpu-bundle --openmpi`)
-#     python         the Python package (carry/wheels) under torchrun: its pytest suite on CUDA
-#                    tensors at 1 and --pes processes, and python/bench/bench_moe.py (the
+#     python         the Python package (carry/wheels): its pytest suite on the simulator with
+#                    CPU torch tensors, then under torchrun on CUDA tensors at 1 and --pes
+#                    processes, and python/bench/bench_moe.py (the
 #                    PyTorch all_to_all_single baseline at 1 process: NCCL takes one rank per GPU)
 #   --pes N    PEs for api, ring, examples, example-tests, benches (default: one per GPU)
 #   --mps      start the CUDA MPS control daemon first (several PEs per GPU need it) and stop
@@ -145,6 +146,8 @@ stage_python() {
   fi
   export PYTHONPATH=$py${PYTHONPATH:+:$PYTHONPATH}
   python3 -c 'import torch, shmem_rs; print("torch", torch.__version__, "shmem_rs from", shmem_rs.__file__)'
+  # The suite on the CPU simulator with CPU torch tensors beside NumPy arrays (CI has no torch).
+  SHMEM_SIM=1 run 300 python3 -m pytest -q -p no:cacheprovider python/tests
   local tr=(python3 -m torch.distributed.run --standalone)
   for n in $(printf '%s\n' 1 "$pes" | sort -un); do
     local share=(); [ "$mps" -eq 1 ] && share=(env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / n)))
