@@ -215,12 +215,19 @@ class _Arr:
         """A new array of the same library and device."""
         if self.lib == "torch":
             torch = _torch_module
-            dt = {_BF16: torch.bfloat16, "i4": torch.int32, "f4": torch.float32, _FP8: _fp8_torch()}[dtype]
-            return torch.empty(shape, dtype=dt, device=self.obj.device)
+            return torch.empty(shape, dtype=_torch_dtype(dtype), device=self.obj.device)
         import numpy as np
 
         dt = {_BF16: np.uint16, "i4": np.int32, "f4": np.float32, _FP8: np.uint8}[dtype]
         return np.empty(shape, dtype=dt)
+
+
+def _torch_dtype(dtype):
+    """Torch's dtype for one of this module's codes."""
+    torch = _torch_module
+    if dtype == _FP8:
+        return _fp8_torch()
+    return {_BF16: torch.bfloat16, "i4": torch.int32, "f4": torch.float32}[dtype]
 
 
 def _fp8_torch():
@@ -347,17 +354,20 @@ class MoeBuffer:
             raise ValueError("x must be 16-byte aligned")
         if xp == self._staged:
             xp = 0
-        layout = xa.empty((2, self.num_local_experts, self.num_pes), "i4")
-        if self.dtype == _FP8:
-            recv = xa.empty((self.pair_slots, self.hidden), _FP8)
-            scales = xa.empty((self.pair_slots, self._groups), "f4")
-            sp, out = _Arr(scales, "scales").ptr(), (recv, scales)
-        else:
-            recv = out = xa.empty((self.pair_slots, self.hidden), _BF16)
-            sp = 0
-        ra, la = _Arr(recv, "recv"), _Arr(layout, "layout")
-        h = self._n.dispatch(xp, ia.ptr(), wa.ptr(), t, ra.ptr(), sp, la.ptr(), _stream(xa))
+        recv, sp, out, layout = self._outputs(xa.empty, lambda a: _Arr(a, "out").ptr())
+        h = self._n.dispatch(xp, ia.ptr(), wa.ptr(), t, _Arr(recv, "recv").ptr(), sp, _Arr(layout, "layout").ptr(), _stream(xa))
         return out, layout[0], DispatchHandle(h, layout[1], t, xa.lib)
+
+    def _outputs(self, empty, ptr):
+        """The dispatch's outputs, made by ``empty(shape, dtype)``: ``(rows, the scales'
+        address or 0, recv_x as dispatch returns it, layout)``."""
+        layout = empty((2, self.num_local_experts, self.num_pes), "i4")
+        if self.dtype == _FP8:
+            recv = empty((self.pair_slots, self.hidden), _FP8)
+            scales = empty((self.pair_slots, self._groups), "f4")
+            return recv, ptr(scales), (recv, scales), layout
+        recv = empty((self.pair_slots, self.hidden), _BF16)
+        return recv, 0, recv, layout
 
     def _fast(self, x, idx, w):
         """``dispatch`` for CUDA tensors that need no check's message: the common case, in
@@ -391,14 +401,9 @@ class MoeBuffer:
             xp = 0
         idx = idx.to(torch.int32).contiguous()
         w = w.contiguous()
-        layout = torch.empty((2, self.num_local_experts, self.num_pes), dtype=torch.int32, device=dev)
-        if self.dtype == _FP8:
-            recv = torch.empty((self.pair_slots, self.hidden), dtype=torch.float8_e4m3fn, device=dev)
-            scales = torch.empty((self.pair_slots, self._groups), dtype=torch.float32, device=dev)
-            sp, out = scales.data_ptr(), (recv, scales)
-        else:
-            recv = out = torch.empty((self.pair_slots, self.hidden), dtype=torch.bfloat16, device=dev)
-            sp = 0
+        recv, sp, out, layout = self._outputs(
+            lambda shape, dt: torch.empty(shape, dtype=_torch_dtype(dt), device=dev), torch.Tensor.data_ptr
+        )
         h = self._n.dispatch(
             xp, idx.data_ptr(), w.data_ptr(), shape[0], recv.data_ptr(), sp, layout.data_ptr(), _raw_stream(dev)
         )
