@@ -629,15 +629,16 @@ impl<'rt> Moe<'rt> {
             );
             for ids in r.topk.chunks(k) {
                 let m = destinations(ids, l) & if with_self { !0 } else { !(1 << pe) };
-                sent[pe as usize] += u64::from(m.count_ones()) * row;
+                sent[pe as usize] += u64::from(m.count_ones());
                 for d in 0..n {
                     if m & (1 << d) != 0 {
-                        received[d as usize] += row;
+                        received[d as usize] += 1;
                     }
                 }
             }
         }
-        let most = |v: Vec<u64>, bytes: u64| v.into_iter().max().unwrap_or(0) / row * bytes;
+        // Rows, times the bytes of a row in that phase.
+        let most = |rows: Vec<u64>, bytes: u64| rows.into_iter().max().unwrap_or(0) * bytes;
         if with_self {
             // A combine returns to each token's PE what its dispatch delivered.
             (most(received, sent_row), most(sent, row))
