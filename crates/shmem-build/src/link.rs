@@ -141,14 +141,18 @@ pub fn link(
     let mut ptx_text =
         std::fs::read_to_string(&ptx_path).ctx(|| format!("reading {}", ptx_path.display()))?;
     for m in &metas {
-        if let Some(t) = m.max_threads {
-            ptx_text =
-                ptx::with_launch_bounds(&ptx_text, &m.name, t, m.min_blocks).ok_or_else(|| {
-                    Error::Crate(format!(
-                        "kernel `{}`: no PTX entry to give launch bounds",
-                        m.name
-                    ))
-                })?;
+        let bounds = ptx::EntryBounds {
+            max_threads: m.max_threads,
+            min_blocks: m.min_blocks,
+            max_registers: m.max_registers,
+        };
+        if bounds != ptx::EntryBounds::default() {
+            ptx_text = ptx::with_entry_bounds(&ptx_text, &m.name, bounds).ok_or_else(|| {
+                Error::Crate(format!(
+                    "kernel `{}`: no PTX entry to give launch bounds",
+                    m.name
+                ))
+            })?;
         }
     }
     std::fs::write(&ptx_path, &ptx_text).ctx(|| format!("writing {}", ptx_path.display()))?;
@@ -180,6 +184,7 @@ pub fn link(
             params,
             max_threads: m.max_threads,
             min_blocks: m.min_blocks,
+            max_registers: m.max_registers,
             resources: None,
         });
     }

@@ -11,6 +11,8 @@ pub(crate) struct MetaRecord {
     pub max_threads: Option<u32>,
     #[serde(default)]
     pub min_blocks: Option<u32>,
+    #[serde(default)]
+    pub max_registers: Option<u32>,
 }
 
 #[derive(Deserialize)]

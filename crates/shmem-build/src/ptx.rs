@@ -159,23 +159,36 @@ fn param_layout(decl: &str) -> (u32, u32) {
     (size, align)
 }
 
-/// `ptx` with `.maxntid max_threads, 1, 1` (and `.minnctapersm min_blocks`) on entry `name`:
-/// CUDA's `__launch_bounds__`, which lets ptxas budget registers for that many threads (and
-/// blocks per SM). `None` if the entry is not in the text.
-pub fn with_launch_bounds(
-    ptx: &str,
-    name: &str,
-    max_threads: u32,
-    min_blocks: Option<u32>,
-) -> Option<String> {
+/// The performance directives of an entry: `#[shmem_kernel]`'s launch bounds or register
+/// budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EntryBounds {
+    /// `.maxntid N, 1, 1`: CUDA's `__launch_bounds__(N)`, which lets ptxas budget registers
+    /// for that many threads.
+    pub max_threads: Option<u32>,
+    /// `.minnctapersm M` (with `max_threads`): blocks per SM to budget for.
+    pub min_blocks: Option<u32>,
+    /// `.maxnreg R`: CUDA's `__maxnreg__(R)`, registers per thread.
+    pub max_registers: Option<u32>,
+}
+
+/// `ptx` with `bounds`' directives on entry `name` (unchanged if `bounds` gives none). `None`
+/// if the entry is not in the text.
+pub fn with_entry_bounds(ptx: &str, name: &str, bounds: EntryBounds) -> Option<String> {
     let head = format!(".entry {name}(");
     let start = ptx.find(&head)?;
     // The parameter list closes on a line of its own that starts with `)`.
     let close = start + ptx[start..].find("\n)")? + 1;
     let eol = close + ptx[close..].find('\n')?;
-    let mut directives = format!("\n.maxntid {max_threads}, 1, 1");
-    if let Some(b) = min_blocks {
+    let mut directives = String::new();
+    if let Some(t) = bounds.max_threads {
+        directives += &format!("\n.maxntid {t}, 1, 1");
+    }
+    if let Some(b) = bounds.min_blocks {
         directives += &format!("\n.minnctapersm {b}");
+    }
+    if let Some(r) = bounds.max_registers {
+        directives += &format!("\n.maxnreg {r}");
     }
     Some(format!("{}{directives}{}", &ptx[..eol], &ptx[eol..]))
 }
@@ -185,7 +198,12 @@ mod tests {
     #[test]
     fn launch_bounds_go_between_the_parameters_and_the_body() {
         let ptx = ".visible .entry a(\n\t.param .u32 a_param_0\n)\n{\n\tret;\n}\n.visible .entry b(\n\t.param .u32 b_param_0\n)                 // @b\n{\n\tret;\n}\n";
-        let out = with_launch_bounds(ptx, "b", 256, Some(2)).unwrap();
+        let b = |t, m, r| EntryBounds {
+            max_threads: t,
+            min_blocks: m,
+            max_registers: r,
+        };
+        let out = with_entry_bounds(ptx, "b", b(Some(256), Some(2), None)).unwrap();
         assert!(
             out.contains(")                 // @b\n.maxntid 256, 1, 1\n.minnctapersm 2\n{"),
             "{out}"
@@ -194,12 +212,18 @@ mod tests {
             out.starts_with(".visible .entry a(\n\t.param .u32 a_param_0\n)\n{"),
             "{out}"
         );
-        let only = with_launch_bounds(ptx, "a", 64, None).unwrap();
+        let only = with_entry_bounds(ptx, "a", b(Some(64), None, None)).unwrap();
         assert!(
             only.contains("a_param_0\n)\n.maxntid 64, 1, 1\n{"),
             "{only}"
         );
-        assert!(with_launch_bounds(ptx, "c", 64, None).is_none());
+        let regs = with_entry_bounds(ptx, "a", b(None, None, Some(80))).unwrap();
+        assert!(regs.contains("a_param_0\n)\n.maxnreg 80\n{"), "{regs}");
+        assert_eq!(
+            with_entry_bounds(ptx, "a", b(None, None, None)).unwrap(),
+            ptx
+        );
+        assert!(with_entry_bounds(ptx, "c", b(Some(64), None, None)).is_none());
     }
 
     use super::*;

@@ -33,8 +33,8 @@ pub(crate) fn generate(k: &Kernel) -> TokenStream {
     }
 }
 
-/// `{"name":"ring","params":[{"name":"dst","type":"Sym<i32>"}]}`, plus `"max_threads"` and
-/// `"min_blocks"` when the attribute gives launch bounds.
+/// `{"name":"ring","params":[{"name":"dst","type":"Sym<i32>"}]}`, plus `"max_threads"`,
+/// `"min_blocks"` and `"max_registers"` when the attribute gives them.
 pub(crate) fn metadata_json(k: &Kernel) -> String {
     let params: Vec<String> = k
         .params
@@ -53,6 +53,9 @@ pub(crate) fn metadata_json(k: &Kernel) -> String {
     }
     if let Some(b) = k.bounds.min_blocks {
         bounds += &format!(r#","min_blocks":{b}"#);
+    }
+    if let Some(r) = k.bounds.max_registers {
+        bounds += &format!(r#","max_registers":{r}"#);
     }
     format!(
         r#"{{"name":"{}","params":[{}]{bounds}}}"#,

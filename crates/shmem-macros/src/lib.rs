@@ -26,6 +26,13 @@ mod parse;
 /// Parameters must implement `shmem_device::kernel::KernelParam` (numbers, `bool`, `Sym<T>`,
 /// `SymSlice<T>`, `DevicePtr<T>`, `DeviceSlice<T>`, `Team`). Kernels return nothing, are not
 /// generic, `async` or `const`, and take no `self`; each mistake is reported at its tokens.
+///
+/// Arguments, all optional: `max_threads = N` and `min_blocks = M` are CUDA's
+/// `__launch_bounds__(N, M)` (PTX `.maxntid`, `.minnctapersm`: `ptxas` budgets registers so
+/// that `M` blocks of `N` threads fit on an SM; a launch with more than `N` threads is an
+/// error); or `max_registers = R` is CUDA's `__maxnreg__(R)` (PTX `.maxnreg`: at most `R`
+/// registers a thread whatever the block size, spilling if it must; `cargo xtask build-ptx`
+/// prints the spills).
 #[proc_macro_attribute]
 pub fn shmem_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand(attr.into(), item.into()).into()

@@ -10,13 +10,16 @@ pub(crate) struct Kernel {
     pub bounds: LaunchBounds,
 }
 
-/// `#[shmem_kernel(max_threads = N, min_blocks = M)]`: CUDA's `__launch_bounds__(N, M)`.
+/// `#[shmem_kernel(max_threads = N, min_blocks = M)]`: CUDA's `__launch_bounds__(N, M)`; or
+/// `#[shmem_kernel(max_registers = R)]`: CUDA's `__maxnreg__(R)`.
 #[derive(Default)]
 pub(crate) struct LaunchBounds {
     /// The most threads per block any launch uses (PTX `.maxntid`).
     pub max_threads: Option<u32>,
     /// Blocks that should fit on one SM at once (PTX `.minnctapersm`).
     pub min_blocks: Option<u32>,
+    /// The most registers a thread may use (PTX `.maxnreg`).
+    pub max_registers: Option<u32>,
 }
 
 /// Parses the attribute's arguments.
@@ -33,7 +36,7 @@ fn parse_bounds(attr: TokenStream, errors: &mut Errors) -> LaunchBounds {
             errors.push(
                 &attr,
                 "expected `max_threads = N` and optionally `min_blocks = M`, as in \
-                 #[shmem_kernel(max_threads = 256, min_blocks = 2)]",
+                 #[shmem_kernel(max_threads = 256, min_blocks = 2)], or `max_registers = R`",
             );
             return b;
         }
@@ -54,18 +57,30 @@ fn parse_bounds(attr: TokenStream, errors: &mut Errors) -> LaunchBounds {
         match (key.as_str(), value) {
             ("max_threads", Some(v)) if v <= 1024 => b.max_threads = Some(v),
             ("min_blocks", Some(v)) => b.min_blocks = Some(v),
+            ("max_registers", Some(v)) if (16..=255).contains(&v) => b.max_registers = Some(v),
             ("max_threads", _) => errors.push(
                 &arg.value,
                 "max_threads must be an integer from 1 to 1024 (threads per block)",
             ),
             ("min_blocks", _) => errors.push(&arg.value, "min_blocks must be a positive integer"),
+            ("max_registers", _) => errors.push(
+                &arg.value,
+                "max_registers must be an integer from 16 to 255 (registers per thread)",
+            ),
             _ => errors.push(
                 &arg.path,
                 format!(
-                    "unknown #[shmem_kernel] argument `{key}`: the arguments are `max_threads` and `min_blocks` (CUDA's __launch_bounds__)"
+                    "unknown #[shmem_kernel] argument `{key}`: the arguments are `max_threads` and `min_blocks` (CUDA's __launch_bounds__), or `max_registers` (CUDA's __maxnreg__)"
                 ),
             ),
         }
+    }
+    if b.max_registers.is_some() && (b.max_threads.is_some() || b.min_blocks.is_some()) {
+        errors.push(
+            &attr,
+            "max_registers (CUDA's __maxnreg__) cannot be combined with max_threads and \
+             min_blocks (__launch_bounds__): give one or the other",
+        );
     }
     if b.min_blocks.is_some() && b.max_threads.is_none() {
         errors.push(

@@ -76,6 +76,10 @@ pub struct KernelManifest {
     /// `#[shmem_kernel(min_blocks = M)]` (PTX `.minnctapersm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_blocks: Option<u32>,
+    /// `#[shmem_kernel(max_registers = R)]` (PTX `.maxnreg`): `ptxas` keeps the kernel within R
+    /// registers a thread, spilling if it must.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_registers: Option<u32>,
     /// What `ptxas -v` reported for the entry (when ptxas ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,

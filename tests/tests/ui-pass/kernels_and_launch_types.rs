@@ -12,6 +12,15 @@ pub unsafe fn bounded(n: u32) {
     let _ = n;
 }
 
+/// A register budget.
+///
+/// # Safety
+/// None needed.
+#[shmem_kernel(max_registers = 64)]
+pub unsafe fn budgeted(n: u32) {
+    let _ = n;
+}
+
 #[shmem_kernel]
 pub unsafe fn all_kinds(a: SymSlice<f32>, b: Sym<u64>, c: DeviceSlice<i8>, d: DevicePtr<u16>, n: u32, x: f64, t: Team, flag: bool) {
     let _ = (a, b, c, d, n, x, t, flag);

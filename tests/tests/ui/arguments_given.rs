@@ -15,4 +15,14 @@ pub unsafe fn min_without_max(n: u32) {
     let _ = n;
 }
 
+#[shmem_kernel(max_registers = 300)]
+pub unsafe fn too_many_registers(n: u32) {
+    let _ = n;
+}
+
+#[shmem_kernel(max_threads = 256, max_registers = 64)]
+pub unsafe fn bounds_and_registers(n: u32) {
+    let _ = n;
+}
+
 fn main() {}
