@@ -97,12 +97,12 @@ def expert_layer(recv, counts, offsets, pe, scales=None):
 def combine_reference(x, idx, w, n_local, n, scale=scale, fp8=False):
     """Each token: per destination PE in order, ``part += w_k * y_k`` over its choices there
     (float32; ``y_k``: the token times ``scale(expert)``, rounded to bf16), rounded to bf16;
-    the parts added in float32 and rounded to bf16. With ``fp8``, the token is what an FP8
-    dispatch delivers of it."""
+    the parts added in float32, starting from the first as it is, and rounded to bf16. With
+    ``fp8``, the token is what an FP8 dispatch delivers of it."""
     xf = bf16_to_f32(x) if not fp8 else dequantize(*quantize(x))
     out = np.zeros(x.shape, np.uint16)
     for t in range(x.shape[0]):
-        acc = np.zeros(x.shape[1], np.float32)
+        acc = None  # the first destination's part as it is, then the others added
         for d in range(n):
             ks = [k for k in range(idx.shape[1]) if idx[t, k] >= 0 and idx[t, k] // n_local == d]
             if not ks:
@@ -111,6 +111,7 @@ def combine_reference(x, idx, w, n_local, n, scale=scale, fp8=False):
             for k in ks:
                 y = bf16_to_f32(f32_to_bf16(xf[t] * scale(idx[t, k])))
                 part = part + np.float32(w[t, k]) * y
-            acc = acc + bf16_to_f32(f32_to_bf16(part))
-        out[t] = f32_to_bf16(acc)
+            part = bf16_to_f32(f32_to_bf16(part))
+            acc = part if acc is None else acc + part
+        out[t] = f32_to_bf16(acc) if acc is not None else 0
     return out

@@ -414,24 +414,39 @@ extern "C" __global__ void moe_experts(Bufs b, Shape s) {
   }
 }
 
-constexpr size_t SEGMENT_CHUNKS = 4;
+constexpr size_t SEGMENT_CHUNKS = 2;  // chunks per lane and row in a unit (512 bf16)
+constexpr size_t ROW_GROUP = 4;       // rows loaded together before the first add
 
-// Adds chunks c0 + 32 j + lane (j < SEGMENT_CHUNKS, below `chunks`) of `row`, times w, to acc.
-__device__ __forceinline__ void accumulate(float acc[SEGMENT_CHUNKS][8], const uint4 *row,
-                                           size_t c0, size_t chunks, bool weighted, float w) {
+// Loads chunks c0 + 32 j + lane (j < SEGMENT_CHUNKS, below `chunks`) of every non-null row
+// (all loads first), then adds them in row order, times their weights, to acc:
+// acc = acc + w * y, or acc = w * y for the first row while *fresh (then cleared).
+__device__ __forceinline__ void accumulate(float acc[SEGMENT_CHUNKS][8],
+                                           const uint4 *const rows[ROW_GROUP],
+                                           const float w[ROW_GROUP], size_t c0, size_t chunks,
+                                           bool &fresh) {
   size_t lane = threadIdx.x % 32;
-  uint4 v[SEGMENT_CHUNKS];
+  uint4 v[ROW_GROUP][SEGMENT_CHUNKS];
 #pragma unroll
-  for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
-    size_t c = c0 + 32 * j + lane;
-    v[j] = c < chunks ? row[c] : make_uint4(0, 0, 0, 0);
-  }
+  for (size_t i = 0; i < ROW_GROUP; i++)
 #pragma unroll
-  for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
-    float y[8];
-    widen(v[j], y);
+    for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
+      size_t c = c0 + 32 * j + lane;
+      v[i][j] = rows[i] && c < chunks ? rows[i][c] : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
-    for (int i = 0; i < 8; i++) acc[j][i] = __fadd_rn(acc[j][i], weighted ? __fmul_rn(w, y[i]) : y[i]);
+  for (size_t i = 0; i < ROW_GROUP; i++) {
+    if (!rows[i]) continue;
+#pragma unroll
+    for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
+      float y[8];
+      widen(v[i][j], y);
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        float p = __fmul_rn(w[i], y[e]);
+        acc[j][e] = fresh ? p : __fadd_rn(acc[j][e], p);
+      }
+    }
+    fresh = false;
   }
 }
 
@@ -445,7 +460,8 @@ __device__ __forceinline__ void store_segment(float acc[SEGMENT_CHUNKS][8], uint
   }
 }
 
-extern "C" __global__ void moe_combine(Bufs b, Shape s) {
+// 80 registers: three blocks of 256 threads an SM (as the Rust kernel's max_registers).
+extern "C" __global__ void __maxnreg__(80) moe_combine(Bufs b, Shape s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t k_n = s.top_k, t_n = s.tokens, h = s.hidden;
   uint32_t l_n = s.experts / n;
@@ -454,6 +470,8 @@ extern "C" __global__ void moe_combine(Bufs b, Shape s) {
   bool mine = lane < k_n;
   size_t chunks = h / 8, per_seg = 32 * SEGMENT_CHUNKS, segs = (chunks + per_seg - 1) / per_seg;
   uint32_t t32 = t_n, segs32 = segs;  // 32-bit unit numbers: 64-bit division is a call
+  // 1. Each received row's weighted sum into its source's comb_recv, or for this PE's own
+  //    tokens into out.
   for (uint32_t u = gw; u < n * t32 * segs32; u += nw) {
     uint32_t r32 = u / segs32, src = r32 / t32;
     size_t r = r32, c0 = (size_t)(u % segs32) * per_seg;
@@ -462,17 +480,32 @@ extern "C" __global__ void moe_combine(Bufs b, Shape s) {
     int32_t pair = mine ? b.recv_pair[r * k_n + lane] : -1;
     float w = mine ? b.recv_w[r * k_n + lane] : 0.0f;
     uint16_t *target = b.comb_recv + (me * t_n + t) * h;
-    uint16_t *peer = (uint16_t *)nvshmem_ptr(target, src);
-    uint4 *out = reinterpret_cast<uint4 *>(peer ? peer : b.comb_stage + r * h);
-    float acc[SEGMENT_CHUNKS][8] = {};
-    for (size_t k = 0; k < k_n; k++) {
-      int32_t pk = __shfl_sync(0xffffffffu, pair, k);
-      float wk = __shfl_sync(0xffffffffu, w, k);
-      if (pk >= 0)
-        accumulate(acc, reinterpret_cast<const uint4 *>(b.expert_y + pk * h), c0, chunks, true, wk);
+    uint16_t *dst;
+    bool staged = false;
+    if (src == me) {
+      dst = b.out + t * h;
+    } else {
+      dst = (uint16_t *)nvshmem_ptr(target, src);
+      if (!dst) {
+        dst = b.comb_stage + r * h;
+        staged = true;
+      }
     }
-    store_segment(acc, out, c0, chunks);
-    if (!peer) {
+    float acc[SEGMENT_CHUNKS][8] = {};
+    bool fresh = false;  // the sum starts from +0
+    for (size_t k = 0; k < k_n; k += ROW_GROUP) {
+      const uint4 *rows[ROW_GROUP];
+      float ws[ROW_GROUP];
+#pragma unroll
+      for (size_t i = 0; i < ROW_GROUP; i++) {
+        int32_t pk = __shfl_sync(0xffffffffu, pair, k + i);  // lanes from K on hold -1
+        ws[i] = __shfl_sync(0xffffffffu, w, k + i);
+        rows[i] = pk >= 0 ? reinterpret_cast<const uint4 *>(b.expert_y + pk * h) : nullptr;
+      }
+      accumulate(acc, rows, ws, c0, chunks, fresh);
+    }
+    store_segment(acc, reinterpret_cast<uint4 *>(dst), c0, chunks);
+    if (staged) {
       size_t len = min(chunks - c0, per_seg) * 8;
       nvshmemx_putmem_nbi_warp(target + c0 * 8, b.comb_stage + r * h + c0 * 8, len * sizeof(uint16_t), src);
     }
@@ -490,16 +523,30 @@ extern "C" __global__ void moe_combine(Bufs b, Shape s) {
     nvshmem_signal_wait_until(b.signals + SIG_COMBINE, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
   }
   __syncthreads();
+  // 3. Each token: its destinations' sums in PE order, the first as it is (its own PE's from
+  //    out); nothing to do when its experts are all on this PE.
   for (uint32_t u = gw; u < t32 * segs32; u += nw) {
     size_t t = u / segs32, c0 = (size_t)(u % segs32) * per_seg;
     int32_t e = mine ? b.topk[t * k_n + lane] : -1;
     uint32_t mask = warp_or(e >= 0 ? 1u << ((uint32_t)e / l_n) : 0u);
+    if (mask == 1u << me) continue;
+    uint16_t *out = b.out + t * h;
     float acc[SEGMENT_CHUNKS][8] = {};
-    for (uint32_t m = mask; m != 0; m &= m - 1) {
-      size_t d = __ffs(m) - 1;
-      accumulate(acc, reinterpret_cast<const uint4 *>(b.comb_recv + (d * t_n + t) * h), c0, chunks,
-                 false, 0.0f);
+    bool fresh = true;
+    const float ones[ROW_GROUP] = {1.0f, 1.0f, 1.0f, 1.0f};
+    for (uint32_t m = mask; m != 0;) {
+      const uint4 *rows[ROW_GROUP];
+#pragma unroll
+      for (size_t i = 0; i < ROW_GROUP; i++) {
+        rows[i] = nullptr;
+        if (m != 0) {
+          size_t d = __ffs(m) - 1;
+          m &= m - 1;
+          rows[i] = reinterpret_cast<const uint4 *>(d == me ? out : b.comb_recv + (d * t_n + t) * h);
+        }
+      }
+      accumulate(acc, rows, ones, c0, chunks, fresh);
     }
-    store_segment(acc, reinterpret_cast<uint4 *>(b.out + t * h), c0, chunks);
+    store_segment(acc, reinterpret_cast<uint4 *>(out), c0, chunks);
   }
 }

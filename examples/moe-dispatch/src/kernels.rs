@@ -39,8 +39,15 @@
 //! # Arithmetic
 //! A received row's sum is `acc = acc + w_k * y_k` over its choices `k` in order, in `f32`
 //! (no fused multiply-add, as in `cuda/moe.cu`), rounded to `bf16`; the token's PE adds the
-//! sums of its destinations in PE order, in `f32`, and rounds to `bf16`. The CPU reference
-//! ([`crate::reference`]) does the same operations.
+//! sums of its destinations in PE order, in `f32`, starting from the first as it is (so a
+//! token with one destination gets that sum's `bf16` unchanged), and rounds to `bf16`. The
+//! CPU reference ([`crate::reference`]) does the same operations.
+//!
+//! The combine writes the sums of a PE's own tokens straight into its `out`, and the other
+//! rows' into their sources' `comb_recv`; after the completion wait it adds a token's sums
+//! where it has more than one destination (or none: zeros). With one PE, or with every
+//! expert of a token on its own PE, the combine reads each expert output row once and
+//! writes each token once: the memory traffic's floor.
 
 use crate::{bf16, expert_scale};
 use shmem_device::fp8::{e4m3_to_f32, e4m3x2_from_f32};
@@ -194,7 +201,8 @@ macro_rules! moe_buffers {
             expert_rows: i32 = |d| d.pairs;
             /// One `H` row per pair slot: the expert's output (local: any device memory).
             expert_y: u16 as local = |d| d.pairs * d.h;
-            /// `n × T × H`: on a token's PE, the weighted sum from each destination.
+            /// `n × T × H`: on a token's PE, the weighted sum from each other destination (its
+            /// own PE's goes straight into `out`).
             comb_recv: u16 = |d| d.n * d.t * d.h;
             /// `n × T × H`: combine's rows staged for `put` when a peer is not mapped; in an FP8
             /// dispatch, row `t` holds token `t` quantised (no combine runs meanwhile).
@@ -1138,71 +1146,92 @@ unsafe fn gather(b: Bufs, s: Shape, g: Gather) {
     }
 }
 
-/// Chunks of 16 bytes per lane in one unit of combine work: a warp's unit is a segment of
-/// `32 * SEGMENT_CHUNKS` chunks (1024 `bf16`) of one row, so that a short batch still
-/// spreads over many warps and every lane has several loads in flight.
-pub const SEGMENT_CHUNKS: usize = 4; // `each_chunk!` writes out 0..4
+/// Chunks of 16 bytes per lane and row in one unit of combine work: a warp's unit is a
+/// segment of `32 * SEGMENT_CHUNKS` chunks (512 `bf16`) of one row, so that a short batch
+/// still spreads over many warps.
+pub const SEGMENT_CHUNKS: usize = 2; // `each_chunk!` writes out 0..2
 
-/// Runs `$body` with `$j` bound to each of `0..SEGMENT_CHUNKS` as a constant, written out
-/// rather than looped: LLVM keeps a `[[f32; 8]; SEGMENT_CHUNKS]` indexed by a loop in local
-/// memory (measured: 1.75x slower than CUDA C++'s `#pragma unroll`), and in registers when
-/// every index is a constant.
-macro_rules! each_chunk {
-    ($j:ident => $body:block) => {{
-        {
-            let $j = 0usize;
+/// Rows whose segments a lane loads together before it adds the first: with
+/// [`SEGMENT_CHUNKS`], `ROW_GROUP * SEGMENT_CHUNKS` 16-byte loads in flight per lane (4 KiB
+/// per warp), which is what keeps HBM busy; the adds then follow in row order.
+pub const ROW_GROUP: usize = 4; // `each_row!` writes out 0..4
+
+/// Runs `$body` with `$i` bound to each of the listed constants, written out rather than
+/// looped: LLVM keeps an array indexed by a loop variable in local memory (measured: 1.75x
+/// slower than CUDA C++'s `#pragma unroll`), and in registers when every index is a
+/// constant.
+macro_rules! unrolled {
+    ($($n:literal)*; $i:ident => $body:block) => {{
+        $({
+            let $i: usize = $n;
             $body
-        }
-        {
-            let $j = 1usize;
-            $body
-        }
-        {
-            let $j = 2usize;
-            $body
-        }
-        {
-            let $j = 3usize;
-            $body
-        }
+        })*
     }};
 }
 
-/// Adds the eight values of `c`, times `w` if given, to `acc`.
-#[inline(always)]
-fn add8(acc: &mut [f32; 8], c: Chunk, w: Option<f32>) {
-    let y = widen(c);
-    for i in 0..8 {
-        acc[i] += match w {
-            Some(w) => w * y[i],
-            None => y[i],
-        };
-    }
+/// [`unrolled!`] over `0..SEGMENT_CHUNKS`.
+macro_rules! each_chunk {
+    ($j:ident => $body:block) => {
+        unrolled!(0 1; $j => $body)
+    };
 }
 
-/// Loads chunks `c0 + 32 j + lane` (`j < SEGMENT_CHUNKS`) of the row at `row`, those below
-/// `chunks`, and adds them, times `w` if given, to `acc[j]`.
+/// [`unrolled!`] over `0..ROW_GROUP`.
+macro_rules! each_row {
+    ($i:ident => $body:block) => {
+        unrolled!(0 1 2 3; $i => $body)
+    };
+}
+
+const _: () = assert!(
+    SEGMENT_CHUNKS == 2 && ROW_GROUP == 4,
+    "each_chunk! and each_row! write out 0..2 and 0..4"
+);
+
+/// One unit's sums: `SEGMENT_CHUNKS` chunks of 8 `f32` per lane.
+type Acc = [[f32; 8]; SEGMENT_CHUNKS];
+
+/// Loads chunks `c0 + 32 j + lane` (`j < SEGMENT_CHUNKS`, those below `chunks`) of every
+/// non-null row of `rows` (all loads issued first), then adds them in row order, each times
+/// its weight, to `acc`: `acc = acc + w * y`, or `acc = w * y` for the first row while
+/// `*fresh` (which it then clears).
 ///
 /// # Safety
-/// The row is in global memory with `chunks` readable chunks.
+/// Every non-null row is in global memory with `chunks` readable chunks.
 #[inline(always)]
 unsafe fn accumulate(
-    acc: &mut [[f32; 8]; SEGMENT_CHUNKS],
-    row: *const Chunk,
+    acc: &mut Acc,
+    rows: [*const Chunk; ROW_GROUP],
+    w: [f32; ROW_GROUP],
     c0: u32,
     chunks: u32,
-    w: Option<f32>,
+    fresh: &mut bool,
 ) {
     let lane = lane_id();
-    let mut v = [Chunk([0; 4]); SEGMENT_CHUNKS];
-    each_chunk!(j => {
-        let c = c0 + 32 * j as u32 + lane;
-        if c < chunks {
-            // SAFETY: `c < chunks` (the caller's contract).
-            v[j] = unsafe { Chunk::load_global(row.add(c as usize)) };
+    let mut v = [[Chunk([0; 4]); SEGMENT_CHUNKS]; ROW_GROUP];
+    each_row!(i => {
+        if !rows[i].is_null() {
+            each_chunk!(j => {
+                let c = c0 + 32 * j as u32 + lane;
+                if c < chunks {
+                    // SAFETY: `c < chunks` (the caller's contract).
+                    v[i][j] = unsafe { Chunk::load_global(rows[i].add(c as usize)) };
+                }
+            });
         }
     });
-    each_chunk!(j => { add8(&mut acc[j], v[j], w); });
+    each_row!(i => {
+        if !rows[i].is_null() {
+            each_chunk!(j => {
+                let y = widen(v[i][j]);
+                for e in 0..8 {
+                    let p = w[i] * y[e];
+                    acc[j][e] = if *fresh { p } else { acc[j][e] + p };
+                }
+            });
+            *fresh = false;
+        }
+    });
 }
 
 /// Stores `acc` as `bf16` into chunks `c0 + 32 j + lane` below `chunks` of `row`.
@@ -1211,7 +1240,7 @@ unsafe fn accumulate(
 /// The row is in global memory (here or on a peer) with `chunks` writable chunks, and this
 /// lane's are its own.
 #[inline(always)]
-unsafe fn store_segment(acc: &[[f32; 8]; SEGMENT_CHUNKS], row: *mut Chunk, c0: u32, chunks: u32) {
+unsafe fn store_segment(acc: &Acc, row: *mut Chunk, c0: u32, chunks: u32) {
     let lane = lane_id();
     each_chunk!(j => {
         let c = c0 + 32 * j as u32 + lane;
@@ -1240,8 +1269,9 @@ unsafe fn combine(b: Bufs, s: Shape) {
     let chunks = (h / 8) as u32;
     let per_seg = 32 * SEGMENT_CHUNKS as u32;
     let segs = chunks.div_ceil(per_seg);
-    // 1. Each received row's weighted sum, straight into its source's `comb_recv`; a warp
-    //    per (row, segment).
+    // 1. Each received row's weighted sum, straight into its source's `comb_recv`, or for
+    //    this PE's own tokens into `out`; a warp per (row, segment), `ROW_GROUP` choices'
+    //    rows loaded at a time.
     // Units are numbered in `u32` (they fit: the host checks the sizes): 64-bit division is
     // a subroutine call on the GPU.
     let (t32, segs32) = (t_n as u32, segs);
@@ -1254,7 +1284,7 @@ unsafe fn combine(b: Bufs, s: Shape) {
         // SAFETY: for this loop: `r < n * T`, `lane < K` where indexed by lane; the received
         // rows, pairs and outputs of this round are complete (dispatch and experts came
         // before on this stream); segment `c0` of slot `(me, t)` of the source's
-        // `comb_recv` is this warp's.
+        // `comb_recv` (of row `t` of `out` for this PE's own rows) is this warp's.
         unsafe {
             if j >= ld(b.recv_count, src as usize) {
                 continue;
@@ -1269,27 +1299,33 @@ unsafe fn combine(b: Bufs, s: Shape) {
                 (-1, 0.0)
             };
             let target = b.comb_recv.wrapping_add((me as usize * t_n + t) * h);
-            let peer = ptr(target, src as i32);
-            let out = match peer {
-                Some(p) => p.as_ptr(),
-                None => b.comb_stage.as_ptr().add(r * h),
-            }
-            .cast::<Chunk>();
-            let mut acc = [[0f32; 8]; SEGMENT_CHUNKS];
-            for k in 0..k_n {
-                let pk = shfl_idx(pair as u32, k as u32) as i32;
-                let wk = f32::from_bits(shfl_idx(w.to_bits(), k as u32));
-                if pk >= 0 {
-                    let y = b
-                        .expert_y
-                        .as_ptr()
-                        .add(pk as u32 as usize * h)
-                        .cast::<Chunk>();
-                    accumulate(&mut acc, y, c0, chunks, Some(wk));
+            let (out, staged) = if src == me {
+                (b.out.as_ptr().add(t * h), false)
+            } else {
+                match ptr(target, src as i32) {
+                    Some(p) => (p.as_ptr(), false),
+                    None => (b.comb_stage.as_ptr().add(r * h), true),
                 }
+            };
+            let mut acc = [[0f32; 8]; SEGMENT_CHUNKS];
+            let mut fresh = false; // the sum starts from +0 (module documentation)
+            let mut k = 0;
+            while k < k_n {
+                let mut rows = [core::ptr::null::<Chunk>(); ROW_GROUP];
+                let mut ws = [0f32; ROW_GROUP];
+                each_row!(i => {
+                    // Lanes from `K` on hold pair -1 (and `k + i < 32`: `K <= 16`).
+                    let pk = shfl_idx(pair as u32, (k + i) as u32) as i32;
+                    ws[i] = f32::from_bits(shfl_idx(w.to_bits(), (k + i) as u32));
+                    if pk >= 0 {
+                        rows[i] = b.expert_y.as_ptr().add(pk as u32 as usize * h).cast();
+                    }
+                });
+                accumulate(&mut acc, rows, ws, c0, chunks, &mut fresh);
+                k += ROW_GROUP;
             }
-            store_segment(&acc, out, c0, chunks);
-            if peer.is_none() {
+            store_segment(&acc, out.cast(), c0, chunks);
+            if staged {
                 let (c0, len) = (c0 as usize, (chunks - c0).min(per_seg) as usize * 8);
                 put_nbi(
                     Warp,
@@ -1329,7 +1365,9 @@ unsafe fn combine(b: Bufs, s: Shape) {
         }
     }
     sync_threads();
-    // 3. Each token: the sums of its destinations, in PE order; a warp per (token, segment).
+    // 3. Each token: the sums of its destinations, in PE order, the first as it is (its own
+    //    PE's from `out`); a warp per (token, segment). A token whose experts are all on
+    //    this PE has its sum in `out` already.
     let mut u = gw;
     while u < t32 * segs32 {
         let (t, c0) = ((u / segs32) as usize, (u % segs32) * per_seg);
@@ -1343,15 +1381,30 @@ unsafe fn combine(b: Bufs, s: Shape) {
                 -1
             };
             let mask = warp_or(if e >= 0 { 1u32 << (e as u32 / l_n) } else { 0 });
+            if mask == 1 << me {
+                continue;
+            }
+            let out = b.out.as_ptr().add(t * h);
             let mut acc = [[0f32; 8]; SEGMENT_CHUNKS];
+            let mut fresh = true;
             let mut m = mask;
             while m != 0 {
-                let d = m.trailing_zeros() as usize;
-                m &= m - 1;
-                let part = b.comb_recv.as_ptr().add((d * t_n + t) * h).cast::<Chunk>();
-                accumulate(&mut acc, part, c0, chunks, None);
+                let mut rows = [core::ptr::null::<Chunk>(); ROW_GROUP];
+                each_row!(i => {
+                    if m != 0 {
+                        let d = m.trailing_zeros() as usize;
+                        m &= m - 1;
+                        rows[i] = if d == me as usize {
+                            out.cast_const()
+                        } else {
+                            b.comb_recv.as_ptr().add((d * t_n + t) * h)
+                        }
+                        .cast();
+                    }
+                });
+                accumulate(&mut acc, rows, [1.0; ROW_GROUP], c0, chunks, &mut fresh);
             }
-            store_segment(&acc, b.out.as_ptr().add(t * h).cast::<Chunk>(), c0, chunks);
+            store_segment(&acc, out.cast(), c0, chunks);
         }
     }
 }
@@ -1359,9 +1412,9 @@ unsafe fn combine(b: Bufs, s: Shape) {
 /// Declares the kernels: each is `#[shmem_kernel] unsafe fn $name(b: Bufs, s: Shape)`
 /// calling `$body(b, s)` under its own contract.
 macro_rules! kernels {
-    ($($(#[$doc:meta])* $name:ident => $body:ident;)*) => { $(
+    ($($(#[$doc:meta])* $name:ident $(($($bounds:tt)*))? => $body:ident;)*) => { $(
         $(#[$doc])*
-        #[shmem_kernel]
+        #[shmem_kernel($($($bounds)*)?)]
         pub unsafe fn $name(b: Bufs, s: Shape) {
             // SAFETY: this kernel's contract.
             unsafe { $body(b, s) }
@@ -1401,5 +1454,5 @@ kernels! {
     /// # Safety
     /// After [`moe_experts()`] of the same round; every PE launches it with the same shape,
     /// cooperatively (every block waits for the other PEs), block size a multiple of 32.
-    moe_combine => combine;
+    moe_combine(max_registers = 80) => combine;
 }

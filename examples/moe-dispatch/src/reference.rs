@@ -250,7 +250,8 @@ pub fn check_dispatch(me: u32, s: &Shape, sources: &[Inputs], got: &Received) ->
 /// PE's expected combined tokens, given which of its choices were delivered (`kept[t * K +
 /// k]`; a dropped or absent choice adds nothing): per destination PE, in order, the sum of
 /// `w_k * expert_k(x)` over the choices on it, rounded to `bf16`; then the sum of those in
-/// `f32`, rounded to `bf16` (the kernels' order of operations). `x` is what the dispatch
+/// `f32`, starting from the first as it is, rounded to `bf16` (the kernels' order of
+/// operations). `x` is what the dispatch
 /// delivers ([`delivered_values`]).
 pub fn combine(inp: &Inputs, kept: &[bool], s: &Shape) -> Vec<u16> {
     let (t_n, h, k_n) = (s.tokens as usize, s.hidden as usize, s.top_k as usize);
@@ -262,7 +263,8 @@ pub fn combine(inp: &Inputs, kept: &[bool], s: &Shape) -> Vec<u16> {
         let mask = destinations(ids, l_n);
         let xs = delivered_values(s, &inp.x[t * h..(t + 1) * h]);
         for (i, &x) in xs.iter().enumerate() {
-            let mut acc = 0f32;
+            // The first destination's sum as it is, then the others added.
+            let mut acc: Option<f32> = None;
             for d in (0..s.n_pes).filter(|d| mask & (1 << d) != 0) {
                 let mut part = 0f32;
                 for k in 0..k_n {
@@ -272,9 +274,10 @@ pub fn combine(inp: &Inputs, kept: &[bool], s: &Shape) -> Vec<u16> {
                         part += r.weights[t * k_n + k] * y;
                     }
                 }
-                acc += bf16::to_f32(bf16::from_f32(part));
+                let part = bf16::to_f32(bf16::from_f32(part));
+                acc = Some(acc.map_or(part, |a| a + part));
             }
-            out[t * h + i] = bf16::from_f32(acc);
+            out[t * h + i] = bf16::from_f32(acc.unwrap_or(0.0));
         }
     }
     out
