@@ -83,9 +83,9 @@ pub trait ScopedWord: Copy + sealed::Sealed {
     #[doc(hidden)]
     unsafe fn st<S: MemScope>(release: bool, p: *mut Self, v: Self);
     #[doc(hidden)]
-    unsafe fn fetch_add<S: MemScope>(p: *mut Self, v: Self) -> Self;
+    unsafe fn fetch_add<S: MemScope>(acq_rel: bool, p: *mut Self, v: Self) -> Self;
     #[doc(hidden)]
-    unsafe fn red_add<S: MemScope>(p: *mut Self, v: Self);
+    unsafe fn red_add<S: MemScope>(release: bool, p: *mut Self, v: Self);
     #[doc(hidden)]
     unsafe fn cas<S: MemScope>(p: *mut Self, cmp: Self, new: Self) -> Self;
 }
@@ -137,19 +137,27 @@ macro_rules! scoped_word {
                 }
             }
             #[inline(always)]
-            unsafe fn fetch_add<S: MemScope>(p: *mut Self, v: Self) -> Self {
+            unsafe fn fetch_add<S: MemScope>(acq_rel: bool, p: *mut Self, v: Self) -> Self {
                 let old: Self;
                 // SAFETY: the caller guarantees a valid, aligned, mapped address.
                 unsafe {
-                    scoped_asm!(S, "atom.acq_rel", concat!(".add.", $add, " {o}, [{p}], {v};"), o = out($reg) old, p = in(reg64) p, v = in($reg) v, options(nostack));
+                    if acq_rel {
+                        scoped_asm!(S, "atom.acq_rel", concat!(".add.", $add, " {o}, [{p}], {v};"), o = out($reg) old, p = in(reg64) p, v = in($reg) v, options(nostack));
+                    } else {
+                        scoped_asm!(S, "atom.relaxed", concat!(".add.", $add, " {o}, [{p}], {v};"), o = out($reg) old, p = in(reg64) p, v = in($reg) v, options(nostack));
+                    }
                 }
                 old
             }
             #[inline(always)]
-            unsafe fn red_add<S: MemScope>(p: *mut Self, v: Self) {
+            unsafe fn red_add<S: MemScope>(release: bool, p: *mut Self, v: Self) {
                 // SAFETY: the caller guarantees a valid, aligned, mapped address.
                 unsafe {
-                    scoped_asm!(S, "red.release", concat!(".add.", $add, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                    if release {
+                        scoped_asm!(S, "red.release", concat!(".add.", $add, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                    } else {
+                        scoped_asm!(S, "red.relaxed", concat!(".add.", $add, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                    }
                 }
             }
             #[inline(always)]
@@ -179,7 +187,7 @@ macro_rules! scoped_word {
                 unsafe { p.write_volatile(v) }
             }
             #[track_caller]
-            unsafe fn fetch_add<S: MemScope>(p: *mut Self, v: Self) -> Self {
+            unsafe fn fetch_add<S: MemScope>(_: bool, p: *mut Self, v: Self) -> Self {
                 host_step("scoped::fetch_add", false);
                 // SAFETY: as above.
                 unsafe {
@@ -189,9 +197,9 @@ macro_rules! scoped_word {
                 }
             }
             #[track_caller]
-            unsafe fn red_add<S: MemScope>(p: *mut Self, v: Self) {
+            unsafe fn red_add<S: MemScope>(_: bool, p: *mut Self, v: Self) {
                 // SAFETY: the caller's contract.
-                unsafe { Self::fetch_add::<S>(p, v) };
+                unsafe { Self::fetch_add::<S>(false, p, v) };
             }
             #[track_caller]
             unsafe fn cas<S: MemScope>(p: *mut Self, cmp: Self, new: Self) -> Self {
@@ -305,7 +313,24 @@ pub unsafe fn fetch_add<S: MemScope, T: ScopedWord>(
     value: T,
 ) -> T {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::fetch_add::<S>(p.addr(), value) }
+    unsafe { T::fetch_add::<S>(true, p.addr(), value) }
+}
+
+/// Atomic add with no ordering; returns the old value. PTX: `atom.relaxed.S.add` (CUDA's
+/// `atomicAdd`). For counters that hand out unique slots, where only atomicity matters: an
+/// acquire-release add first waits for this thread's earlier memory operations (peer
+/// stores included) to complete.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn fetch_add_relaxed<S: MemScope, T: ScopedWord>(
+    _scope: S,
+    p: impl ScopedTarget<T>,
+    value: T,
+) -> T {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { T::fetch_add::<S>(false, p.addr(), value) }
 }
 
 /// Atomic add with release semantics, no result (a reduction). PTX: `red.release.S.add`.
@@ -319,7 +344,22 @@ pub unsafe fn add_release<S: MemScope, T: ScopedWord>(
     value: T,
 ) {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::red_add::<S>(p.addr(), value) }
+    unsafe { T::red_add::<S>(true, p.addr(), value) }
+}
+
+/// Atomic add with no ordering and no result. PTX: `red.relaxed.S.add`: for counters read
+/// after a later synchronisation (a kernel's end, a barrier).
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+pub unsafe fn add_relaxed<S: MemScope, T: ScopedWord>(
+    _scope: S,
+    p: impl ScopedTarget<T>,
+    value: T,
+) {
+    // SAFETY: the caller upholds the module's contract.
+    unsafe { T::red_add::<S>(false, p.addr(), value) }
 }
 
 /// Atomic compare-and-swap with acquire-release semantics; returns the old value.

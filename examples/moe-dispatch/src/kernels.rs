@@ -669,7 +669,11 @@ unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32, src: Option<*mut 
         } else {
             let mut v = 0;
             if lane == 0 {
-                v = scoped::fetch_add(Gpu, b.work.wrapping_add(ROW_CURSORS + d as usize), 1);
+                v = scoped::fetch_add_relaxed(
+                    Gpu,
+                    b.work.wrapping_add(ROW_CURSORS + d as usize),
+                    1,
+                );
                 st(b.send_slot, t * nn + d as usize, v as i32);
             }
             shfl_idx(v, 0)
@@ -685,13 +689,13 @@ unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32, src: Option<*mut 
                 }
             } else {
                 let cursor = b.work.wrapping_add(ROW_CURSORS + nn + eu as usize);
-                let c = scoped::fetch_add(Gpu, cursor, 1u32);
+                let c = scoped::fetch_add_relaxed(Gpu, cursor, 1u32);
                 if c < cap {
                     pair = (((eu % l_n) * n + me) * cap + c) as i32;
                 }
             }
             if pair < 0 {
-                scoped::add_release(Gpu, b.dropped, 1u32);
+                scoped::add_relaxed(Gpu, b.dropped, 1u32);
             } else {
                 p(
                     b.expert_rows.wrapping_add(pair as usize),
