@@ -327,6 +327,7 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
         let check = moe.check()?;
         let (bd, bc) = moe.cross_bytes();
         let (ad, ac) = moe.received_bytes();
+        let (md, mc) = moe.memory_bytes();
         let dropped = moe.dropped_per_round()?;
         if !check.ok() || dropped > 0 || !graph_ok {
             println!(
@@ -367,6 +368,32 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                 check.ok(),
                 moe.launch
             );
+            if let (1, Some(ce)) = (rt.n_pes(), ce) {
+                // One PE: each phase's memory floor against the device copy (which reads and
+                // writes each byte: twice the copy's rate).
+                let pct = |bytes: u64, us: f64| 100.0 * gbps(bytes, us) / (2.0 * ce);
+                println!(
+                    "{:<11} {:<4} T {tokens:>5}  memory floor: dispatch {:.1} MB, rust {:.0} % / cuda {:.0} % of the device copy; combine {:.1} MB, rust {:.0} % / cuda {:.0} %",
+                    mode.name(),
+                    o.dtype.name(),
+                    md as f64 / 1e6,
+                    pct(md, rd),
+                    pct(md, cd),
+                    mc as f64 / 1e6,
+                    pct(mc, rc),
+                    pct(mc, cc)
+                );
+                println!(
+                    "RESULT {{\"mode\": \"{}\", \"dtype\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"n_pes\": 1, \"dispatch_memory_bytes\": {md}, \"combine_memory_bytes\": {mc}, \"device_copy_gbps\": {:.2}, \"rust_dispatch_copy_pct\": {:.1}, \"cuda_dispatch_copy_pct\": {:.1}, \"rust_combine_copy_pct\": {:.1}, \"cuda_combine_copy_pct\": {:.1}}}",
+                    mode.name(),
+                    o.dtype.name(),
+                    2.0 * ce,
+                    pct(md, rd),
+                    pct(md, cd),
+                    pct(mc, rc),
+                    pct(mc, cc)
+                );
+            }
             if o.graph_replays > 0 {
                 // Medians of GPU and host time per step: [impl][eager, graph].
                 let med = |i: usize, j: usize| {

@@ -608,6 +608,28 @@ impl<'rt> Moe<'rt> {
         self.token_bytes(true)
     }
 
+    /// With one PE, the bytes each phase must at least read and write in the GPU's memory:
+    /// the dispatch reads every token and writes it as sent, the combine reads every
+    /// (token, expert) output row and writes every token. `(dispatch, combine)`; with more
+    /// PEs the same counts for PE 0's tokens (a floor no longer exact: rows also cross).
+    pub fn memory_bytes(&self) -> (u64, u64) {
+        let r = routing::route(
+            self.opts.seed,
+            0,
+            self.shape.tokens,
+            self.shape.experts,
+            self.shape.top_k,
+            self.opts.dist,
+        );
+        let pairs = r.topk.iter().filter(|&&e| e >= 0).count() as u64;
+        let t = u64::from(self.shape.tokens);
+        let (row, sent_row) = (
+            u64::from(self.shape.hidden) * 2,
+            self.shape.sent_row() as u64 * 2,
+        );
+        (t * (row + sent_row), (pairs + t) * row)
+    }
+
     /// Token rows per round with or without a PE's rows to itself: the most any PE sends
     /// (dispatch) and receives (combine), or with `with_self` the most any PE receives in
     /// both phases.

@@ -345,6 +345,8 @@ fn a_round_captured_in_a_graph_replays_like_eager_rounds() {
 /// Bytes a round moves: at 1 PE nothing crosses and every token reaches its own PE once;
 /// at 2 PEs all received bytes (own rows too) are at least the cross-GPU bytes and at most
 /// every token to every PE. An FP8 dispatch moves the same rows at `H + H/32` bytes each.
+/// The memory floor at 1 PE: the dispatch reads and writes every token, the combine reads
+/// the 40 x 2 pairs' rows and writes every token.
 #[test]
 fn cross_gpu_and_all_received_bytes() {
     use ::moe_dispatch::host::{Dtype, Moe, Options};
@@ -355,14 +357,18 @@ fn cross_gpu_and_all_received_bytes() {
             let mut o = Options::new(40, std::path::PathBuf::new());
             (o.hidden, o.experts, o.top_k) = (128, 4, 2);
             let bf16 = Moe::new(&rt, &o)?;
+            let mem = bf16.memory_bytes();
             let bf16 = (bf16.cross_bytes(), bf16.received_bytes());
             o.dtype = Dtype::Fp8;
             let fp8 = Moe::new(&rt, &o)?;
-            Ok((bf16, (fp8.cross_bytes(), fp8.received_bytes())))
+            let fmem = fp8.memory_bytes();
+            Ok((bf16, (fp8.cross_bytes(), fp8.received_bytes()), (mem, fmem)))
         })
         .unwrap();
         let (row, q) = (128 * 2, 128 + 4);
-        for ((cross, all), (fcross, fall)) in got {
+        for ((cross, all), (fcross, fall), (mem, fmem)) in got {
+            assert_eq!(mem, (40 * 2 * row, (40 * 2 + 40) * row));
+            assert_eq!(fmem, (40 * (row + q), mem.1), "the combine stays bf16");
             if n == 1 {
                 assert_eq!(cross, (0, 0));
                 assert_eq!(all, (40 * row, 40 * row));
