@@ -12,8 +12,8 @@
 //! - **experts** (the user's expert layer; here a stand-in that scales each row by a
 //!   per-expert factor) writes one output row per (token, expert) pair;
 //! - **combine** sums each received token's expert outputs with the routing weights, sends the
-//!   sum back to the token's PE, which adds the sums of all its destinations in PE order into
-//!   the original token order.
+//!   sum back to the token's PE (its own tokens' straight into `out`), which adds the sums of
+//!   all its destinations in PE order into the original token order.
 //!
 //! Two modes ([`kernels`] documents both): **low-latency** (one kernel, slots taken with
 //! atomics, fixed per-expert capacity) and **throughput** (a layout pass first, then a
