@@ -45,8 +45,9 @@ struct Cli {
     /// Element type
     #[arg(long = "type", value_name = "T", default_value = "f32", value_parser = ["f32", "f64"])]
     dtype: String,
-    /// One launch per solve (persistent) or one per iteration
-    #[arg(long, default_value = "persistent", value_parser = ["persistent", "per-iteration"])]
+    /// One launch per solve (persistent) or one per iteration; auto: the one measured faster
+    /// for the grid's points per PE (persistent up to 1024² a PE), named in the summary
+    #[arg(long, default_value = "auto", value_parser = ["auto", "persistent", "per-iteration"])]
     variant: String,
     /// Residual norm every K iterations, 0 for never [default: 100; 10 on the simulator]
     #[arg(long, value_name = "K")]
@@ -98,7 +99,7 @@ fn ptx_dir() -> PathBuf {
 
 impl Cli {
     /// The solve's options; `simulated` picks the simulator's defaults for what was not given.
-    fn options(&self, simulated: bool) -> Options {
+    fn options(&self, simulated: bool, n_pes: u32) -> Options {
         let pick = |given: Option<u32>, gpu: u32, sim: u32| {
             given.unwrap_or(if simulated { sim } else { gpu })
         };
@@ -118,10 +119,10 @@ impl Cli {
         } else {
             Dtype::F32
         };
-        o.variant = if self.variant == "per-iteration" {
-            Variant::PerIteration
-        } else {
-            Variant::Persistent
+        o.variant = match self.variant.as_str() {
+            "per-iteration" => Variant::PerIteration,
+            "persistent" => Variant::Persistent,
+            _ => Variant::faster(o.nx, o.ny, n_pes),
         };
         if let Some(cubin) = &self.cuda {
             o.implementation = Implementation::Cuda {
@@ -208,15 +209,16 @@ fn compare(
     Ok(())
 }
 
-fn summary(o: &Options, out: &Outcome, n: i32) -> String {
+fn summary(o: &Options, auto: bool, out: &Outcome, n: i32) -> String {
     let us = out.seconds_per_iter * 1e6;
     let mut s = format!(
-        "halo_exchange {}x{} {:?} {:?} {} on {n} PE(s), {} iterations{}, {} blocks x {} threads\n  \
+        "halo_exchange {}x{} {:?} {:?}{} {} on {n} PE(s), {} iterations{}, {} blocks x {} threads\n  \
          time per iteration {us:.2} us, halo traffic {:.2} GB/s ({} B per iteration)",
         o.nx,
         o.ny,
         o.dtype,
         o.variant,
+        if auto { " (auto)" } else { "" },
         match &o.implementation {
             Implementation::Rust { .. } => "rust".to_string(),
             Implementation::Cuda { cubin } => format!("cuda ({})", cubin.display()),
@@ -251,7 +253,7 @@ fn summary(o: &Options, out: &Outcome, n: i32) -> String {
 
 fn pe(cli: &Cli) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
-    let o = &cli.options(rt.is_simulated());
+    let o = &cli.options(rt.is_simulated(), rt.n_pes() as u32);
     if let Some(cubin) = &cli.compare {
         return compare(&rt, o, cubin, cli.reps as usize);
     }
@@ -266,7 +268,7 @@ fn pe(cli: &Cli) -> shmem_host::Result<()> {
         )));
     }
     if rt.my_pe() == 0 {
-        println!("{}", summary(o, &out, rt.n_pes()));
+        println!("{}", summary(o, cli.variant == "auto", &out, rt.n_pes()));
         if rt.is_simulated() {
             println!(
                 "  (on the CPU simulator: the times are the simulator's, not a GPU's; \
