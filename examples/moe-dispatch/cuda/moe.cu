@@ -473,9 +473,10 @@ extern "C" __global__ void __maxnreg__(80) moe_combine(Bufs b, Shape s) {
   // 1. Each received row's weighted sum into its source's comb_recv, or for this PE's own
   //    tokens into out.
   for (uint32_t u = gw; u < n * t32 * segs32; u += nw) {
-    uint32_t r32 = u / segs32, src = r32 / t32;
-    size_t r = r32, c0 = (size_t)(u % segs32) * per_seg;
-    if (r32 % t32 >= b.recv_count[src]) continue;
+    // The other PEs' rows first, from the next PE on, this PE's own last.
+    uint32_t v = u / segs32, src = (me + 1 + v / t32) % n, j = v % t32;
+    size_t r = (size_t)src * t32 + j, c0 = (size_t)(u % segs32) * per_seg;
+    if (j >= b.recv_count[src]) continue;
     size_t t = b.recv_src[r];
     int32_t pair = mine ? b.recv_pair[r * k_n + lane] : -1;
     float w = mine ? b.recv_w[r * k_n + lane] : 0.0f;

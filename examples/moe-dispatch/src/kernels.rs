@@ -1281,10 +1281,12 @@ unsafe fn combine(b: Bufs, s: Shape) {
     let (t32, segs32) = (t_n as u32, segs);
     let mut u = gw;
     while u < n * t32 * segs32 {
-        let (r32, c0) = (u / segs32, (u % segs32) * per_seg);
+        let (v, c0) = (u / segs32, (u % segs32) * per_seg);
         u += nw;
-        let (src, j) = (r32 / t32, r32 % t32);
-        let r = r32 as usize;
+        // The other PEs' rows first, from the next PE on, this PE's own last: the peer
+        // stores start at once and drain while the local-only units run.
+        let (src, j) = ((me + 1 + v / t32) % n, v % t32);
+        let r = (src * t32 + j) as usize;
         // SAFETY: for this loop: `r < n * T`, `lane < K` where indexed by lane; the received
         // rows, pairs and outputs of this round are complete (dispatch and experts came
         // before on this stream); segment `c0` of slot `(me, t)` of the source's
