@@ -534,7 +534,9 @@ extern "C" __global__ void __maxnreg__(80) moe_combine(Bufs b, Shape s) {
     uint16_t *out = b.out + t * h;
     float acc[SEGMENT_CHUNKS][8] = {};
     bool fresh = true;
-    const float ones[ROW_GROUP] = {1.0f, 1.0f, 1.0f, 1.0f};
+    float ones[ROW_GROUP];  // unweighted: one per row, whatever ROW_GROUP is
+#pragma unroll
+    for (size_t i = 0; i < ROW_GROUP; i++) ones[i] = 1.0f;
     for (uint32_t m = mask; m != 0;) {
       const uint4 *rows[ROW_GROUP];
 #pragma unroll
