@@ -37,7 +37,7 @@ use crate::scope::{Scope, by_scope};
 use crate::sys;
 use crate::team::Team;
 use core::ffi::c_void;
-use core::mem::size_of;
+use core::mem::{align_of, size_of};
 
 /// The status an NVSHMEM collective returned, when it was not 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,6 +147,10 @@ out_of_line! {
         sys::nvshmem_broadcastmem, sys::nvshmemx_broadcastmem_warp, sys::nvshmemx_broadcastmem_block;
     alltoall_out_of_line(team: i32, d: *mut c_void, s: *const c_void, b: usize) =>
         sys::nvshmem_alltoallmem, sys::nvshmemx_alltoallmem_warp, sys::nvshmemx_alltoallmem_block;
+    alltoall32_out_of_line(team: i32, d: *mut i32, s: *const i32, n: usize) =>
+        sys::nvshmem_int32_alltoall, sys::nvshmemx_int32_alltoall_warp, sys::nvshmemx_int32_alltoall_block;
+    alltoall64_out_of_line(team: i32, d: *mut i64, s: *const i64, n: usize) =>
+        sys::nvshmem_int64_alltoall, sys::nvshmemx_int64_alltoall_warp, sys::nvshmemx_int64_alltoall_block;
     fcollect_out_of_line(team: i32, d: *mut c_void, s: *const c_void, b: usize) =>
         sys::nvshmem_fcollectmem, sys::nvshmemx_fcollectmem_warp, sys::nvshmemx_fcollectmem_block;
 }
@@ -183,7 +187,9 @@ pub unsafe fn broadcast<S: Scope, T: Copy>(
 
 /// Every member sends block `j` of its `src` to member `j`, which stores it as block `i`
 /// (the sender's number) of its `dest`. Both slices hold `team.n_pes()` equal blocks.
-/// NVSHMEM: `nvshmem_alltoallmem` and forms.
+/// NVSHMEM: `nvshmem_int64_alltoall` for elements aligned to 8 bytes, `nvshmem_int32_alltoall`
+/// for elements aligned to 4 (what NVSHMEM's `alltoall_latency` perftest measures), else
+/// `nvshmem_alltoallmem`; and their warp and block forms. The choice is made at compile time.
 ///
 /// # Panics
 /// If the lengths differ or are not a multiple of the team size.
@@ -204,12 +210,20 @@ pub unsafe fn alltoall<S: Scope, T: Copy>(
         "alltoall needs equal lengths divisible by the team size"
     );
     let (d, s, b) = (
-        dest.as_ptr().cast::<c_void>(),
-        src.as_ptr().cast::<c_void>().cast_const(),
+        dest.as_ptr(),
+        src.as_ptr().cast_const(),
         src.len() / n * size_of::<T>(),
     );
-    // SAFETY: the caller upholds the module's contract; lengths were checked.
-    status(unsafe { alltoall_out_of_line::<S>(team.0, d, s, b) })
+    // SAFETY: the caller upholds the module's contract; lengths were checked. A block of
+    // elements aligned to 8 (4) bytes is a whole number of aligned 8 (4)-byte words, as
+    // `size_of` is a multiple of `align_of`.
+    status(unsafe {
+        match align_of::<T>() {
+            8.. => alltoall64_out_of_line::<S>(team.0, d.cast(), s.cast(), b / 8),
+            4 => alltoall32_out_of_line::<S>(team.0, d.cast(), s.cast(), b / 4),
+            _ => alltoall_out_of_line::<S>(team.0, d.cast(), s.cast(), b),
+        }
+    })
 }
 
 /// Concatenates every member's `src` into every member's `dest`, in team order

@@ -82,6 +82,10 @@ bulk_rma! {
         (team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32;
     nvshmem_fcollectmem, nvshmemx_fcollectmem_warp, nvshmemx_fcollectmem_block:
         (team: Team, dest: *mut c_void, src: *const c_void, bytes: usize) -> i32;
+    nvshmem_int32_alltoall, nvshmemx_int32_alltoall_warp, nvshmemx_int32_alltoall_block:
+        (team: Team, dest: *mut i32, src: *const i32, nelems: usize) -> i32;
+    nvshmem_int64_alltoall, nvshmemx_int64_alltoall_warp, nvshmemx_int64_alltoall_block:
+        (team: Team, dest: *mut i64, src: *const i64, nelems: usize) -> i32;
 }
 
 /// Declares, inside a module named after the Rust type, the typed C functions of one NVSHMEM

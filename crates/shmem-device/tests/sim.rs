@@ -361,6 +361,51 @@ fn atomics_reductions_and_collectives_across_pes() {
     }
 }
 
+/// `alltoall` picks NVSHMEM's int64, int32 or byte-wise function by the element's alignment:
+/// each gives every PE block `j` of PE `j`'s source.
+#[test]
+fn alltoall_of_8_4_and_1_byte_elements() {
+    let w = World::new(3, 1 << 16);
+    let (s64, d64) = (w.alloc::<u64>(6), w.alloc::<u64>(6));
+    let (s32, d32) = (w.alloc::<u32>(9), w.alloc::<u32>(9));
+    let (s8, d8) = (w.alloc::<u8>(6), w.alloc::<u8>(6));
+    w.run(1, 32, 5, || {
+        // SAFETY: symmetric buffers of this test, lengths divisible by the 3 PEs; one block
+        // per PE, every thread of it calls each collective.
+        unsafe {
+            let me = my_pe() as usize;
+            if thread_idx_x() == 0 {
+                for i in 0..9 {
+                    if i < 6 {
+                        s64.at(i).write((100 * me + i) as u64);
+                        s8.at(i).write((10 * me + i) as u8);
+                    }
+                    s32.at(i).write((1000 * me + i) as u32);
+                }
+            }
+            sync_threads();
+            shmem_device::coll::alltoall(Block, Team::WORLD, d64.sym(), s64.sym()).unwrap();
+            shmem_device::coll::alltoall(Block, Team::WORLD, d32.sym(), s32.sym()).unwrap();
+            shmem_device::coll::alltoall(Block, Team::WORLD, d8.sym(), s8.sym()).unwrap();
+        }
+    })
+    .unwrap();
+    for pe in 0..3u32 {
+        // Block `j` of the destination is block `pe` of PE `j`'s source.
+        let want = |per: usize, scale: usize| -> Vec<usize> {
+            (0..3 * per)
+                .map(|i| scale * (i / per) + pe as usize * per + i % per)
+                .collect()
+        };
+        let got64: Vec<usize> = d64.read(pe).iter().map(|&v| v as usize).collect();
+        let got32: Vec<usize> = d32.read(pe).iter().map(|&v| v as usize).collect();
+        let got8: Vec<usize> = d8.read(pe).iter().map(|&v| v as usize).collect();
+        assert_eq!(got64, want(2, 100), "u64 (int64) alltoall on PE {pe}");
+        assert_eq!(got32, want(3, 1000), "u32 (int32) alltoall on PE {pe}");
+        assert_eq!(got8, want(2, 10), "u8 (byte-wise) alltoall on PE {pe}");
+    }
+}
+
 #[test]
 fn signals_add_up() {
     let w = World::new(3, 1 << 16);

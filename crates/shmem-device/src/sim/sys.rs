@@ -164,6 +164,28 @@ bytes_coll! {
     nvshmem_broadcastmem, nvshmemx_broadcastmem_warp, nvshmemx_broadcastmem_block => b'b', root;
 }
 
+/// The typed alltoalls (`nvshmem_int32_alltoall`, ...): the byte-wise one on `nelems`
+/// elements.
+macro_rules! typed_alltoall {
+    ($($t:ident, $w:ident, $b:ident: $ty:ty;)*) => { $(
+        typed_alltoall!(@one $t, Thread, $ty);
+        typed_alltoall!(@one $w, Warp, $ty);
+        typed_alltoall!(@one $b, Block, $ty);
+    )* };
+    (@one $f:ident, $g:ident, $ty:ty) => {
+        #[track_caller]
+        pub unsafe fn $f(team: Team, dest: *mut $ty, src: *const $ty, nelems: usize) -> i32 {
+            let bytes = nelems * size_of::<$ty>();
+            // SAFETY: NVSHMEM's contract, which the caller upholds.
+            unsafe { s::collect(Group::$g, team, b'a', dest.cast(), src.cast(), bytes, 0) }
+        }
+    };
+}
+typed_alltoall! {
+    nvshmem_int32_alltoall, nvshmemx_int32_alltoall_warp, nvshmemx_int32_alltoall_block: i32;
+    nvshmem_int64_alltoall, nvshmemx_int64_alltoall_warp, nvshmemx_int64_alltoall_block: i64;
+}
+
 /// The typed functions (`nvshmem_TYPE_OP`), generic over the element type: `crate::sys`'s
 /// per-type modules re-export them under the C declarations' names.
 pub mod typed {
