@@ -1,13 +1,15 @@
 // CUDA C++ references of the benchmark kernels (src/kernels.rs): same names, parameters and
-// control flow, written as a CUDA C++ NVSHMEM user would. Built into a cubin with NVSHMEM's
-// device library (scripts/nvcc-cubin.sh) and launched by the same Rust host code as the Rust
-// kernels (`shmem-bench --cuda perftest.cubin`), so the two differ only in device code.
+// control flow, each the kernel of the NVSHMEM perftest of the same name
+// (perftest/device/), calling the NVSHMEM functions that perftest calls. Built into a cubin
+// with NVSHMEM's device library (scripts/nvcc-cubin.sh) and launched by the same Rust host
+// code as the Rust kernels (`shmem-bench --cuda perftest.cubin`), so the two differ only in
+// device code.
 //
 // `Slice<T>` is the layout of shmem-device's `SymSlice<T>` (pointer, length).
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <cuda/atomic>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
@@ -18,113 +20,174 @@ template <class T> struct Slice {
 
 enum { THREAD = 0, WARP = 1, BLOCK = 2 };
 enum { PUT = 0, GET = 1 };
-enum { LAT_PUT = 0, LAT_GET = 1, LAT_P = 2, LAT_G = 3 };
 
-__device__ __forceinline__ void unit_part(uint32_t scope, size_t bytes, size_t *off,
-                                          size_t *len) {
-  size_t blk = blockIdx.x, nblk = gridDim.x, per_block = bytes / nblk;
-  if (scope == THREAD) {
-    size_t per = per_block / blockDim.x;
-    *off = blk * per_block + threadIdx.x * per;
-    *len = per;
-  } else if (scope == WARP) {
-    size_t nw = (blockDim.x + 31) / 32, per = per_block / nw;
-    *off = blk * per_block + (threadIdx.x / 32) * per;
-    *len = per;
-  } else {
-    *off = blk * per_block;
-    *len = per_block;
-  }
-}
-
-__device__ __forceinline__ void grid_barrier(uint32_t *counter, uint32_t k) {
+// The perftests' grid barrier: counter[0] counts every arrival so far, counter[1] holds the
+// last released epoch; the last block to arrive (after a quiet when asked) releases it.
+__device__ __forceinline__ void inter_cta_barrier(volatile unsigned int *counter,
+                                                  unsigned int epoch, bool quiet_last) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> c(*counter);
-    uint32_t target = k * gridDim.x;
-    c.fetch_add(1u, cuda::memory_order_acq_rel);
-    while (c.load(cuda::memory_order_acquire) < target) {
+    __threadfence();
+    unsigned int arrived = atomicInc((unsigned int *)counter, UINT_MAX);
+    if (arrived == gridDim.x * epoch - 1) {
+      if (quiet_last) nvshmem_quiet();
+      counter[1] = epoch;
+    }
+    while (counter[1] != epoch) {
     }
   }
   __syncthreads();
 }
 
-__device__ __forceinline__ void move_nbi(uint32_t kind, uint32_t scope, uint8_t *dst,
-                                         uint8_t *src, size_t off, size_t len, int peer) {
-  if (kind == PUT) {
-    if (scope == THREAD) nvshmem_putmem_nbi(dst + off, src + off, len, peer);
-    else if (scope == WARP) nvshmemx_putmem_nbi_warp(dst + off, src + off, len, peer);
-    else nvshmemx_putmem_nbi_block(dst + off, src + off, len, peer);
+__device__ __forceinline__ void cta_quiet() {
+  __syncthreads();
+  if (threadIdx.x == 0) nvshmem_quiet();
+  __syncthreads();
+}
+
+// shmem_put_bw / shmem_get_bw.
+extern "C" __global__ void __launch_bounds__(1024)
+    bw(uint32_t kind, uint32_t scope, double *data, size_t len, uint32_t iters,
+       uint32_t sync_each, unsigned int *counter, int peer) {
+  size_t per_block = len / gridDim.x, off, n;
+  if (scope == THREAD) {
+    n = per_block / blockDim.x;
+    off = threadIdx.x * n;
+  } else if (scope == WARP) {
+    n = per_block / ((blockDim.x + 31) / 32);
+    off = (threadIdx.x / 32) * n;
   } else {
-    if (scope == THREAD) nvshmem_getmem_nbi(dst + off, src + off, len, peer);
-    else if (scope == WARP) nvshmemx_getmem_nbi_warp(dst + off, src + off, len, peer);
-    else nvshmemx_getmem_nbi_block(dst + off, src + off, len, peer);
+    n = per_block;
+    off = 0;
   }
-}
-
-extern "C" __global__ void __launch_bounds__(1024) bw(uint32_t kind, uint32_t scope, uint8_t *dst, uint8_t *src,
-                              size_t bytes, uint32_t iters, uint32_t sync_each,
-                              uint32_t *counter, int peer) {
-  size_t off, len;
-  unit_part(scope, bytes, &off, &len);
+  double *d = data + blockIdx.x * per_block + off;
   for (uint32_t i = 0; i < iters; i++) {
-    if (len > 0) move_nbi(kind, scope, dst, src, off, len, peer);
-    if (sync_each) grid_barrier(counter, i + 1);
-  }
-  nvshmem_quiet();
-}
-
-extern "C" __global__ void __launch_bounds__(1024) p_bw(uint32_t *dst, size_t words, uint32_t iters, int peer) {
-  size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (uint32_t i = 0; i < iters; i++)
-    for (size_t w = first; w < words; w += stride) nvshmem_uint32_p(dst + w, i ^ (uint32_t)w, peer);
-  nvshmem_quiet();
-}
-
-extern "C" __global__ void __launch_bounds__(1024) latency(uint32_t op, uint32_t scope, uint8_t *dst, uint8_t *src,
-                                   size_t bytes, uint32_t iters, int peer, uint32_t *out) {
-  uint32_t *word = (uint32_t *)dst;
-  uint32_t acc = 0;
-  for (uint32_t i = 0; i < iters; i++) {
-    if (op == LAT_PUT) {
-      if (scope == THREAD) nvshmem_putmem(dst, src, bytes, peer);
-      else if (scope == WARP) nvshmemx_putmem_warp(dst, src, bytes, peer);
-      else nvshmemx_putmem_block(dst, src, bytes, peer);
-    } else if (op == LAT_GET) {
-      if (scope == THREAD) nvshmem_getmem(dst, src, bytes, peer);
-      else if (scope == WARP) nvshmemx_getmem_warp(dst, src, bytes, peer);
-      else nvshmemx_getmem_block(dst, src, bytes, peer);
-    } else if (op == LAT_P) {
-      nvshmem_uint32_p(word, i, peer);
+    if (kind == PUT) {
+      if (scope == THREAD) nvshmem_double_put_nbi(d, d, n, peer);
+      else if (scope == WARP) nvshmemx_double_put_nbi_warp(d, d, n, peer);
+      else nvshmemx_double_put_nbi_block(d, d, n, peer);
     } else {
-      acc += nvshmem_uint32_g(word, peer);
+      if (scope == THREAD) nvshmem_double_get_nbi(d, d, n, peer);
+      else if (scope == WARP) nvshmemx_double_get_nbi_warp(d, d, n, peer);
+      else nvshmemx_double_get_nbi_block(d, d, n, peer);
     }
-    if (op == LAT_PUT || op == LAT_P) nvshmem_quiet();
+    if (sync_each) inter_cta_barrier(counter, i + 1, false);
   }
-  if (op == LAT_G && threadIdx.x == 0) *out = acc;
+  if (sync_each) inter_cta_barrier(counter, iters + 1, true);
+  else cta_quiet();
 }
 
-extern "C" __global__ void __launch_bounds__(1024) ping_pong(uint32_t kind, uint8_t *dst, uint8_t *src, size_t bytes,
-                                     uint64_t *sig, uint32_t iters, int peer) {
+// shmem_p_bw, 32-bit elements, stride 1.
+extern "C" __global__ void __launch_bounds__(1024)
+    p_bw(uint32_t *data, size_t len, uint32_t iters, unsigned int *counter, int peer) {
+  const size_t unroll = 2, threads = (size_t)gridDim.x * blockDim.x;
+  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, slice = unroll * threads;
+  for (uint32_t i = 0; i < iters; i++) {
+    size_t j = 0;
+    for (; j + slice < len; j += slice) {
+      for (size_t u = 0; u < unroll; u++) {
+        size_t idx = j + u * threads + tid;
+        nvshmem_uint32_p(data + idx, data[idx], peer);
+      }
+      __syncthreads();
+    }
+    for (size_t u = 0; u < unroll; u++) {
+      size_t idx = j + u * threads + tid;
+      if (idx < len) nvshmem_uint32_p(data + idx, data[idx], peer);
+    }
+    inter_cta_barrier(counter, i + 1, false);
+  }
+  inter_cta_barrier(counter, iters + 1, true);
+}
+
+// shmem_put_latency.
+extern "C" __global__ void __launch_bounds__(1024)
+    put_latency(uint32_t scope, int *data, size_t len, uint32_t iters, int peer) {
+  for (uint32_t i = 0; i < iters; i++) {
+    if (scope == THREAD) {
+      nvshmem_int_put_nbi(data, data, len, peer);
+      nvshmem_quiet();
+    } else if (scope == WARP) {
+      nvshmemx_int_put_warp(data, data, len, peer);
+      cta_quiet();
+    } else {
+      nvshmemx_int_put_block(data, data, len, peer);
+      cta_quiet();
+    }
+  }
+}
+
+// shmem_get_latency.
+extern "C" __global__ void __launch_bounds__(1024)
+    get_latency(uint32_t scope, int *data, size_t len, uint32_t iters, int peer) {
+  for (uint32_t i = 0; i < iters; i++) {
+    if (scope == THREAD) {
+      nvshmem_int_get_nbi(data, data, len, peer);
+      nvshmem_quiet();
+    } else if (scope == WARP) {
+      nvshmemx_int_get_nbi_warp(data, data, len, peer);
+      cta_quiet();
+    } else {
+      nvshmemx_int_get_nbi_block(data, data, len, peer);
+      cta_quiet();
+    }
+  }
+}
+
+// shmem_p_latency.
+extern "C" __global__ void __launch_bounds__(1024)
+    p_latency(int *data, size_t len, uint32_t iters, int peer) {
+  for (uint32_t i = 0; i < iters; i++) {
+    for (size_t j = threadIdx.x; j < len; j += blockDim.x) nvshmem_int_p(data + j, data[j], peer);
+    cta_quiet();
+  }
+}
+
+// shmem_g_latency (the perftest's `pull`).
+extern "C" __global__ void __launch_bounds__(1024)
+    g_latency(int *data, size_t len, uint32_t iters, int peer) {
+  for (uint32_t i = 0; i < iters; i++) {
+    for (size_t j = threadIdx.x; j < len; j += blockDim.x) data[j] = nvshmem_int_g(data + j, peer);
+    __syncthreads();
+  }
+}
+
+// shmem_signal_ping_pong_latency.
+extern "C" __global__ void __launch_bounds__(1024)
+    signal_ping_pong(uint64_t *sig, uint32_t iters, int peer) {
   int me = nvshmem_my_pe();
   for (uint64_t i = 1; i <= iters; i++) {
     if (me != 0) {
-      if (threadIdx.x == 0) nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, i);
-      __syncthreads();
-    }
-    if (kind == 0) nvshmemx_signal_op(sig, i, NVSHMEM_SIGNAL_SET, peer);
-    else nvshmemx_putmem_signal_block(dst, src, bytes, sig, i, NVSHMEM_SIGNAL_SET, peer);
-    if (me == 0) {
-      if (threadIdx.x == 0) nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, i);
-      __syncthreads();
+      nvshmem_uint64_wait_until(sig, NVSHMEM_CMP_EQ, i);
+      nvshmemx_signal_op(sig, i, NVSHMEM_SIGNAL_SET, peer);
+    } else {
+      nvshmemx_signal_op(sig, i, NVSHMEM_SIGNAL_SET, peer);
+      nvshmem_uint64_wait_until(sig, NVSHMEM_CMP_EQ, i);
     }
   }
+  nvshmem_quiet();
 }
 
-extern "C" __global__ void __launch_bounds__(1024) alltoall_lat(Slice<uint8_t> dest, Slice<uint8_t> src,
-                                        uint32_t iters) {
+// shmem_put_signal_ping_pong_latency (its thread-scope kernel).
+extern "C" __global__ void __launch_bounds__(1024)
+    put_signal_ping_pong(int *data, uint64_t *sig, size_t len, uint32_t iters, int peer) {
+  int me = nvshmem_my_pe();
+  for (uint64_t i = 1; i <= iters; i++) {
+    if (me != 0) {
+      nvshmem_uint64_wait_until(sig, NVSHMEM_CMP_EQ, i);
+      nvshmem_int_put_signal_nbi(data, data, len, sig, i, NVSHMEM_SIGNAL_SET, peer);
+    } else {
+      nvshmem_int_put_signal_nbi(data, data, len, sig, i, NVSHMEM_SIGNAL_SET, peer);
+      nvshmem_uint64_wait_until(sig, NVSHMEM_CMP_EQ, i);
+    }
+  }
+  nvshmem_quiet();
+}
+
+// alltoall_latency, its 32-bit block-scope curve.
+extern "C" __global__ void __launch_bounds__(1024)
+    alltoall_latency(Slice<int32_t> dest, Slice<int32_t> src, uint32_t iters) {
   size_t per_pe = src.len / nvshmem_n_pes();
   for (uint32_t i = 0; i < iters; i++)
-    nvshmemx_alltoallmem_block(NVSHMEM_TEAM_WORLD, dest.ptr, src.ptr, per_pe);
+    nvshmemx_int32_alltoall_block(NVSHMEM_TEAM_WORLD, dest.ptr, src.ptr, per_pe);
 }

@@ -1,14 +1,18 @@
 //! The measurement plan, the interleaved runs and the report.
 //!
-//! Method (NVSHMEM's perftests): for each point, one warm-up launch of each implementation,
-//! then `reps` launches of each, alternating Rust and CUDA C++ (R C R C ...). A launch loops
-//! `iters` times over the operation inside the kernel; CUDA events on the stream around the
-//! launch give its time. Medians over the `reps` launches are reported, and their ratio.
-//! One-sided tests run on PE 0 towards PE 1 (PE 1 idle); ping-pong and alltoall run on all
-//! PEs. GB = 1e9 B. The ceiling is a copy-engine copy of 256 MiB from PE 0 into PE 1's
-//! memory (`cuMemcpyDtoDAsync` to the address `nvshmem_ptr` gives), timed the same way.
+//! Method (NVSHMEM's perftests, `perftest/device/`): for each point, one warm-up launch of
+//! each implementation, then `reps` timed launches of each, alternating Rust and CUDA C++
+//! (R C R C ...). A launch loops `iters` times over the operation inside the kernel; CUDA
+//! events on the stream around the launch give its time. Each timed launch gives a figure
+//! computed as the perftest of the same name computes it: bandwidth `bytes * iters / time`
+//! in GB/s (1e9 B/s), latency `time / iters` in µs (a full round trip for the ping-pongs);
+//! the reported figure is the mean over the timed launches, as the perftests' `mean`
+//! column. One-sided tests run on PE 0 towards PE 1 (PE 1 idle); ping-pongs and alltoall run
+//! on every PE and PE 0 reports. The ceiling is a copy-engine copy of 256 MiB from PE 0 into
+//! PE 1's memory (`cuMemcpyDtoDAsync` to the address `nvshmem_ptr` gives), timed the same
+//! way.
 
-use crate::kernels::{self, BLOCK, GET, LAT_G, LAT_GET, LAT_P, LAT_PUT, PUT, THREAD, WARP};
+use crate::kernels::{self, BLOCK, GET, PUT, THREAD, WARP};
 use serde_json::{Value, json};
 use shmem_device::kernel::Kernel;
 use shmem_host::args::{HostArgs, ParamPtrs};
@@ -18,33 +22,46 @@ use shmem_host::{KernelFn, LaunchConfig, Module, Result, Shmem, SymBuffer};
 /// The largest message of the bandwidth tests.
 pub const MAX_BYTES: usize = 32 << 20;
 
-/// A measurement.
+/// A measurement: one NVSHMEM perftest (`perftest/device/...`), named by [`Test::perftest`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Test {
-    /// `put_nbi` bandwidth.
+    /// `shmem_put_bw`: `put_nbi` of doubles by every unit of the grid.
     PutBw,
-    /// `get_nbi` bandwidth.
+    /// `shmem_get_bw`: `get_nbi` of doubles by every unit of the grid.
     GetBw,
-    /// Many threads each `p` a word.
+    /// `shmem_p_bw`: every thread `p`s 32-bit words, a grid barrier per iteration.
     PBw,
-    /// Blocking `put` + `quiet`, one unit.
+    /// `shmem_put_latency`: one unit's put of `i32`s, completed by `quiet`.
     PutLat,
-    /// Blocking `get`, one unit.
+    /// `shmem_get_latency`: one unit's `get_nbi` of `i32`s, then `quiet`.
     GetLat,
-    /// `p` + `quiet`, one thread.
+    /// `shmem_p_latency`: a block `p`s `i32`s, then `quiet`.
     PLat,
-    /// `g`, one thread.
+    /// `shmem_g_latency`: a block `g`s `i32`s.
     GLat,
-    /// `signal_op` round trip.
+    /// `shmem_signal_ping_pong_latency`: a `signal_op` round trip.
     SignalPingPong,
-    /// `put_signal` (block scope) round trip.
+    /// `shmem_put_signal_ping_pong_latency`: a thread-scope `put_signal_nbi` round trip.
     PutSignalPingPong,
-    /// Block-scope `alltoall` on the world team.
+    /// `alltoall_latency`: block-scope `int32` alltoall on the world team.
     Alltoall,
 }
 
 impl Test {
-    /// Its name in the report.
+    /// Every test, in the order of the plan.
+    pub const ALL: [Test; 10] = [
+        Test::PutBw,
+        Test::GetBw,
+        Test::PBw,
+        Test::PutLat,
+        Test::GetLat,
+        Test::PLat,
+        Test::GLat,
+        Test::SignalPingPong,
+        Test::PutSignalPingPong,
+        Test::Alltoall,
+    ];
+    /// Its name in the report and in `--only`.
     pub fn name(self) -> &'static str {
         match self {
             Test::PutBw => "put_bw",
@@ -57,6 +74,22 @@ impl Test {
             Test::SignalPingPong => "signal_pingpong",
             Test::PutSignalPingPong => "put_signal_pingpong",
             Test::Alltoall => "alltoall_lat",
+        }
+    }
+    /// The NVSHMEM perftest it mirrors (`perftest/device/pt-to-pt/NAME.cu`, or `coll/` for
+    /// the alltoall).
+    pub fn perftest(self) -> &'static str {
+        match self {
+            Test::PutBw => "shmem_put_bw",
+            Test::GetBw => "shmem_get_bw",
+            Test::PBw => "shmem_p_bw",
+            Test::PutLat => "shmem_put_latency",
+            Test::GetLat => "shmem_get_latency",
+            Test::PLat => "shmem_p_latency",
+            Test::GLat => "shmem_g_latency",
+            Test::SignalPingPong => "shmem_signal_ping_pong_latency",
+            Test::PutSignalPingPong => "shmem_put_signal_ping_pong_latency",
+            Test::Alltoall => "alltoall_latency",
         }
     }
     /// Bandwidth (GB/s, higher is better) rather than latency (µs, lower is better).
@@ -85,7 +118,7 @@ pub struct Point {
     pub threads: u32,
     /// A grid barrier after every iteration (bandwidth tests).
     pub sync_each: bool,
-    /// Message size (per PE pair for alltoall).
+    /// Message size (for the alltoall what one PE sends in all, the perftest's size).
     pub bytes: usize,
     /// Iterations inside the launch.
     pub iters: u32,
@@ -119,14 +152,14 @@ pub fn plan(quick: bool) -> Vec<Point> {
             for ctas in [4u32, 8, 16, 32] {
                 for sync_each in [false, true] {
                     for bytes in sizes(8, MAX_BYTES) {
-                        // Every unit moves at least one byte.
+                        // Every unit moves at least one double.
                         let units = ctas as usize
                             * match scope {
                                 THREAD => 1024,
                                 WARP => 32,
                                 _ => 1,
                             };
-                        if bytes < units {
+                        if bytes / 8 < units {
                             continue;
                         }
                         let iters = (256 << 20) / bytes;
@@ -170,28 +203,42 @@ pub fn plan(quick: bool) -> Vec<Point> {
             }
         }
     }
-    for test in [Test::PLat, Test::GLat, Test::SignalPingPong] {
-        let bytes = if test == Test::SignalPingPong { 8 } else { 4 };
+    for test in [Test::PLat, Test::GLat] {
+        for bytes in sizes(4, 64 << 10) {
+            v.push(Point {
+                test,
+                scope: BLOCK,
+                ctas: 1,
+                threads: 1024,
+                sync_each: false,
+                bytes,
+                iters: 200,
+            });
+        }
+    }
+    v.push(Point {
+        test: Test::SignalPingPong,
+        scope: THREAD,
+        ctas: 1,
+        threads: 1,
+        sync_each: false,
+        bytes: 8,
+        iters: 500,
+    });
+    for bytes in sizes(4, 64 << 10) {
         v.push(Point {
-            test,
+            test: Test::PutSignalPingPong,
             scope: THREAD,
             ctas: 1,
             threads: 1,
             sync_each: false,
             bytes,
-            iters: 500,
-        });
-    }
-    for bytes in sizes(8, 64 << 10) {
-        v.push(Point {
-            test: Test::PutSignalPingPong,
-            scope: BLOCK,
-            ctas: 1,
-            threads: 1024,
-            sync_each: false,
-            bytes,
             iters: 200,
         });
+    }
+    // The alltoall's size is, as the perftest's, what one PE sends in all: `n_pes` blocks of
+    // `max(1, bytes / (4 n_pes))` `i32`s.
+    for bytes in sizes(8, 128 << 10) {
         v.push(Point {
             test: Test::Alltoall,
             scope: BLOCK,
@@ -226,18 +273,24 @@ pub struct Measured {
 }
 
 impl Measured {
-    /// GB/s for bandwidth tests, µs per operation (round trip for ping-pong) otherwise.
-    pub fn metric(&self, imp: Imp) -> f64 {
-        let ms = median(match imp {
-            Imp::Rust => &self.rust_ms,
-            Imp::Cuda => &self.cuda_ms,
-        });
+    /// The figure of one launch that took `ms`, as the perftest computes it: GB/s for
+    /// bandwidth tests, µs per iteration otherwise (a round trip for the ping-pongs).
+    fn figure(&self, ms: f64) -> f64 {
         let p = self.point;
         if p.test.is_bandwidth() {
             (p.bytes as f64 * f64::from(p.iters)) / (ms * 1e-3) / 1e9
         } else {
             ms * 1e3 / f64::from(p.iters)
         }
+    }
+    /// The reported figure of `imp`: the mean of its launches' figures (the perftests'
+    /// `mean`).
+    pub fn metric(&self, imp: Imp) -> f64 {
+        let ms = match imp {
+            Imp::Rust => &self.rust_ms,
+            Imp::Cuda => &self.cuda_ms,
+        };
+        ms.iter().map(|&t| self.figure(t)).sum::<f64>() / ms.len().max(1) as f64
     }
     /// Rust over C++: bandwidth ratio (≥ 1 is Rust faster) or latency ratio (≤ 1 is Rust
     /// faster).
@@ -248,12 +301,11 @@ impl Measured {
 
 /// The symmetric buffers of the measurements.
 struct Buffers<'rt> {
-    a: SymBuffer<'rt, u8>,
-    b: SymBuffer<'rt, u8>,
+    doubles: SymBuffer<'rt, f64>,
+    ints: SymBuffer<'rt, i32>,
     words: SymBuffer<'rt, u32>,
     counter: SymBuffer<'rt, u32>,
     sig: SymBuffer<'rt, u64>,
-    out: SymBuffer<'rt, u32>,
 }
 
 /// One kernel in both implementations, and whether it is launched cooperatively (it waits
@@ -267,9 +319,13 @@ struct Pair<'m, K> {
 struct Kernels<'m> {
     bw: Pair<'m, kernels::bw>,
     p_bw: Pair<'m, kernels::p_bw>,
-    latency: Pair<'m, kernels::latency>,
-    ping_pong: Pair<'m, kernels::ping_pong>,
-    alltoall: Pair<'m, kernels::alltoall_lat>,
+    put_latency: Pair<'m, kernels::put_latency>,
+    get_latency: Pair<'m, kernels::get_latency>,
+    p_latency: Pair<'m, kernels::p_latency>,
+    g_latency: Pair<'m, kernels::g_latency>,
+    signal_ping_pong: Pair<'m, kernels::signal_ping_pong>,
+    put_signal_ping_pong: Pair<'m, kernels::put_signal_ping_pong>,
+    alltoall: Pair<'m, kernels::alltoall_latency>,
 }
 
 fn pair<'m, K: Kernel>(
@@ -317,7 +373,7 @@ struct Bench<'a, 'm> {
 impl Bench<'_, '_> {
     /// One launch of `imp` at `p` (collective); `Some(ms)` on the PEs that launched.
     fn once(&self, p: &Point, imp: Imp) -> Result<Option<f64>> {
-        let (rt, b) = (self.rt, self.bufs);
+        let (rt, b, k) = (self.rt, self.bufs, self.k);
         let i = imp as usize;
         let (me, n) = (rt.my_pe(), rt.n_pes());
         let peer = (me + 1) % n;
@@ -325,48 +381,54 @@ impl Bench<'_, '_> {
         b.sig.zero()?;
         rt.barrier_all()?;
         let cfg = LaunchConfig::linear(p.ctas, p.threads);
+        let (it, ints) = (p.iters, p.bytes / 4);
         let ms = if p.test.one_sided() && me != 0 {
             None
         } else {
-            // SAFETY: each kernel's contract: the buffers are symmetric with `MAX_BYTES`
-            // bytes (`words`: `MAX_BYTES / 4` u32s, sizes bounded by `plan`), `counter` and
-            // `sig` were zeroed before the barrier, `peer` is another PE, and every PE runs
-            // the same points in the same order (two-sided tests launch on every PE).
+            // SAFETY: each kernel's contract: the buffers are symmetric and hold `MAX_BYTES`
+            // (`words`: 1 MiB, the largest `p_bw`), sizes bounded by `plan`; `counter` and
+            // `sig` were zeroed before the barrier; `peer` is another PE; every PE runs the
+            // same points in the same order (the two-sided tests launch on every PE).
             Some(unsafe {
                 match p.test {
                     Test::PutBw | Test::GetBw => {
                         let kind = if p.test == Test::PutBw { PUT } else { GET };
+                        let sync = u32::from(p.sync_each);
                         let args = (
                             kind,
                             p.scope,
-                            &b.b,
-                            &b.a,
-                            p.bytes,
-                            p.iters,
-                            u32::from(p.sync_each),
+                            &b.doubles,
+                            p.bytes / 8,
+                            it,
+                            sync,
                             &b.counter,
                             peer,
                         );
-                        time(rt, &self.k.bw, i, cfg, args)?
+                        time(rt, &k.bw, i, cfg, args)?
                     }
-                    Test::PBw => {
-                        let args = (&b.words, p.bytes / 4, p.iters, peer);
-                        time(rt, &self.k.p_bw, i, cfg, args)?
+                    Test::PBw => time(rt, &k.p_bw, i, cfg, (&b.words, ints, it, &b.counter, peer))?,
+                    Test::PutLat => time(
+                        rt,
+                        &k.put_latency,
+                        i,
+                        cfg,
+                        (p.scope, &b.ints, ints, it, peer),
+                    )?,
+                    Test::GetLat => time(
+                        rt,
+                        &k.get_latency,
+                        i,
+                        cfg,
+                        (p.scope, &b.ints, ints, it, peer),
+                    )?,
+                    Test::PLat => time(rt, &k.p_latency, i, cfg, (&b.ints, ints, it, peer))?,
+                    Test::GLat => time(rt, &k.g_latency, i, cfg, (&b.ints, ints, it, peer))?,
+                    Test::SignalPingPong => {
+                        time(rt, &k.signal_ping_pong, i, cfg, (&b.sig, it, peer))?
                     }
-                    Test::PutLat | Test::GetLat | Test::PLat | Test::GLat => {
-                        let op = match p.test {
-                            Test::PutLat => LAT_PUT,
-                            Test::GetLat => LAT_GET,
-                            Test::PLat => LAT_P,
-                            _ => LAT_G,
-                        };
-                        let args = (op, p.scope, &b.b, &b.a, p.bytes, p.iters, peer, &b.out);
-                        time(rt, &self.k.latency, i, cfg, args)?
-                    }
-                    Test::SignalPingPong | Test::PutSignalPingPong => {
-                        let kind = u32::from(p.test == Test::PutSignalPingPong);
-                        let args = (kind, &b.b, &b.a, p.bytes, &b.sig, p.iters, peer);
-                        time(rt, &self.k.ping_pong, i, cfg, args)?
+                    Test::PutSignalPingPong => {
+                        let args = (&b.ints, &b.sig, ints, it, peer);
+                        time(rt, &k.put_signal_ping_pong, i, cfg, args)?
                     }
                     Test::Alltoall => unreachable!("alltoall runs in `alltoall_point`"),
                 }
@@ -376,13 +438,15 @@ impl Bench<'_, '_> {
         Ok(ms)
     }
 
-    /// Alltoall needs buffers of exactly `n * bytes`: allocated for the point (collective).
+    /// Alltoall needs buffers of exactly `n_pes` blocks: allocated for the point
+    /// (collective). A block is `max(1, bytes / (4 n_pes))` `i32`s, as the perftest's.
     fn alltoall_point(&self, p: &Point, imp: Imp) -> Result<Option<f64>> {
         let rt = self.rt;
-        let len = p.bytes * rt.n_pes() as usize;
-        let src = rt.alloc::<u8>(len)?;
-        let dest = rt.alloc::<u8>(len)?;
-        src.copy_from(&(0..len).map(|i| (i * 7 + 1) as u8).collect::<Vec<_>>())?;
+        let n = rt.n_pes() as usize;
+        let len = (p.bytes / (4 * n)).max(1) * n;
+        let src = rt.alloc::<i32>(len)?;
+        let dest = rt.alloc::<i32>(len)?;
+        src.copy_from(&(0..len).map(|i| (i * 7 + 1) as i32).collect::<Vec<_>>())?;
         rt.barrier_all()?;
         // SAFETY: every PE launches it with the same symmetric, equal, divisible slices.
         let ms = unsafe {
@@ -418,22 +482,32 @@ pub fn run(
     mut progress: impl FnMut(usize, &Measured),
 ) -> Result<Vec<Measured>> {
     let bufs = Buffers {
-        a: rt.alloc::<u8>(MAX_BYTES)?,
-        b: rt.alloc::<u8>(MAX_BYTES)?,
-        words: rt.alloc::<u32>(MAX_BYTES / 4)?,
-        counter: rt.alloc::<u32>(1)?,
+        doubles: rt.alloc::<f64>(MAX_BYTES / 8)?,
+        ints: rt.alloc::<i32>(MAX_BYTES / 4)?,
+        words: rt.alloc::<u32>((1 << 20) / 4)?,
+        counter: rt.alloc::<u32>(2)?,
         sig: rt.alloc::<u64>(1)?,
-        out: rt.alloc::<u32>(1)?,
     };
-    bufs.a
-        .copy_from(&(0..MAX_BYTES).map(|i| (i % 251) as u8).collect::<Vec<_>>())?;
-    bufs.b.zero()?;
+    bufs.doubles.copy_from(
+        &(0..MAX_BYTES / 8)
+            .map(|i| (i % 251) as f64)
+            .collect::<Vec<_>>(),
+    )?;
+    bufs.ints.copy_from(
+        &(0..MAX_BYTES / 4)
+            .map(|i| (i % 251) as i32)
+            .collect::<Vec<_>>(),
+    )?;
     bufs.words.zero()?;
     let k = Kernels {
         bw: pair(rust, cuda, false)?,
         p_bw: pair(rust, cuda, false)?,
-        latency: pair(rust, cuda, false)?,
-        ping_pong: pair(rust, cuda, true)?,
+        put_latency: pair(rust, cuda, false)?,
+        get_latency: pair(rust, cuda, false)?,
+        p_latency: pair(rust, cuda, false)?,
+        g_latency: pair(rust, cuda, false)?,
+        signal_ping_pong: pair(rust, cuda, true)?,
+        put_signal_ping_pong: pair(rust, cuda, true)?,
         alltoall: pair(rust, cuda, true)?,
     };
     let bench = Bench {
@@ -551,6 +625,7 @@ pub fn to_json(ms: &[Measured], ceiling: f64, meta: Value) -> Value {
             let p = m.point;
             json!({
                 "test": p.test.name(),
+                "perftest": p.test.perftest(),
                 "scope": scope_name(p.scope),
                 "ctas": p.ctas,
                 "threads": p.threads,
@@ -578,11 +653,12 @@ mod tests {
         let p = plan(false);
         let bw = |t: Test| p.iter().filter(|x| x.test == t).count();
         // put/get: 3 scopes x 4 CTA counts x 2 sync modes, 8 B .. 32 MiB where every unit
-        // moves at least a byte.
-        assert!(bw(Test::PutBw) > 400 && bw(Test::PutBw) == bw(Test::GetBw));
+        // moves at least a double.
+        assert_eq!(bw(Test::PutBw), 348);
+        assert_eq!(bw(Test::GetBw), 348);
         assert!(
             p.iter()
-                .any(|x| x.test == Test::PutBw && x.bytes == 8 && x.scope == BLOCK)
+                .any(|x| x.test == Test::PutBw && x.bytes == 32 && x.scope == BLOCK)
         );
         assert!(
             p.iter()
@@ -593,8 +669,30 @@ mod tests {
             assert_eq!(bw(t), 3 * 15, "{t:?}: 3 scopes x 4 B .. 64 KiB");
         }
         assert_eq!(bw(Test::PBw), 19);
-        assert_eq!(bw(Test::PutSignalPingPong), 14);
-        assert_eq!(bw(Test::Alltoall), 14);
+        for t in [Test::PLat, Test::GLat, Test::PutSignalPingPong] {
+            assert_eq!(bw(t), 15, "{t:?}: 4 B .. 64 KiB");
+        }
+        assert_eq!(bw(Test::SignalPingPong), 1);
+        assert_eq!(bw(Test::Alltoall), 15, "8 B .. 128 KiB per PE in all");
+        // Every unit of a put/get bandwidth point moves at least one double.
+        assert!(
+            p.iter()
+                .filter(|x| x.test.is_bandwidth() && x.test != Test::PBw)
+                .all(|x| {
+                    let units = x.ctas as usize * [1024, 32, 1][x.scope as usize];
+                    x.bytes / 8 >= units
+                })
+        );
+        // The ping-pongs are the perftests' one-thread launches.
+        assert!(
+            p.iter()
+                .filter(|x| matches!(x.test, Test::SignalPingPong | Test::PutSignalPingPong))
+                .all(|x| x.ctas == 1 && x.threads == 1)
+        );
+        for t in Test::ALL {
+            assert!(p.iter().any(|x| x.test == t), "{t:?} in the plan");
+            assert!(t.perftest().contains(t.name().split('_').next().unwrap()));
+        }
         assert!(plan(true).len() < p.len() / 5);
     }
 
@@ -612,10 +710,13 @@ mod tests {
         let m = Measured {
             point,
             rust_ms: vec![1.0, 0.5, 2.0],
-            cuda_ms: vec![0.5, 0.5, 0.5, 0.6],
+            cuda_ms: vec![0.5, 0.5, 0.5, 0.5],
         };
-        assert!((m.metric(Imp::Rust) - 1048576.0 * 100.0 / 1e-3 / 1e9).abs() < 1e-9);
-        assert!((m.ratio() - 0.5).abs() < 1e-12);
+        // Per launch `bytes * iters / time`, then the mean, as the perftests do.
+        let gbps = |ms: f64| 1048576.0 * 100.0 / (ms * 1e-3) / 1e9;
+        let want = (gbps(1.0) + gbps(0.5) + gbps(2.0)) / 3.0;
+        assert!((m.metric(Imp::Rust) - want).abs() < 1e-9);
+        assert!((m.ratio() - want / gbps(0.5)).abs() < 1e-12);
         let lat = Measured {
             point: Point {
                 test: Test::PutLat,
@@ -624,10 +725,10 @@ mod tests {
             ..m
         };
         assert!(
-            (lat.metric(Imp::Rust) - 10.0).abs() < 1e-9,
-            "1 ms / 100 = 10 us"
+            (lat.metric(Imp::Rust) - 3.5 / 3.0 * 10.0).abs() < 1e-9,
+            "mean of 10, 5 and 20 us (1, 0.5 and 2 ms over 100 iterations)"
         );
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert!((lat.metric(Imp::Cuda) - 5.0).abs() < 1e-9);
         assert!(line(&lat, 0.0).contains("put_lat"));
     }
 }

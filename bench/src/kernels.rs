@@ -1,18 +1,24 @@
-//! The measurement kernels, after NVSHMEM's perftests: each launch loops `iters` times over
-//! the operation being measured, and the host times the launch with CUDA events.
+//! The measurement kernels: each mirrors the kernel of the NVSHMEM perftest of the same
+//! name (`perftest/device/` in NVSHMEM's source): the same loop, the same operations in the
+//! same order, the same synchronisation, one buffer `data` as both source and destination
+//! as there, and the same element types. Each launch loops `iters` times over the
+//! operation; the host times the launch with CUDA events and divides as the perftest does
+//! (`host::Measured::metric`).
 //!
 //! `cuda/perftest.cu` holds the same kernels in CUDA C++, with the same names, parameters
-//! and control flow; the host runs both through the same code (`host.rs`).
+//! and control flow, calling the NVSHMEM functions the perftests call (`nvshmem_double_put_nbi`,
+//! `nvshmem_int_g`, `nvshmemx_int32_alltoall_block`, ...); the host runs both through the
+//! same code (`host.rs`).
 //!
 //! Every kernel is launched with at most 1024 threads per block and says so
 //! (`max_threads = 1024`, CUDA's `__launch_bounds__(1024)`, also in the C++ file), so that
 //! ptxas budgets registers for full blocks.
 //!
 //! Scopes are a runtime parameter (`0` thread, `1` warp, `2` block; uniform across the
-//! launch), so one kernel covers the three.
+//! launch), so one kernel covers what the perftests build as three.
 
 use shmem_device::prelude::*;
-use shmem_device::scoped;
+use shmem_device::scoped::{self, Gpu};
 
 /// `scope` of the kernels: every thread works on its own part.
 pub const THREAD: u32 = 0;
@@ -21,237 +27,348 @@ pub const WARP: u32 = 1;
 /// `scope`: every block works on its own part.
 pub const BLOCK: u32 = 2;
 
-/// What a bandwidth kernel moves.
+/// What [`bw()`] moves: this PE's data into the peer (`shmem_put_bw`).
 pub const PUT: u32 = 0;
-/// What a bandwidth kernel moves: the peer's data into this PE.
+/// What [`bw()`] moves: the peer's data into this PE (`shmem_get_bw`).
 pub const GET: u32 = 1;
 
-/// The part of `[0, bytes)` that this thread's unit (thread, warp or block, by `scope`)
-/// moves, as `(offset, len)`: the grid's bytes split evenly over its units.
-#[inline(always)]
-fn unit_part(scope: u32, bytes: usize) -> (usize, usize) {
-    let (blk, nblk) = (block_idx_x() as usize, grid_dim_x() as usize);
-    let per_block = bytes / nblk;
-    match scope {
-        THREAD => {
-            let (t, nt) = (thread_idx_x() as usize, block_dim_x() as usize);
-            let per = per_block / nt;
-            (blk * per_block + t * per, per)
-        }
-        WARP => {
-            let (w, nw) = (warp_id() as usize, warps_per_block() as usize);
-            let per = per_block / nw;
-            (blk * per_block + w * per, per)
-        }
-        _ => (blk * per_block, per_block),
-    }
-}
-
-/// One non-blocking put or get of `len` bytes at `off`, at `scope`.
+/// The perftests' barrier of the whole grid (`inter_cta_barrier`): `counter[0]` counts the
+/// arrivals of every barrier so far, `counter[1]` is the last released `epoch`. Thread 0 of
+/// each block fences, counts itself in, and the last to arrive (after a `quiet` when
+/// `quiet_last`) releases the epoch; the others poll for it.
 ///
 /// # Safety
-/// `off + len` is within `dst` and `src` on both PEs; `peer` is a valid PE.
+/// The grid is co-resident; `counter` holds two `u32`s, zero at the launch, touched by
+/// nothing else; every block calls it with `epoch = 1, 2, ...`.
 #[inline(always)]
-unsafe fn move_nbi(
-    kind: u32,
-    scope: u32,
-    dst: Sym<u8>,
-    src: Sym<u8>,
-    off: usize,
-    len: usize,
-    peer: i32,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let remote_dst = SymSlice::from_raw_parts(dst.as_ptr().add(off), len);
-        let local_src = DeviceSlice::from_raw_parts(src.as_ptr().add(off), len);
-        let local_dst = DeviceSlice::from_raw_parts(dst.as_ptr().add(off), len);
-        let remote_src = SymSlice::from_raw_parts(src.as_ptr().add(off), len);
-        match (kind, scope) {
-            (PUT, THREAD) => put_nbi(Thread, remote_dst, local_src, peer),
-            (PUT, WARP) => put_nbi(Warp, remote_dst, local_src, peer),
-            (PUT, _) => put_nbi(Block, remote_dst, local_src, peer),
-            (_, THREAD) => get_nbi(Thread, local_dst, remote_src, peer),
-            (_, WARP) => get_nbi(Warp, local_dst, remote_src, peer),
-            (_, _) => get_nbi(Block, local_dst, remote_src, peer),
+unsafe fn inter_cta_barrier(counter: Sym<u32>, epoch: u32, quiet_last: bool) {
+    sync_threads();
+    if thread_idx_x() == 0 {
+        let released = counter.wrapping_add(1);
+        scoped::fence_acq_rel(Gpu);
+        // SAFETY: the caller's contract: both words are only touched atomically here.
+        unsafe {
+            if scoped::fetch_add_relaxed(Gpu, counter, 1u32) == grid_dim_x() * epoch - 1 {
+                if quiet_last {
+                    quiet();
+                }
+                scoped::store_relaxed(Gpu, released, epoch);
+            }
+            while scoped::load_relaxed(Gpu, released) != epoch {}
         }
     }
+    sync_threads();
 }
 
-/// Bandwidth: `iters` times, every unit puts (or gets) its part of `bytes` to (from) `peer`,
-/// non-blocking; with `sync_each`, a grid barrier ends every iteration. `quiet` at the end.
+/// `cta_quiet` of the perftests: thread 0 of the block quiets, between two block barriers.
+#[inline(always)]
+fn cta_quiet() {
+    sync_threads();
+    if thread_idx_x() == 0 {
+        quiet();
+    }
+    sync_threads();
+}
+
+/// `shmem_put_bw` / `shmem_get_bw`: `iters` times, every unit (thread, warp or block, by
+/// `scope`) puts (gets) its part of the `len` doubles of `data` to (from) `peer`,
+/// non-blocking: the grid's doubles split evenly over its blocks, a block's over its units.
+/// With `sync_each` the perftest's grid barrier ends every iteration and a last one, after
+/// which one thread quiets (its default in NVSHMEM 3.4); without, each block ends with
+/// `cta_quiet` (`--final_quiet_only`).
 ///
 /// # Safety
-/// `dst` and `src` are symmetric with at least `bytes` bytes; `counter` is zero; the grid is
-/// co-resident; `peer` is a valid PE that does not touch the buffers meanwhile.
+/// `data` is symmetric with at least `len` doubles; `counter` holds two zero `u32`s; the grid
+/// is co-resident; `peer` is a valid PE that does not touch `data` meanwhile.
 #[shmem_kernel(max_threads = 1024)]
 pub unsafe fn bw(
     kind: u32,
     scope: u32,
-    dst: Sym<u8>,
-    src: Sym<u8>,
-    bytes: usize,
+    data: Sym<f64>,
+    len: usize,
     iters: u32,
     sync_each: u32,
     counter: Sym<u32>,
     peer: i32,
 ) {
-    let (off, len) = unit_part(scope, bytes);
+    let per_block = len / grid_dim_x() as usize;
+    let (off, n) = match scope {
+        THREAD => {
+            let per = per_block / block_dim_x() as usize;
+            (thread_idx_x() as usize * per, per)
+        }
+        WARP => {
+            let per = per_block / warps_per_block() as usize;
+            (warp_id() as usize * per, per)
+        }
+        _ => (0, per_block),
+    };
+    let off = block_idx_x() as usize * per_block + off;
+    // SAFETY: the part lies within `len` (kernel contract); the two slices are the same
+    // symmetric range, local on one side and remote on the other.
+    let (remote, local) = unsafe {
+        (
+            SymSlice::from_raw_parts(data.as_ptr().add(off), n),
+            DeviceSlice::from_raw_parts(data.as_ptr().add(off), n),
+        )
+    };
     for i in 0..iters {
-        if len > 0 {
-            // SAFETY: the part lies within `bytes` (kernel contract).
-            unsafe { move_nbi(kind, scope, dst, src, off, len, peer) };
+        // SAFETY: as above; `peer` is valid (kernel contract).
+        unsafe {
+            match (kind, scope) {
+                (PUT, THREAD) => put_nbi(Thread, remote, local, peer),
+                (PUT, WARP) => put_nbi(Warp, remote, local, peer),
+                (PUT, _) => put_nbi(Block, remote, local, peer),
+                (_, THREAD) => get_nbi(Thread, local, remote, peer),
+                (_, WARP) => get_nbi(Warp, local, remote, peer),
+                (_, _) => get_nbi(Block, local, remote, peer),
+            }
         }
         if sync_each != 0 {
-            // SAFETY: every block runs every iteration.
-            unsafe { scoped::grid_barrier(counter, i + 1) };
+            // SAFETY: every block runs every iteration (kernel contract).
+            unsafe { inter_cta_barrier(counter, i + 1, false) };
         }
     }
-    quiet();
-}
-
-/// `p` bandwidth: `iters` times, the grid's threads `p` the `words` 32-bit words of `dst`
-/// (grid-stride) to `peer`. `quiet` at the end.
-///
-/// # Safety
-/// `dst` is symmetric with at least `words` `u32`s; `peer` is a valid PE.
-#[shmem_kernel(max_threads = 1024)]
-pub unsafe fn p_bw(dst: Sym<u32>, words: usize, iters: u32, peer: i32) {
-    let (first, stride) = (global_idx_x(), grid_stride_x());
-    for i in 0..iters {
-        let mut w = first;
-        while w < words {
-            // SAFETY: `w < words` (kernel contract).
-            unsafe { p(Sym::from_raw(dst.as_ptr().add(w)), i ^ w as u32, peer) };
-            w += stride;
-        }
+    if sync_each != 0 {
+        // SAFETY: as above.
+        unsafe { inter_cta_barrier(counter, iters + 1, true) };
+    } else {
+        cta_quiet();
     }
-    quiet();
 }
 
-/// Operations of [`latency()`].
-pub const LAT_PUT: u32 = 0;
-/// [`latency()`]: blocking get.
-pub const LAT_GET: u32 = 1;
-/// [`latency()`]: `p` of one `u32` (thread scope only).
-pub const LAT_P: u32 = 2;
-/// [`latency()`]: `g` of one `u32` (thread scope only).
-pub const LAT_G: u32 = 3;
-
-/// Latency: `iters` times one blocking operation of `bytes` by the launch's unit (one
-/// thread, warp or block: launch 1×1, 1×32 or 1×blockDim), each put or `p` completed by
-/// `quiet`. `out[0]` receives what the `g`s read, so that they cannot be optimised away.
+/// `shmem_p_bw` (32-bit elements, stride 1): `iters` times, the grid's threads `p` each of the
+/// `len` words of `data` with its local value to `peer`, two per thread per round (the
+/// perftest's `UNROLL`), a block barrier after each full round; the perftest's grid barrier
+/// ends every iteration, and a last one with a `quiet`.
 ///
 /// # Safety
-/// `dst` and `src` are symmetric with at least `bytes` bytes; `peer` is a valid PE.
+/// `data` is symmetric with at least `len` `u32`s; `counter` holds two zero `u32`s; the grid
+/// is co-resident; `peer` is a valid PE.
 #[shmem_kernel(max_threads = 1024)]
-pub unsafe fn latency(
-    op: u32,
-    scope: u32,
-    dst: Sym<u8>,
-    src: Sym<u8>,
-    bytes: usize,
-    iters: u32,
-    peer: i32,
-    out: Sym<u32>,
-) {
-    // SAFETY: the kernel contract: `bytes` fit the buffers, `peer` is valid.
+pub unsafe fn p_bw(data: Sym<u32>, len: usize, iters: u32, counter: Sym<u32>, peer: i32) {
+    const UNROLL: usize = 2;
+    let threads = (grid_dim_x() * block_dim_x()) as usize;
+    let tid = global_idx_x();
+    let slice = UNROLL * threads;
+    // SAFETY: every index is below `len` (the full rounds end before `len - slice`, the last
+    // one checks); the kernel contract gives the rest.
     unsafe {
-        let (d, s) = (
-            SymSlice::from_raw_parts(dst.as_ptr(), bytes),
-            DeviceSlice::from_raw_parts(src.as_ptr(), bytes),
-        );
-        let (ld, rs) = (
-            DeviceSlice::from_raw_parts(dst.as_ptr(), bytes),
-            SymSlice::from_raw_parts(src.as_ptr(), bytes),
-        );
-        let word: Sym<u32> = dst.cast();
-        // One loop per operation (the choice made once, outside the loop): inside one loop
-        // every operation's inlined NVSHMEM path was live at once and spilled (140 bytes
-        // of spill stores at 64 registers). The operations and their count are the same.
-        macro_rules! timed {
-            ($op:expr, $complete:expr) => {
-                for i in 0..iters {
-                    $op(i);
-                    if $complete {
-                        quiet();
-                    }
+        let p_one = |idx: usize| {
+            let w = Sym::from_raw(data.as_ptr().add(idx));
+            p(w, w.read(), peer);
+        };
+        for i in 0..iters {
+            let mut j = 0;
+            while j + slice < len {
+                for u in 0..UNROLL {
+                    p_one(j + u * threads + tid);
                 }
-            };
+                sync_threads();
+                j += slice;
+            }
+            for u in 0..UNROLL {
+                let idx = j + u * threads + tid;
+                if idx < len {
+                    p_one(idx);
+                }
+            }
+            inter_cta_barrier(counter, i + 1, false);
         }
-        match (op, scope) {
-            (LAT_PUT, THREAD) => timed!(|_| put(Thread, d, s, peer), true),
-            (LAT_PUT, WARP) => timed!(|_| put(Warp, d, s, peer), true),
-            (LAT_PUT, _) => timed!(|_| put(Block, d, s, peer), true),
-            (LAT_GET, THREAD) => timed!(|_| get(Thread, ld, rs, peer), false),
-            (LAT_GET, WARP) => timed!(|_| get(Warp, ld, rs, peer), false),
-            (LAT_GET, _) => timed!(|_| get(Block, ld, rs, peer), false),
-            (LAT_P, _) => timed!(|i| p(word, i, peer), true),
-            (_, _) => {
-                let mut acc = 0u32;
-                timed!(|_| acc = acc.wrapping_add(g(word, peer)), false);
-                if thread_idx_x() == 0 {
-                    out.write(acc);
+        inter_cta_barrier(counter, iters + 1, true);
+    }
+}
+
+/// `shmem_put_latency`: `iters` times one put of the first `len` `i32`s of `data` to `peer`
+/// by the launch's one unit (launch 1×1, 1×32 or 1×blockDim), each completed by a `quiet`:
+/// thread scope `put_nbi` then `quiet`; warp and block scope the blocking put, then
+/// `cta_quiet`.
+///
+/// # Safety
+/// `data` is symmetric with at least `len` `i32`s; `peer` is a valid PE.
+#[shmem_kernel(max_threads = 1024)]
+pub unsafe fn put_latency(scope: u32, data: Sym<i32>, len: usize, iters: u32, peer: i32) {
+    // SAFETY: the kernel contract.
+    let (remote, local) = unsafe {
+        (
+            SymSlice::from_raw_parts(data.as_ptr(), len),
+            DeviceSlice::from_raw_parts(data.as_ptr(), len),
+        )
+    };
+    // One loop per scope (the choice made once, outside the loop).
+    for _ in 0..iters {
+        // SAFETY: as above.
+        unsafe {
+            match scope {
+                THREAD => {
+                    put_nbi(Thread, remote, local, peer);
+                    quiet();
+                }
+                WARP => {
+                    put(Warp, remote, local, peer);
+                    cta_quiet();
+                }
+                _ => {
+                    put(Block, remote, local, peer);
+                    cta_quiet();
                 }
             }
         }
     }
 }
 
-/// Ping-pong: PE 0 sends, PE 1 answers, `iters` round trips. `kind` 0: `signal_op` (set to
-/// the round number) by one thread (launch 1×1); 1: `put_signal` of `bytes` at block scope
-/// (launch 1×blockDim), thread 0 waiting for the answer.
+/// `shmem_get_latency`: `iters` times one non-blocking get of the first `len` `i32`s of
+/// `data` from `peer` by the launch's one unit, then a `quiet` (thread scope) or
+/// `cta_quiet` (warp and block scope).
 ///
 /// # Safety
-/// Both PEs launch it with the same arguments; `sig` is a symmetric zero `u64`; `dst` and
-/// `src` are symmetric with at least `bytes` bytes; `peer` is the other PE.
+/// `data` is symmetric with at least `len` `i32`s; `peer` is a valid PE.
 #[shmem_kernel(max_threads = 1024)]
-pub unsafe fn ping_pong(
-    kind: u32,
-    dst: Sym<u8>,
-    src: Sym<u8>,
-    bytes: usize,
+pub unsafe fn get_latency(scope: u32, data: Sym<i32>, len: usize, iters: u32, peer: i32) {
+    // SAFETY: the kernel contract.
+    let (remote, local) = unsafe {
+        (
+            SymSlice::from_raw_parts(data.as_ptr(), len),
+            DeviceSlice::from_raw_parts(data.as_ptr(), len),
+        )
+    };
+    for _ in 0..iters {
+        // SAFETY: as above.
+        unsafe {
+            match scope {
+                THREAD => {
+                    get_nbi(Thread, local, remote, peer);
+                    quiet();
+                }
+                WARP => {
+                    get_nbi(Warp, local, remote, peer);
+                    cta_quiet();
+                }
+                _ => {
+                    get_nbi(Block, local, remote, peer);
+                    cta_quiet();
+                }
+            }
+        }
+    }
+}
+
+/// `shmem_p_latency`: `iters` times, the block's threads `p` each of the first `len` `i32`s
+/// of `data` (block-stride) with its local value to `peer`, then `cta_quiet`.
+///
+/// # Safety
+/// `data` is symmetric with at least `len` `i32`s; `peer` is a valid PE.
+#[shmem_kernel(max_threads = 1024)]
+pub unsafe fn p_latency(data: Sym<i32>, len: usize, iters: u32, peer: i32) {
+    for _ in 0..iters {
+        let mut j = thread_idx_x() as usize;
+        while j < len {
+            // SAFETY: `j < len` (kernel contract).
+            unsafe {
+                let w = Sym::from_raw(data.as_ptr().add(j));
+                p(w, w.read(), peer);
+            }
+            j += block_dim_x() as usize;
+        }
+        cta_quiet();
+    }
+}
+
+/// `shmem_g_latency` (the perftest's `pull`): `iters` times, the block's threads `g` each of
+/// the first `len` `i32`s of `data` (block-stride) from `peer` into the local copy, then a
+/// block barrier.
+///
+/// # Safety
+/// `data` is symmetric with at least `len` `i32`s; `peer` is a valid PE that does not write
+/// `data` meanwhile.
+#[shmem_kernel(max_threads = 1024)]
+pub unsafe fn g_latency(data: Sym<i32>, len: usize, iters: u32, peer: i32) {
+    for _ in 0..iters {
+        let mut j = thread_idx_x() as usize;
+        while j < len {
+            // SAFETY: `j < len` (kernel contract); each thread writes its own elements.
+            unsafe {
+                let w = Sym::from_raw(data.as_ptr().add(j));
+                w.write(g(w, peer));
+            }
+            j += block_dim_x() as usize;
+        }
+        sync_threads();
+    }
+}
+
+/// `shmem_signal_ping_pong_latency` (launch 1×1 on both PEs): `iters` round trips; in round
+/// `i` PE 0 sets the peer's `sig` to `i + 1` with `signal_op` and waits for its own to equal
+/// it, the other PE waits first and answers. A `quiet` at the end.
+///
+/// # Safety
+/// Both PEs launch it with the same arguments; `sig` is a symmetric `u64`, zero on both PEs
+/// at the launch; `peer` is the other PE.
+#[shmem_kernel(max_threads = 1024)]
+pub unsafe fn signal_ping_pong(sig: Sym<u64>, iters: u32, peer: i32) {
+    let me = my_pe();
+    for i in 1..=u64::from(iters) {
+        // SAFETY: the kernel contract.
+        unsafe {
+            if me != 0 {
+                wait_until(sig, Cmp::Eq, i);
+                signal_op(sig, i, SignalOp::Set, peer);
+            } else {
+                signal_op(sig, i, SignalOp::Set, peer);
+                wait_until(sig, Cmp::Eq, i);
+            }
+        }
+    }
+    quiet();
+}
+
+/// `shmem_put_signal_ping_pong_latency` (its thread-scope kernel, launch 1×1 on both PEs):
+/// as [`signal_ping_pong()`], each message a non-blocking `put_signal` of the first `len`
+/// `i32`s of `data` that sets the peer's `sig`.
+///
+/// # Safety
+/// Both PEs launch it with the same arguments; `sig` is a symmetric `u64`, zero on both PEs
+/// at the launch; `data` is symmetric with at least `len` `i32`s; `peer` is the other PE.
+#[shmem_kernel(max_threads = 1024)]
+pub unsafe fn put_signal_ping_pong(
+    data: Sym<i32>,
     sig: Sym<u64>,
+    len: usize,
     iters: u32,
     peer: i32,
 ) {
     let me = my_pe();
     // SAFETY: the kernel contract.
-    unsafe {
-        let (d, s) = (
-            SymSlice::from_raw_parts(dst.as_ptr(), bytes),
-            DeviceSlice::from_raw_parts(src.as_ptr(), bytes),
-        );
-        for i in 1..=u64::from(iters) {
+    let (remote, local) = unsafe {
+        (
+            SymSlice::from_raw_parts(data.as_ptr(), len),
+            DeviceSlice::from_raw_parts(data.as_ptr(), len),
+        )
+    };
+    for i in 1..=u64::from(iters) {
+        // SAFETY: the kernel contract.
+        unsafe {
             if me != 0 {
-                if thread_idx_x() == 0 {
-                    signal_wait_until(sig, Cmp::Ge, i);
-                }
-                sync_threads();
-            }
-            if kind == 0 {
-                signal_op(sig, i, SignalOp::Set, peer);
+                wait_until(sig, Cmp::Eq, i);
+                put_signal_nbi(Thread, remote, local, sig, i, SignalOp::Set, peer);
             } else {
-                put_signal(Block, d, s, sig, i, SignalOp::Set, peer);
-            }
-            if me == 0 {
-                if thread_idx_x() == 0 {
-                    signal_wait_until(sig, Cmp::Ge, i);
-                }
-                sync_threads();
+                put_signal_nbi(Thread, remote, local, sig, i, SignalOp::Set, peer);
+                wait_until(sig, Cmp::Eq, i);
             }
         }
     }
+    quiet();
 }
 
-/// Device alltoall latency: `iters` block-scope alltoalls of `dest.len() / n_pes()` bytes per
-/// PE pair on the world team (launch 1×blockDim on every PE).
+/// `alltoall_latency` (its 32-bit block-scope curve, one block): `iters` alltoalls of `src`
+/// into `dest` on the world team, `dest.len() / n_pes()` `i32`s per PE pair (NVSHMEM's
+/// `nvshmemx_int32_alltoall_block`, which [`alltoall`] calls for `i32`).
 ///
 /// # Safety
 /// Every PE launches it with the same arguments; the slices are symmetric, equally long and
 /// divisible by the PE count.
 #[shmem_kernel(max_threads = 1024)]
-pub unsafe fn alltoall_lat(dest: SymSlice<u8>, src: SymSlice<u8>, iters: u32) {
+pub unsafe fn alltoall_latency(dest: SymSlice<i32>, src: SymSlice<i32>, iters: u32) {
     for _ in 0..iters {
         // SAFETY: the kernel contract.
         let _ = unsafe { alltoall(Block, Team::WORLD, dest, src) };

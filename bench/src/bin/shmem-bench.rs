@@ -24,10 +24,7 @@ use std::process::ExitCode;
 /// Started directly it launches one PE per visible GPU (at least 2 PEs are needed); under
 /// shmem-run or mpirun it is one PE.
 #[derive(Parser, Debug)]
-#[command(
-    name = "shmem-bench",
-    after_help = "Environment: SHMEM_PTX_DIR (default target/ptx)"
-)]
+#[command(name = "shmem-bench", after_help = tests_help())]
 struct Args {
     /// The CUDA C++ kernels (scripts/nvcc-cubin.sh ARCH CUBIN bench/cuda/perftest.cu)
     #[arg(long, value_name = "CUBIN")]
@@ -41,12 +38,25 @@ struct Args {
     /// Three sizes per curve (a smoke test)
     #[arg(long)]
     quick: bool,
-    /// Only these tests
+    /// Only these tests (names below)
     #[arg(long, value_name = "TEST,..", value_delimiter = ',', value_parser = [
         "put_bw", "get_bw", "p_bw", "put_lat", "get_lat", "p_lat", "g_lat",
         "signal_pingpong", "put_signal_pingpong", "alltoall_lat",
     ])]
     only: Option<Vec<String>>,
+}
+
+/// The tests and the NVSHMEM perftests they mirror, for `--help`.
+fn tests_help() -> String {
+    let mut s = String::from(
+        "Tests (each computes its figure as the NVSHMEM perftest named, perftest/device/: the \
+         same kernel loop, per launch bytes*iters/time in GB/s or time/iters in us, round \
+         trips for the ping-pongs; the mean over the timed launches):\n",
+    );
+    for t in host::Test::ALL {
+        s += &format!("  {:<20} {}\n", t.name(), t.perftest());
+    }
+    s + "\nEnvironment: SHMEM_PTX_DIR (default target/ptx)"
 }
 
 fn ptx_dir() -> PathBuf {
