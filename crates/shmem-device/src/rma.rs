@@ -220,7 +220,7 @@ unsafe fn copy_p2p<S: Scope>(dst: *mut u8, src: *const u8, bytes: usize) -> bool
 /// # Safety
 /// As [`copy_p2p`], for `bytes` at `sym` (symmetric) and `local`.
 #[inline(always)]
-unsafe fn try_p2p<S: Scope>(
+pub(crate) unsafe fn try_p2p<S: Scope>(
     sym: *mut core::ffi::c_void,
     local: *mut core::ffi::c_void,
     bytes: usize,

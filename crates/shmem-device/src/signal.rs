@@ -11,7 +11,8 @@
 
 use crate::mem::{LocalSlice, Sym, SymSlice, operands};
 use crate::p2p::Cmp;
-use crate::scope::{Scope, by_scope};
+use crate::rma::try_p2p;
+use crate::scope::{Scope, ScopeKind, by_scope};
 use crate::sys;
 
 /// How a signal word is updated.
@@ -22,6 +23,40 @@ pub enum SignalOp {
     Set = 9,
     /// `NVSHMEM_SIGNAL_ADD`: the value is added atomically.
     Add = 10,
+}
+
+/// `put_signal`'s peer-to-peer path, taken at thread scope only: shmem-rs's 16-byte copy
+/// ([`crate::rma`]'s, where NVSHMEM's bitcode moves 4 bytes per load: a thread-scope
+/// put-signal ping-pong of 64 KiB took 1.09x the CUDA C++ twin's time), then a system fence
+/// (`nvshmem_fence`, `membar.sys` on a mapped peer, as NVSHMEM's own path) and the signal,
+/// so the signal lands after the data. Warp and block scope stay on NVSHMEM's path: the same
+/// copy made the halo's block-scope edge sends and the block-scope ping-pong slower
+/// (BENCHMARKS.md, the halo's "what is left"). Returns `false`, doing nothing, when NVSHMEM
+/// must do it.
+///
+/// # Safety
+/// As [`put_signal`], for the operands `operands` checked.
+#[inline(always)]
+unsafe fn try_put_signal_p2p<S: Scope>(
+    dest: *mut core::ffi::c_void,
+    src: *mut core::ffi::c_void,
+    bytes: usize,
+    sig: Sym<u64>,
+    value: u64,
+    op: SignalOp,
+    pe: i32,
+) -> bool {
+    if S::KIND != ScopeKind::Thread {
+        return false;
+    }
+    // SAFETY: the caller's contract.
+    if !unsafe { try_p2p::<S>(dest, src, bytes, pe, true) } {
+        return false;
+    }
+    crate::order::fence();
+    // SAFETY: the caller's contract.
+    unsafe { signal_op(sig, value, op, pe) };
+    true
 }
 
 /// Copies `src` into `pe`'s `dest`, then updates `pe`'s `sig` with `op` and `value`;
@@ -44,6 +79,10 @@ pub unsafe fn put_signal<S: Scope, T: Copy>(
     pe: i32,
 ) {
     let o = operands(dest, src);
+    // SAFETY: the caller upholds the module's contract; lengths were checked above.
+    if unsafe { try_put_signal_p2p::<S>(o.sym, o.local, o.bytes, sig, value, op, pe) } {
+        return;
+    }
     let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     let (sg, o) = (sig.as_ptr(), op as i32);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
@@ -79,6 +118,10 @@ pub unsafe fn put_signal_nbi<S: Scope, T: Copy>(
     pe: i32,
 ) {
     let o = operands(dest, src);
+    // SAFETY: the caller upholds the module's contract; lengths were checked above.
+    if unsafe { try_put_signal_p2p::<S>(o.sym, o.local, o.bytes, sig, value, op, pe) } {
+        return;
+    }
     let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     let (sg, o) = (sig.as_ptr(), op as i32);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
