@@ -25,11 +25,18 @@ pub enum SignalOp {
     Add = 10,
 }
 
-/// `put_signal`'s peer-to-peer path, taken at thread scope only: shmem-rs's 16-byte copy
-/// ([`crate::rma`]'s, where NVSHMEM's bitcode moves 4 bytes per load: a thread-scope
-/// put-signal ping-pong of 64 KiB took 1.09x the CUDA C++ twin's time), then a system fence
-/// (`nvshmem_fence`, `membar.sys` on a mapped peer, as NVSHMEM's own path) and the signal,
-/// so the signal lands after the data. Warp and block scope stay on NVSHMEM's path: the same
+/// The smallest thread-scope `put_signal` that [`try_put_signal_p2p`] copies itself. Below,
+/// NVSHMEM's path (4-byte copy, fence and signal in one function) is faster: the ping-pong
+/// at 16 and 32 bytes took 1.08-1.14x the twin's time with the separate fence and signal
+/// call, 0.97-1.03 at 64 bytes, 0.90 and below from 128 (shmem-bench, 2 PEs on one H100
+/// under MPS, 2026-11-23).
+const P2P_PUT_SIGNAL_MIN_BYTES: usize = 128;
+
+/// `put_signal`'s peer-to-peer path, taken at thread scope from [`P2P_PUT_SIGNAL_MIN_BYTES`]:
+/// shmem-rs's 16-byte copy ([`crate::rma`]'s, where NVSHMEM's bitcode moves 4 bytes per
+/// load: a thread-scope put-signal ping-pong of 64 KiB took 1.09x the CUDA C++ twin's time,
+/// 0.55x with this path), then a system fence (`nvshmem_fence`, `membar.sys` on a mapped
+/// peer, as NVSHMEM's own path) and the signal, so the signal lands after the data. Warp and block scope stay on NVSHMEM's path: the same
 /// copy made the halo's block-scope edge sends and the block-scope ping-pong slower
 /// (BENCHMARKS.md, the halo's "what is left"). Returns `false`, doing nothing, when NVSHMEM
 /// must do it.
@@ -46,7 +53,7 @@ unsafe fn try_put_signal_p2p<S: Scope>(
     op: SignalOp,
     pe: i32,
 ) -> bool {
-    if S::KIND != ScopeKind::Thread {
+    if S::KIND != ScopeKind::Thread || bytes < P2P_PUT_SIGNAL_MIN_BYTES {
         return false;
     }
     // SAFETY: the caller's contract.
