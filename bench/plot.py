@@ -52,17 +52,19 @@ ax.legend(fontsize=7)
 ax = axes.flat[6]
 for c, (test, scope) in zip(colors * 2, [(t, s) for t in ("put_lat", "get_lat") for s in ("thread", "warp", "block")]):
     curve(ax, f"{test} {scope}", c if test == "put_lat" else "tab:" + ["cyan", "olive", "brown"][["thread", "warp", "block"].index(scope)], test=test, scope=scope)
-ax.set(title="put / get latency (blocking, one unit)", xscale="log", yscale="log", xlabel="bytes", ylabel="us")
+ax.set(title="put / get latency (one unit, completed by quiet)", xscale="log", yscale="log", xlabel="bytes", ylabel="us")
 ax.legend(fontsize=6)
 
 ax = axes.flat[7]
-curve(ax, "put_signal ping-pong", "tab:blue", test="put_signal_pingpong")
-curve(ax, "alltoall (per PE pair)", "tab:green", test="alltoall_lat")
+curve(ax, "put_signal ping-pong (one thread)", "tab:blue", test="put_signal_pingpong")
+curve(ax, "alltoall (bytes one PE sends)", "tab:green", test="alltoall_lat")
+curve(ax, "p (1024 threads)", "tab:purple", test="p_lat")
+curve(ax, "g (1024 threads)", "tab:brown", test="g_lat")
 for p in pts:
-    if p["test"] in ("signal_pingpong", "p_lat", "g_lat"):
+    if p["test"] == "signal_pingpong":
         ax.scatter([p["bytes"]], [p["rust"]], marker="o", label=f"{p['test']} Rust {p['rust']:.2f} us")
         ax.scatter([p["bytes"]], [p["cuda"]], marker="x", label=f"{p['test']} C++ {p['cuda']:.2f} us")
-ax.set(title="round trips and collective latency", xscale="log", yscale="log", xlabel="bytes", ylabel="us")
+ax.set(title="round trips, p / g and collective latency", xscale="log", yscale="log", xlabel="bytes", ylabel="us")
 ax.legend(fontsize=6)
 
 ax = axes.flat[8]
@@ -76,7 +78,7 @@ ax.axhline(0.98, color="gray", lw=1, ls=":")
 ax.set(title="Rust relative to C++ (above 1: Rust faster)", xscale="log", xlabel="bytes", ylabel="ratio")
 ax.legend(fontsize=7)
 
-fig.suptitle(f"shmem-bench on {meta.get('device', '?')} x{meta.get('pes', '?')}, NVSHMEM {meta.get('nvshmem', '?')}, medians of {meta.get('reps', '?')} launches")
+fig.suptitle(f"shmem-bench on {meta.get('device', '?')} x{meta.get('pes', '?')}, NVSHMEM {meta.get('nvshmem', '?')}, means of {meta.get('reps', '?')} launches")
 fig.tight_layout()
 fig.savefig(out, dpi=80)
 print(f"wrote {out}")
