@@ -36,10 +36,10 @@ const P2P_PUT_SIGNAL_MIN_BYTES: usize = 128;
 /// shmem-rs's 16-byte copy ([`crate::rma`]'s, where NVSHMEM's bitcode moves 4 bytes per
 /// load: a thread-scope put-signal ping-pong of 64 KiB took 1.09x the CUDA C++ twin's time,
 /// 0.55x with this path), then a system fence (`nvshmem_fence`, `membar.sys` on a mapped
-/// peer, as NVSHMEM's own path) and the signal, so the signal lands after the data. Warp and block scope stay on NVSHMEM's path: the same
-/// copy made the halo's block-scope edge sends and the block-scope ping-pong slower
-/// (BENCHMARKS.md, the halo's "what is left"). Returns `false`, doing nothing, when NVSHMEM
-/// must do it.
+/// peer, as NVSHMEM's own path) and the signal, so the signal lands after the data. Warp
+/// and block scope stay on NVSHMEM's path: the same copy made the halo's block-scope edge
+/// sends and the block-scope ping-pong slower (BENCHMARKS.md, the halo's "what is left").
+/// Returns `false`, doing nothing, when NVSHMEM must do it.
 ///
 /// # Safety
 /// As [`put_signal`], for the operands `operands` checked.
