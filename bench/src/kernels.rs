@@ -60,6 +60,23 @@ unsafe fn inter_cta_barrier(counter: Sym<u32>, epoch: u32, quiet_last: bool) {
     sync_threads();
 }
 
+/// Elements `off..off + n` of the symmetric `data` as the perftests use their one buffer:
+/// the remote end (`pe`'s copy) and the local end of the same range.
+///
+/// # Safety
+/// The range lies within `data` on every PE.
+#[inline(always)]
+unsafe fn both_ends<T>(data: Sym<T>, off: usize, n: usize) -> (SymSlice<T>, DeviceSlice<T>) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let p = data.as_ptr().add(off);
+        (
+            SymSlice::from_raw_parts(p, n),
+            DeviceSlice::from_raw_parts(p, n),
+        )
+    }
+}
+
 /// `cta_quiet` of the perftests: thread 0 of the block quiets, between two block barriers.
 #[inline(always)]
 fn cta_quiet() {
@@ -104,14 +121,8 @@ pub unsafe fn bw(
         _ => (0, per_block),
     };
     let off = block_idx_x() as usize * per_block + off;
-    // SAFETY: the part lies within `len` (kernel contract); the two slices are the same
-    // symmetric range, local on one side and remote on the other.
-    let (remote, local) = unsafe {
-        (
-            SymSlice::from_raw_parts(data.as_ptr().add(off), n),
-            DeviceSlice::from_raw_parts(data.as_ptr().add(off), n),
-        )
-    };
+    // SAFETY: the part lies within `len` (kernel contract).
+    let (remote, local) = unsafe { both_ends(data, off, n) };
     for i in 0..iters {
         // SAFETY: as above; `peer` is valid (kernel contract).
         unsafe {
@@ -189,12 +200,7 @@ pub unsafe fn p_bw(data: Sym<u32>, len: usize, iters: u32, counter: Sym<u32>, pe
 #[shmem_kernel(max_threads = 1024)]
 pub unsafe fn put_latency(scope: u32, data: Sym<i32>, len: usize, iters: u32, peer: i32) {
     // SAFETY: the kernel contract.
-    let (remote, local) = unsafe {
-        (
-            SymSlice::from_raw_parts(data.as_ptr(), len),
-            DeviceSlice::from_raw_parts(data.as_ptr(), len),
-        )
-    };
+    let (remote, local) = unsafe { both_ends(data, 0, len) };
     // One loop per scope (the choice made once, outside the loop).
     for _ in 0..iters {
         // SAFETY: as above.
@@ -226,12 +232,7 @@ pub unsafe fn put_latency(scope: u32, data: Sym<i32>, len: usize, iters: u32, pe
 #[shmem_kernel(max_threads = 1024)]
 pub unsafe fn get_latency(scope: u32, data: Sym<i32>, len: usize, iters: u32, peer: i32) {
     // SAFETY: the kernel contract.
-    let (remote, local) = unsafe {
-        (
-            SymSlice::from_raw_parts(data.as_ptr(), len),
-            DeviceSlice::from_raw_parts(data.as_ptr(), len),
-        )
-    };
+    let (remote, local) = unsafe { both_ends(data, 0, len) };
     for _ in 0..iters {
         // SAFETY: as above.
         unsafe {
@@ -339,12 +340,7 @@ pub unsafe fn put_signal_ping_pong(
 ) {
     let me = my_pe();
     // SAFETY: the kernel contract.
-    let (remote, local) = unsafe {
-        (
-            SymSlice::from_raw_parts(data.as_ptr(), len),
-            DeviceSlice::from_raw_parts(data.as_ptr(), len),
-        )
-    };
+    let (remote, local) = unsafe { both_ends(data, 0, len) };
     for i in 1..=u64::from(iters) {
         // SAFETY: the kernel contract.
         unsafe {
