@@ -137,11 +137,12 @@ impl Chunk {
 /// Copies `bytes` from `src` to `dst` with the threads of scope `S` when both are 16-byte
 /// aligned and `bytes >= 16` (16 bytes per load and store, four in flight per thread at
 /// thread and warp scope, the tail in words or bytes), then synchronises the group; returns
-/// `false`, copying nothing, otherwise. The local end is accessed as global memory (`ld.global`/`st.global`: a
-/// [`LocalSlice`](crate::mem::LocalSlice) is global memory), the peer's end through generic
-/// addresses: what nvcc emits for NVSHMEM's copy in a kernel. With both ends in the same
-/// state space (both generic, or both global) a warp's put or get of 64-512 bytes took 1.3x
-/// as long per call when source and destination sit at the same symmetric offset.
+/// `false`, copying nothing, otherwise. The local end is accessed as global memory
+/// (`ld.global`/`st.global`: a [`LocalSlice`](crate::mem::LocalSlice) is global memory), the
+/// peer's end through generic addresses: what nvcc emits for NVSHMEM's copy in a kernel.
+/// With both ends in the same state space (both generic, or both global) a warp's put or get
+/// of 64-512 bytes took 1.3x as long per call when source and destination sit at the same
+/// symmetric offset.
 ///
 /// This is the transfer of `put`/`get` when the peer's memory is mapped (`nvshmem_ptr`): the
 /// loop NVSHMEM's LLVM bitcode provides moves data 4 bytes per load (its 16-byte vector type
