@@ -18,7 +18,7 @@ def med(xs):
 
 def get(nx, pes, variant, dtype="F32"):
     for r in rows:
-        if r["nx"] == nx and r["pes"] == pes and r["variant"] == variant and r.get("dtype", "F32") == dtype:
+        if "rust_us" in r and r["nx"] == nx and r["pes"] == pes and r["variant"] == variant and r.get("dtype", "F32") == dtype:
             return r
     return None
 

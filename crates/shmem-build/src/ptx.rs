@@ -38,13 +38,13 @@ pub fn parse(ptx: &str) -> PtxInfo {
         match func {
             Some(depth) if depth > 0 => {
                 info.func_lines += 1;
-                let depth = if line.starts_with('{') {
-                    depth + 1
-                } else if line.starts_with('}') {
-                    depth - 1
-                } else {
-                    depth
-                };
+                // Braces of one line: `{` and `}` alone open and close a block; an inline
+                // assembly block on one line (`{ .reg .u64 g; ... }`) and vector operands
+                // (`{%r1, %r2}`) open and close on the same line.
+                let code = line.split("//").next().unwrap_or_default();
+                let opens = code.matches('{').count();
+                let closes = code.matches('}').count();
+                let depth = (depth + opens).saturating_sub(closes);
                 func = (depth > 0).then_some(depth);
                 continue;
             }
@@ -269,6 +269,17 @@ mod tests {
         let ptx = ".visible .entry rma_bulk(\n\t.param .align 8 .b8 rma_bulk_param_0[16],\n\t.param .align 8 .b8 rma_bulk_param_1[16]\n)                                       // @rma_bulk\n{\n\tret;\n}\n";
         let info = parse(ptx);
         assert_eq!(info.entries[0].params, vec![(16, 8), (16, 8)]);
+    }
+
+    /// A function whose body has an inline assembly block on one line (`{ ... }`, as a
+    /// 16-byte global store emits) and vector operands: the entry after it is still read.
+    #[test]
+    fn one_line_blocks_in_a_function_body() {
+        let ptx = ".func f(\n\t.param .b64 f_param_0\n)\n{\n\t{ .reg .u64 g; cvta.to.global.u64 g, %rd1; st.global.v4.u32 [g], {%r1, %r2, %r3, %r4}; }\n\tld.v2.u32 {%r5, %r6}, [%rd1]; // {\n\t{\n\tret;\n\t}\n}\n.visible .entry k(\n\t.param .u32 k_param_0\n)\n{\n\tret;\n}\n";
+        let info = parse(ptx);
+        assert_eq!(info.func_lines, 6);
+        assert_eq!(info.entries.len(), 1, "the entry after the function");
+        assert_eq!(info.entries[0].name, "k");
     }
 
     #[test]

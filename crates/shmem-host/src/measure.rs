@@ -68,9 +68,24 @@ pub fn copy_engine_peer_bandwidth(rt: &Shmem, reps: usize) -> Result<Option<f64>
     got.transpose()
 }
 
+/// The share, in percent, of a device-to-device copy's memory rate that a kernel reaches
+/// when it reads and writes `bytes` in all in `seconds`. `copy_gbps` is the copy's rate in
+/// GB/s copied, as [`copy_engine_peer_bandwidth`] measures it on one PE (into its own
+/// memory); the copy reads and writes every byte, so the memory moves twice that.
+pub fn percent_of_device_copy(bytes: u64, seconds: f64, copy_gbps: f64) -> f64 {
+    100.0 * bytes as f64 / seconds / 1e9 / (2.0 * copy_gbps)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::median;
+    use super::{median, percent_of_device_copy};
+
+    #[test]
+    fn a_kernel_moving_the_copys_bytes_in_its_time_is_at_100_percent() {
+        // A copy of 1 GB at 1000 GB/s takes 1 ms and moves 2 GB (read + written).
+        assert!((percent_of_device_copy(2_000_000_000, 1e-3, 1000.0) - 100.0).abs() < 1e-9);
+        assert!((percent_of_device_copy(1_000_000_000, 2e-3, 1000.0) - 25.0).abs() < 1e-9);
+    }
 
     #[test]
     fn median_of_odd_even_and_empty() {

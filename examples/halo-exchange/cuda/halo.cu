@@ -34,10 +34,10 @@ struct Bufs {
 
 template <class T>
 __device__ __forceinline__ void update_row(const T *a, T *a_new, size_t nx, size_t row,
-                                           size_t first, size_t stride, bool check,
+                                           uint32_t first, uint32_t stride, bool check,
                                            double &acc) {
   size_t base = row * nx;
-  for (size_t x = 1 + first; x < nx - 1; x += stride) {
+  for (uint32_t x = 1 + first; x < nx - 1; x += stride) {
     size_t c = base + x;
     T v = (((a[c - 1] + a[c + 1]) + a[c - nx]) + a[c + nx]) * T(0.25);
     a_new[c] = v;
@@ -46,6 +46,79 @@ __device__ __forceinline__ void update_row(const T *a, T *a_new, size_t nx, size
       acc += d * d;
     }
   }
+}
+
+// The elements of T in 16 bytes (the Rust `Chunk`, a uint4 here) and access to them.
+template <class T> struct Lanes;
+template <> struct Lanes<float> {
+  static constexpr int n = 4;
+  static __device__ __forceinline__ float get(const uint4 &c, int i) {
+    return __uint_as_float((&c.x)[i]);
+  }
+  static __device__ __forceinline__ void set(uint4 &c, int i, float v) {
+    (&c.x)[i] = __float_as_uint(v);
+  }
+};
+template <> struct Lanes<double> {
+  static constexpr int n = 2;
+  static __device__ __forceinline__ double get(const uint4 &c, int i) {
+    return __hiloint2double((int)(&c.x)[2 * i + 1], (int)(&c.x)[2 * i]);
+  }
+  static __device__ __forceinline__ void set(uint4 &c, int i, double v) {
+    (&c.x)[2 * i] = (unsigned)__double2loint(v);
+    (&c.x)[2 * i + 1] = (unsigned)__double2hiint(v);
+  }
+};
+
+template <class T>
+__device__ __forceinline__ bool by_chunks(const T *a, const T *a_new, size_t nx) {
+  return nx % Lanes<T>::n == 0 && (((uintptr_t)a | (uintptr_t)a_new) % 16) == 0;
+}
+
+// Rows row0..row0+n of chunk column v, the three rows the stencil reads in registers; the
+// border columns are stored with their value in `a` (the same in both grids).
+template <class T>
+__device__ __forceinline__ void update_strip(const T *a, T *a_new, size_t nx, size_t w,
+                                             size_t row0, uint32_t n, size_t v, bool check,
+                                             double &acc) {
+  using L = Lanes<T>;
+  bool first = v == 0, last = v == w - 1;
+  const T *src = a + row0 * nx + v * L::n;
+  T *dst = a_new + row0 * nx + v * L::n;
+  uint4 up = *(const uint4 *)(src - nx), cur = *(const uint4 *)src;
+  for (uint32_t k = 0; k < n; k++) {
+    uint4 down = *(const uint4 *)(src + nx);
+    T left = src[-1], right = src[L::n];
+    uint4 out = cur;
+#pragma unroll
+    for (int i = 0; i < L::n; i++) {
+      T l = i == 0 ? left : L::get(cur, i - 1);
+      T x = i + 1 == L::n ? right : L::get(cur, i + 1);
+      T val = (((l + x) + L::get(up, i)) + L::get(down, i)) * T(0.25);
+      bool border = (i == 0 && first) || (i + 1 == L::n && last);
+      L::set(out, i, border ? L::get(cur, i) : val);
+    }
+    *(uint4 *)dst = out;
+    if (check) {
+#pragma unroll
+      for (int i = 0; i < L::n; i++) {
+        double d = (double)L::get(out, i) - (double)L::get(cur, i);
+        acc += d * d;
+      }
+    }
+    up = cur;
+    cur = down;
+    src += nx;
+    dst += nx;
+  }
+}
+
+// Bands of `height` rows, `w` strips each: one strip per interior thread (kernels.rs: strips).
+__device__ __forceinline__ void strips(uint32_t m, uint32_t w, uint32_t threads,
+                                       uint32_t &height, uint32_t &count) {
+  uint32_t bands = max(threads / w, 1u);
+  height = (m + bands - 1) / bands;
+  count = (m + height - 1) / height * w;
 }
 
 template <class T>
@@ -72,9 +145,19 @@ __device__ __forceinline__ double iterate(const T *a, T *a_new, const Bufs &b, S
     if (to_bottom)
       nvshmemx_putmem_signal_block(a_new, src, nx * sizeof(T), b.sync.ptr + 0, epoch + 1,
                                    NVSHMEM_SIGNAL_SET, s.bottom_pe);
-  } else if (blk >= 2) {
-    for (size_t row = 2 + (blk - 2); row < rows; row += nblk - 2)
-      update_row(a, a_new, nx, row, tid, bs, check, acc);
+  } else if (blk >= 2 && rows > 2) {
+    if (by_chunks(a, a_new, nx)) {
+      uint32_t w = nx / Lanes<T>::n, threads = (nblk - 2) * bs, height, count;
+      strips(rows - 2, w, threads, height, count);
+      for (uint32_t i = (blk - 2) * bs + tid; i < count; i += threads) {
+        uint32_t row0 = 2 + i / w * height;
+        update_strip(a, a_new, nx, w, row0, min(height, (uint32_t)rows - row0), i % w, check,
+                     acc);
+      }
+    } else {
+      for (size_t row = 2 + (blk - 2); row < rows; row += nblk - 2)
+        update_row(a, a_new, nx, row, tid, bs, check, acc);
+    }
   }
   return acc;
 }

@@ -152,6 +152,12 @@ fn compare(
             (Variant::PerIteration, o.graph),
         ]);
     }
+    // One PE: the sweep against a device-to-device copy in the same process.
+    let copy_gbps = if rt.n_pes() == 1 && !rt.is_simulated() {
+        shmem_host::measure::copy_engine_peer_bandwidth(rt, 5)?
+    } else {
+        None
+    };
     let mut times = vec![[Vec::new(), Vec::new()]; variants.len()];
     let mut halo_bytes = 0;
     for rep in 0..=reps {
@@ -205,6 +211,30 @@ fn compare(
             times[vi][1].iter().map(|t| t * 1e6).collect::<Vec<_>>(),
             halo_bytes
         );
+        if let Some(ce) = copy_gbps {
+            // A sweep's memory floor: it reads the slab and its two halo rows once and
+            // writes the slab once.
+            let elem = match o.dtype {
+                Dtype::F32 => 4,
+                Dtype::F64 => 8,
+            };
+            let bytes = (2 * u64::from(o.ny) - 2) * u64::from(o.nx) * elem;
+            let pct = |t: f64| shmem_host::measure::percent_of_device_copy(bytes, t, ce);
+            println!(
+                "  memory floor {:.1} MB per iteration: rust {:.1} % / cuda {:.1} % of the device copy ({ce:.1} GB/s copied)",
+                bytes as f64 / 1e6,
+                pct(r),
+                pct(c)
+            );
+            println!(
+                "RESULT {{\"nx\":{},\"ny\":{},\"dtype\":\"{:?}\",\"variant\":\"{v:?}\",\"graph\":{graph},\"pes\":1,\"memory_bytes_per_iter\":{bytes},\"device_copy_gbps\":{ce:.2},\"rust_copy_pct\":{:.2},\"cuda_copy_pct\":{:.2}}}",
+                o.nx,
+                o.ny,
+                o.dtype,
+                pct(r),
+                pct(c)
+            );
+        }
     }
     Ok(())
 }

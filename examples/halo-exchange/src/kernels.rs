@@ -48,6 +48,7 @@
 use core::ops::{Add, Mul};
 use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
+use shmem_device::rma::Chunk;
 use shmem_device::scoped::{self, Gpu};
 
 /// The part of the grid one PE owns, and its neighbours. Passed by value to every kernel;
@@ -79,21 +80,46 @@ unsafe impl KernelParam for Slab {
 pub trait Real: Copy + Add<Output = Self> + Mul<Output = Self> + 'static {
     /// `0.25`.
     const QUARTER: Self;
+    /// Elements in a 16-byte [`Chunk`].
+    const LANES: usize;
     /// Widening to `f64` (exact for both types).
     fn to_f64(self) -> f64;
+    /// Element `i` (`< LANES`) of `c`.
+    fn lane(c: &Chunk, i: usize) -> Self;
+    /// Sets element `i` (`< LANES`) of `c` to `v`.
+    fn set_lane(c: &mut Chunk, i: usize, v: Self);
 }
 impl Real for f32 {
     const QUARTER: f32 = 0.25;
+    const LANES: usize = 4;
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self as f64
     }
+    #[inline(always)]
+    fn lane(c: &Chunk, i: usize) -> f32 {
+        f32::from_bits(c.0[i])
+    }
+    #[inline(always)]
+    fn set_lane(c: &mut Chunk, i: usize, v: f32) {
+        c.0[i] = v.to_bits();
+    }
 }
 impl Real for f64 {
     const QUARTER: f64 = 0.25;
+    const LANES: usize = 2;
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self
+    }
+    #[inline(always)]
+    fn lane(c: &Chunk, i: usize) -> f64 {
+        f64::from_bits(u64::from(c.0[2 * i]) | u64::from(c.0[2 * i + 1]) << 32)
+    }
+    #[inline(always)]
+    fn set_lane(c: &mut Chunk, i: usize, v: f64) {
+        let b = v.to_bits();
+        (c.0[2 * i], c.0[2 * i + 1]) = (b as u32, (b >> 32) as u32);
     }
 }
 
@@ -124,22 +150,108 @@ unsafe fn update_row<T: Real>(
     a_new: *mut T,
     nx: usize,
     row: usize,
-    first: usize,
-    stride: usize,
+    first: u32,
+    stride: u32,
     check: bool,
     acc: &mut f64,
 ) {
     let base = row * nx;
     let mut x = 1 + first;
-    while x < nx - 1 {
+    while (x as usize) < nx - 1 {
         // SAFETY: `1 <= x < nx - 1` and `row` has rows above and below (caller's contract).
-        let (v, old) = unsafe { update(a, a_new, base + x, nx) };
+        let (v, old) = unsafe { update(a, a_new, base + x as usize, nx) };
         if check {
             let d = v.to_f64() - old.to_f64();
             *acc += d * d;
         }
         x += stride;
     }
+}
+
+/// Whether the interior rows can be swept 16 bytes at a time ([`update_strip`]): rows of
+/// whole [`Chunk`]s, both grids 16-byte aligned. Otherwise [`update_row`] goes element by
+/// element.
+#[inline(always)]
+fn by_chunks<T: Real>(a: *const T, a_new: *mut T, nx: usize) -> bool {
+    nx.is_multiple_of(T::LANES) && (a as usize | a_new as usize).is_multiple_of(16)
+}
+
+/// Updates local rows `row0..row0 + n` of chunk column `v` (the [`Real::LANES`] elements
+/// from column `v * LANES`), walking down the rows with the three rows the stencil reads in
+/// registers: per row one 16-byte load of the row below, the left and right neighbours as
+/// single elements (their lines are in L1: the neighbouring threads load them), one 16-byte
+/// store. So the grid is read from memory once and written once. The border columns (the
+/// first element of chunk 0, the last of chunk `w - 1`) are stored with the value they have
+/// in `a`, which is theirs in `a_new` too (fixed values, the same in both grids), and add 0
+/// to the residual. Adds the squared changes to `acc` when `check`.
+///
+/// # Safety
+/// [`by_chunks`] holds, `w = nx / LANES`, `v < w`, `1 <= row0`, `row0 + n` is at most the
+/// slab's last halo row, both grids hold the same border columns, and no other thread
+/// writes the points this call writes or reads.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn update_strip<T: Real>(
+    a: *const T,
+    a_new: *mut T,
+    nx: usize,
+    w: usize,
+    row0: usize,
+    n: u32,
+    v: usize,
+    check: bool,
+    acc: &mut f64,
+) {
+    let (first, last) = (v == 0, v == w - 1);
+    // SAFETY: rows `row0 - 1 ..= row0 + n` hold this chunk, and the elements on either side
+    // of it are in the buffer: before chunk 0 the previous row's last element (`row0 >= 1`),
+    // after chunk `w - 1` the next row's first (caller's contract); 16-byte aligned
+    // (`by_chunks`), global memory (a kernel's grids); the stores are this call's points.
+    unsafe {
+        let mut src = a.add(row0 * nx + v * T::LANES);
+        let mut dst = a_new.add(row0 * nx + v * T::LANES);
+        let mut up = Chunk::load_global(src.sub(nx).cast());
+        let mut cur = Chunk::load_global(src.cast());
+        for _ in 0..n {
+            let down = Chunk::load_global(src.add(nx).cast());
+            let (left, right) = (*src.sub(1), *src.add(T::LANES));
+            let mut out = cur;
+            for i in 0..T::LANES {
+                let l = if i == 0 { left } else { T::lane(&cur, i - 1) };
+                let x = if i + 1 == T::LANES {
+                    right
+                } else {
+                    T::lane(&cur, i + 1)
+                };
+                let val = (((l + x) + T::lane(&up, i)) + T::lane(&down, i)) * T::QUARTER;
+                let border = (i == 0 && first) || (i + 1 == T::LANES && last);
+                T::set_lane(&mut out, i, if border { T::lane(&cur, i) } else { val });
+            }
+            out.store_global(dst.cast());
+            if check {
+                for i in 0..T::LANES {
+                    let d = T::lane(&out, i).to_f64() - T::lane(&cur, i).to_f64();
+                    *acc += d * d;
+                }
+            }
+            (up, cur) = (cur, down);
+            src = src.add(nx);
+            dst = dst.add(nx);
+        }
+    }
+}
+
+/// How the interior blocks cut the `m` rows between the edge rows into work: bands of
+/// whole rows, each band `w` strips of one chunk column ([`update_strip`]), strip `i` in
+/// band `i / w` at column `i % w`. Returns the band height and the number of strips: as
+/// many bands as give each of the `threads` interior threads one strip (at least one
+/// band), so the threads walk down their strips side by side and none waits on a second
+/// round. `m > 0`.
+#[inline(always)]
+pub fn strips(m: u32, w: u32, threads: u32) -> (u32, u32) {
+    let bands = (threads / w).max(1);
+    let height = m.div_ceil(bands);
+    (height, m.div_ceil(height) * w)
 }
 
 /// The symmetric buffers of a solve.
@@ -194,14 +306,32 @@ unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, che
                 edge_block(a, a_new, sync, s, epoch, check)
             }
         };
-    } else if blk >= 2 {
+    } else if blk >= 2 && rows > 2 {
         // (Block 1 of a one-row slab has nothing to do: it is neither an edge block nor
         // an interior one. The CPU simulator found `blk - 2` underflowing here.)
-        let mut row = 2 + (blk - 2);
-        while row < rows {
-            // SAFETY: `2 <= row < rows`: an interior row of the slab, owned by this block.
-            unsafe { update_row(a, a_new, nx, row, tid, bs, check, &mut acc) };
-            row += nblk - 2;
+        if by_chunks(a, a_new, nx) {
+            let w = (nx / T::LANES) as u32;
+            let threads = ((nblk - 2) * bs) as u32;
+            let (height, count) = strips(rows as u32 - 2, w, threads);
+            let mut i = ((blk - 2) * bs + tid) as u32;
+            while i < count {
+                let row0 = 2 + (i / w) * height;
+                let n = height.min(rows as u32 - row0);
+                // SAFETY: rows `row0..row0 + n` are in `2..rows`, interior rows of the slab;
+                // strip `i` is this thread's alone.
+                unsafe {
+                    let (row0, v) = (row0 as usize, (i % w) as usize);
+                    update_strip(a, a_new, nx, w as usize, row0, n, v, check, &mut acc)
+                };
+                i += threads;
+            }
+        } else {
+            let mut row = 2 + (blk - 2);
+            while row < rows {
+                // SAFETY: `2 <= row < rows`: an interior row of the slab, this block's.
+                unsafe { update_row(a, a_new, nx, row, tid as u32, bs as u32, check, &mut acc) };
+                row += nblk - 2;
+            }
         }
     }
     acc
@@ -264,7 +394,7 @@ unsafe fn edge_block<T: Real>(
     }
     sync_threads();
     // SAFETY: `row` is in `1..=rows`; this block alone writes it.
-    unsafe { update_row(a, a_new, nx, row, tid, bs, check, &mut acc) };
+    unsafe { update_row(a, a_new, nx, row, tid as u32, bs as u32, check, &mut acc) };
     sync_threads();
     // SAFETY: the neighbours are valid PEs with the same buffers, whose halo rows (row 0,
     // row `top_rows + 1`) are in bounds; those rows are theirs to receive (module

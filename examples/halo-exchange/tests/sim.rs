@@ -101,9 +101,19 @@ fn persistent_kernel_matches_the_cpu_on_1_2_4_and_8_pes() {
     }
 }
 
+/// Widths that take each path of the sweep: rows of whole 16-byte chunks with one strip
+/// per thread (20), more chunk columns than interior threads so that a thread walks two
+/// strips (260: 65 columns, 32 threads), and rows that are not whole chunks, swept element
+/// by element (23).
 #[test]
 fn per_iteration_kernel_matches_the_cpu_on_2_pes() {
-    let (n, nx, ny, iters, every, seed) = (2u32, 20u32, 9u32, 6u32, 2u32, 9u64);
+    for (nx, ny) in [(20u32, 9u32), (260, 12), (23, 9)] {
+        per_iteration_on_2_pes(nx, ny);
+    }
+}
+
+fn per_iteration_on_2_pes(nx: u32, ny: u32) {
+    let (n, iters, every, seed) = (2u32, 6u32, 2u32, 9u64);
     let s = setup(n, nx, ny, (iters / every) as usize, seed);
     for e in 0..iters {
         let (src, dst) = if e % 2 == 0 {
@@ -134,7 +144,7 @@ fn per_iteration_kernel_matches_the_cpu_on_2_pes() {
                     )
                 }
             })
-            .unwrap_or_else(|err| panic!("iteration {e}: {err}"));
+            .unwrap_or_else(|err| panic!("{nx}x{ny}, iteration {e}: {err}"));
     }
     check(&s, iters % 2 == 1, nx, ny, iters, every, seed);
 }
@@ -200,5 +210,29 @@ fn iterations_captured_in_a_graph_replay_like_eager_launches() {
             assert_eq!(graph.residuals[..], eager.residuals[6..], "PE {pe}");
             assert!(odd.contains("must be even"), "{odd}");
         }
+    }
+}
+
+/// The interior's work: every interior row of every chunk column is in exactly one strip,
+/// and no more strips than threads unless a row has more chunks than there are threads.
+#[test]
+fn strips_cover_the_interior_once() {
+    use halo_exchange::kernels::strips;
+    for (m, w, threads) in [
+        (1, 1, 1),
+        (7, 6, 32),
+        (16380, 4096, 201_728),
+        (4092, 1024, 201_728),
+        (10, 65, 32),
+        (1020, 256, 134_144),
+    ] {
+        let (height, count) = strips(m, w, threads);
+        assert!(height >= 1 && count % w == 0, "{m} {w} {threads}");
+        let bands = count / w;
+        assert!(
+            bands * height >= m && (bands - 1) * height < m,
+            "{m} {w} {threads}"
+        );
+        assert!(count <= threads.max(w), "{m} {w} {threads}: {count} strips");
     }
 }

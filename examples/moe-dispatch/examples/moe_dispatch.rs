@@ -272,7 +272,7 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
 /// `--compare`: Rust and CUDA C++ kernels interleaved, every configuration; PE 0 reports.
 fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shmem_host::Result<()> {
     use moe_dispatch::host::{Kernels, Moe, Steps, eager_then_replays, load};
-    use shmem_host::measure::{copy_engine_peer_bandwidth, median};
+    use shmem_host::measure::{copy_engine_peer_bandwidth, median, percent_of_device_copy};
     let ce = copy_engine_peer_bandwidth(rt, 5)?;
     let rust = load(rt, &cli.opts.implementation)?;
     let cuda = load(
@@ -371,7 +371,7 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
             if let (1, Some(ce)) = (rt.n_pes(), ce) {
                 // One PE: each phase's memory floor against the device copy (which reads and
                 // writes each byte: twice the copy's rate).
-                let pct = |bytes: u64, us: f64| 100.0 * gbps(bytes, us) / (2.0 * ce);
+                let pct = |bytes: u64, us: f64| percent_of_device_copy(bytes, us * 1e-6, ce);
                 println!(
                     "{:<11} {:<4} T {tokens:>5}  memory floor: dispatch {:.1} MB, rust {:.0} % / cuda {:.0} % of the device copy; combine {:.1} MB, rust {:.0} % / cuda {:.0} %",
                     mode.name(),
