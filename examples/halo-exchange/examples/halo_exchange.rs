@@ -46,7 +46,7 @@ struct Cli {
     #[arg(long = "type", value_name = "T", default_value = "f32", value_parser = ["f32", "f64"])]
     dtype: String,
     /// One launch per solve (persistent) or one per iteration; auto: the one measured faster
-    /// for the grid's points per PE (persistent up to 1024² a PE), named in the summary
+    /// for the grid's points per PE (persistent up to 2048 × 4096 a PE), named in the summary
     #[arg(long, default_value = "auto", value_parser = ["auto", "persistent", "per-iteration"])]
     variant: String,
     /// Residual norm every K iterations, 0 for never [default: 100; 10 on the simulator]

@@ -38,16 +38,17 @@ pub enum Variant {
     Persistent,
 }
 
-/// Points per PE up to which [`Variant::faster`] picks the persistent kernel: 1024².
-pub const PERSISTENT_MAX_POINTS_PER_PE: u64 = 1 << 20;
+/// Points per PE up to which [`Variant::faster`] picks the persistent kernel: 2048 × 4096.
+pub const PERSISTENT_MAX_POINTS_PER_PE: u64 = 1 << 23;
 
 impl Variant {
     /// The variant that measured faster for an `nx` × `ny` grid on `n_pes` PEs
-    /// (BENCHMARKS.md, halo exchange): the persistent kernel while each PE's slab is at most
-    /// [`PERSISTENT_MAX_POINTS_PER_PE`] points, where a launch per iteration costs as much
-    /// as the sweep (1024² on 2 H200s: 3.9 µs against 6.2); the per-iteration kernel above,
-    /// where its occupancy (3 blocks an SM against 2) and the absence of a grid barrier win
-    /// (4096² on 2 H200s: 35.4 against 45.2 µs; 16384²: 462 against 662).
+    /// (BENCHMARKS.md, halo exchange, tenth session, on H200s): the persistent kernel while
+    /// each PE's slab is at most [`PERSISTENT_MAX_POINTS_PER_PE`] points, where a launch per
+    /// iteration costs more than the grid barrier (1024² on 1 GPU: 3.0 µs against 4.5;
+    /// 4096² on 2 GPUs: 20.7 against 21.3); the per-iteration kernel above, where its
+    /// occupancy (3 blocks an SM against 2) wins (16384² on 2 GPUs: 289 against 298 µs; on
+    /// 1: 574 against 597). At 4096² on one GPU the two are within 0.3 %.
     pub fn faster(nx: u32, ny: u32, n_pes: u32) -> Variant {
         let per_pe = u64::from(nx) * u64::from(ny) / u64::from(n_pes.max(1));
         if per_pe <= PERSISTENT_MAX_POINTS_PER_PE {
@@ -66,10 +67,11 @@ mod variant_tests {
     fn the_persistent_kernel_for_small_slabs_only() {
         assert_eq!(Variant::faster(1024, 1024, 2), Variant::Persistent);
         assert_eq!(Variant::faster(1024, 1024, 1), Variant::Persistent);
-        assert_eq!(Variant::faster(4096, 4096, 2), Variant::PerIteration);
-        assert_eq!(Variant::faster(4096, 4096, 16), Variant::Persistent);
+        assert_eq!(Variant::faster(4096, 4096, 2), Variant::Persistent);
+        assert_eq!(Variant::faster(4096, 4096, 1), Variant::PerIteration);
+        assert_eq!(Variant::faster(8192, 8192, 8), Variant::Persistent);
         assert_eq!(Variant::faster(16384, 16384, 8), Variant::PerIteration);
-        assert_eq!(Variant::faster(2048, 2048, 1), Variant::PerIteration);
+        assert_eq!(Variant::faster(16384, 16384, 2), Variant::PerIteration);
     }
 }
 

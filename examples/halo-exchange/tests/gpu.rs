@@ -56,7 +56,8 @@ fn rust() -> Implementation {
 #[test]
 fn one_pe_matches_the_cpu() {
     gpu_test("one_pe_matches_the_cpu", Some(1), |rt| {
-        check(rt, 130, 97, 40, &rust());
+        check(rt, 130, 97, 40, &rust()); // f32 rows of 130: element by element
+        check(rt, 128, 97, 40, &rust()); // rows of whole 16-byte chunks
     });
 }
 
@@ -121,6 +122,7 @@ fn cuda_reference_matches_the_cpu() {
             cubin: PathBuf::from(&cubin),
         };
         check(rt, 130, 97, 40, &imp);
+        check(rt, 256, 97, 40, &imp);
         check(rt, 40, 4, 21, &imp);
     });
 }
