@@ -505,6 +505,9 @@ pub fn graph_replays_launches_and_barriers(rt: &Shmem) {
         vec![3],
         "nothing runs at capture"
     );
+    // Every PE has read its counter before any replays into it: a replay adds to the next
+    // PE's word (on two H200s a faster PE 0 replayed before PE 1 had read: 6).
+    rt.barrier_all().unwrap();
     for _ in 0..10 {
         graph.launch().unwrap();
     }
