@@ -159,7 +159,7 @@ fn compare(
         None
     };
     let mut times = vec![[Vec::new(), Vec::new()]; variants.len()];
-    let mut halo_bytes = 0;
+    let (mut halo_bytes, mut memory_bytes) = (0, 0);
     for rep in 0..=reps {
         for (vi, &(v, graph)) in variants.iter().enumerate() {
             for (ii, imp) in [&rust, &cuda].into_iter().enumerate() {
@@ -167,7 +167,7 @@ fn compare(
                 (x.variant, x.graph, x.implementation, x.verify, x.progress) =
                     (v, graph, imp.clone(), false, false);
                 let out = run(rt, &x)?;
-                halo_bytes = out.halo_bytes_per_iter;
+                (halo_bytes, memory_bytes) = (out.halo_bytes_per_iter, out.memory_bytes_per_iter);
                 if rep > 0 {
                     times[vi][ii].push(out.seconds_per_iter);
                 }
@@ -212,22 +212,15 @@ fn compare(
             halo_bytes
         );
         if let Some(ce) = copy_gbps {
-            // A sweep's memory floor: it reads the slab and its two halo rows once and
-            // writes the slab once.
-            let elem = match o.dtype {
-                Dtype::F32 => 4,
-                Dtype::F64 => 8,
-            };
-            let bytes = (2 * u64::from(o.ny) - 2) * u64::from(o.nx) * elem;
-            let pct = |t: f64| shmem_host::measure::percent_of_device_copy(bytes, t, ce);
+            let pct = |t: f64| shmem_host::measure::percent_of_device_copy(memory_bytes, t, ce);
             println!(
                 "  memory floor {:.1} MB per iteration: rust {:.1} % / cuda {:.1} % of the device copy ({ce:.1} GB/s copied)",
-                bytes as f64 / 1e6,
+                memory_bytes as f64 / 1e6,
                 pct(r),
                 pct(c)
             );
             println!(
-                "RESULT {{\"nx\":{},\"ny\":{},\"dtype\":\"{:?}\",\"variant\":\"{v:?}\",\"graph\":{graph},\"pes\":1,\"memory_bytes_per_iter\":{bytes},\"device_copy_gbps\":{ce:.2},\"rust_copy_pct\":{:.2},\"cuda_copy_pct\":{:.2}}}",
+                "RESULT {{\"nx\":{},\"ny\":{},\"dtype\":\"{:?}\",\"variant\":\"{v:?}\",\"graph\":{graph},\"pes\":1,\"memory_bytes_per_iter\":{memory_bytes},\"device_copy_gbps\":{ce:.2},\"rust_copy_pct\":{:.2},\"cuda_copy_pct\":{:.2}}}",
                 o.nx,
                 o.ny,
                 o.dtype,

@@ -144,6 +144,9 @@ pub struct Outcome {
     pub seconds_per_iter: f64,
     /// Bytes of halo rows that crossed between PEs per iteration, all PEs together.
     pub halo_bytes_per_iter: u64,
+    /// This PE's memory floor per iteration: its slab and two halo rows read once, its
+    /// slab written once.
+    pub memory_bytes_per_iter: u64,
     /// `(iteration, residual)`: the L2 norm of the change made by that iteration.
     pub residuals: Vec<(u32, f64)>,
     /// Blocks and threads per block of the launches.
@@ -449,6 +452,9 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
     Ok(Outcome {
         seconds_per_iter,
         halo_bytes_per_iter: 2 * u64::from(n - 1) * u64::from(opts.nx) * size_of::<T>() as u64,
+        memory_bytes_per_iter: (2 * u64::from(s.rows) + 2)
+            * u64::from(opts.nx)
+            * size_of::<T>() as u64,
         residuals,
         launch: (blocks, threads),
         mismatches,
