@@ -240,14 +240,13 @@ __device__ __forceinline__ uint16_t *quantize(const Bufs &b, const Shape &s, siz
   return row;
 }
 
-// Sends token t to PE d if any of its experts is there (one warp): its source index, weights
-// and pairs, each pair's slot, and the row from src if given; send_slot[t][d] then holds the
-// row's slot on d (-1: not sent there).
-__device__ __forceinline__ void send(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint32_t lane,
-                                     const uint16_t *src) {
+// Sends token t's metadata to PE d if any of its experts is there (one warp): its source
+// index, weights and pairs, and each pair's slot; send_slot[t][d] then holds the row's slot on
+// d (-1: not sent there), which it also returns to every lane. The caller sends the row.
+__device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint32_t lane) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
-  size_t k_n = s.top_k, t_n = s.tokens, h = s.hidden;
+  size_t k_n = s.top_k, t_n = s.tokens;
   uint32_t l_n = e_n / n;
   size_t pair_cursors = ROW_CURSORS + n;
   bool mine = lane < k_n;
@@ -257,17 +256,19 @@ __device__ __forceinline__ void send(const Bufs &b, const Shape &s, size_t t, ui
   if (d == 0 && mine && e < 0) b.send_pair[t * k_n + lane] = -2;
   if (__ballot_sync(0xffffffffu, dest == d) == 0) {
     if (!tp && lane == 0) b.send_slot[t * n + d] = -1;
-    return;
+    return -1;
+  }
+  // Low latency: the row's and the pairs' slots, both atomics in flight at once.
+  uint32_t v = 0, c = 0xffffffffu;
+  if (!tp) {
+    if (lane == 0) v = atomicAdd(b.work + ROW_CURSORS + d, 1u);
+    if (dest == d) c = atomicAdd(b.work + pair_cursors + (uint32_t)e, 1u);
   }
   uint32_t slot;
   if (tp) {
     slot = (uint32_t)b.send_slot[t * n + d];
   } else {
-    uint32_t v = 0;
-    if (lane == 0) {
-      v = atomicAdd(b.work + ROW_CURSORS + d, 1u);
-      b.send_slot[t * n + d] = (int32_t)v;
-    }
+    if (lane == 0) b.send_slot[t * n + d] = (int32_t)v;
     slot = __shfl_sync(0xffffffffu, v, 0);
   }
   size_t row = me * t_n + slot;
@@ -278,9 +279,8 @@ __device__ __forceinline__ void send(const Bufs &b, const Shape &s, size_t t, ui
     if (tp) {
       uint32_t p = b.base[eu] + (uint32_t)b.send_pair[q];
       if (p < b.base[e_n + eu]) pair = (int32_t)p;
-    } else {
-      uint32_t c = atomicAdd(b.work + pair_cursors + eu, 1u);
-      if (c < cap) pair = (int32_t)(((eu % l_n) * n + me) * cap + c);
+    } else if (c < cap) {
+      pair = (int32_t)(((eu % l_n) * n + me) * cap + c);
     }
     if (pair < 0)
       atomicAdd(b.dropped, 1u);
@@ -294,48 +294,126 @@ __device__ __forceinline__ void send(const Bufs &b, const Shape &s, size_t t, ui
     nvshmem_float_p(b.recv_w + to, w, d);
   }
   if (lane == 31) nvshmem_int_p(b.recv_src + row, (int)t, d);
-  if (src) nvshmemx_putmem_nbi_warp(b.recv_x + row * h, src, h * sizeof(uint16_t), d);
+  return (int32_t)slot;
 }
 
-extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
-  bool tp = s.mode == THROUGHPUT;
-  uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
+// Chunks a thread holds in registers while its block copies a row (send_held).
+constexpr uint32_t HELD = 4;
+
+__device__ __forceinline__ void load_held(uint4 v[HELD], const uint4 *from, uint32_t first, uint32_t chunks) {
+#pragma unroll
+  for (uint32_t j = 0; j < HELD; j++) {
+    uint32_t c = first + threadIdx.x + j * blockDim.x;
+    if (c < chunks) v[j] = from[c];
+  }
+}
+
+__device__ __forceinline__ void store_held(const uint4 v[HELD], uint4 *to, uint32_t first, uint32_t chunks) {
+#pragma unroll
+  for (uint32_t j = 0; j < HELD; j++) {
+    uint32_t c = first + threadIdx.x + j * blockDim.x;
+    if (c < chunks) to[c] = v[j];
+  }
+}
+
+// The low-latency bf16 dispatch: a block per token. Its threads load the row while warp d
+// sends the token's metadata to PE d; the block then stores the row into each PE it goes to
+// whose memory is mapped here (else warp 0 puts it).
+__device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes, lane = threadIdx.x % 32;
   size_t t_n = s.tokens, h = s.hidden;
-  uint32_t l_n = e_n / n;
-  size_t pair_cursors = ROW_CURSORS + n;
-  uint32_t lane, gw, nw;
-  warps(lane, gw, nw);
-  if (s.dtype == FP8) {
-    // A block per token: its warps quantise it, warp d sends the metadata to PE d, and the
-    // whole block copies the row to each PE it goes to whose memory is mapped here (else
-    // warp 0 puts it).
-    size_t sent_bytes = h + h / FP8_GROUP * 4;
-    for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
-      uint16_t *src = quantize(b, s, t);
-      __syncthreads();
-      for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane, nullptr);
-      __syncthreads();
+  uint32_t chunks = h / 8;
+  for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
+    const uint4 *from = reinterpret_cast<const uint4 *>(b.x + t * h);
+    uint4 held[HELD];
+    if (threadIdx.x / 32 < n) {
+      for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane);
+      load_held(held, from, 0, chunks);
+    } else {
+      load_held(held, from, 0, chunks);
+    }
+    __syncthreads();
+    for (uint32_t first = 0;;) {
+      for (uint32_t d = 0; d < n; d++) {
+        int32_t slot = b.send_slot[t * n + d];
+        if (slot < 0) continue;
+        uint4 *peer = (uint4 *)nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d);
+        if (peer) store_held(held, peer, first, chunks);
+      }
+      first += HELD * blockDim.x;
+      if (first >= chunks) break;
+      load_held(held, from, first, chunks);
+    }
+    if (threadIdx.x / 32 == 0) {
       for (uint32_t d = 0; d < n; d++) {
         int32_t slot = b.send_slot[t * n + d];
         if (slot < 0) continue;
         uint16_t *target = b.recv_x + (me * t_n + slot) * h;
-        uint16_t *peer = (uint16_t *)nvshmem_ptr(target, d);
-        if (peer) {
-          const uint4 *from = reinterpret_cast<const uint4 *>(src);
-          uint4 *to = reinterpret_cast<uint4 *>(peer);
-          for (size_t c = threadIdx.x; c < h / 16; c += blockDim.x) to[c] = from[c];
-          const uint32_t *sf = reinterpret_cast<const uint32_t *>(reinterpret_cast<const uint8_t *>(src) + h);
-          uint32_t *st = reinterpret_cast<uint32_t *>(reinterpret_cast<uint8_t *>(peer) + h);
-          for (size_t i = threadIdx.x; i < h / FP8_GROUP; i += blockDim.x) st[i] = sf[i];
-        } else if (threadIdx.x / 32 == 0) {
-          nvshmemx_putmem_nbi_warp(target, src, sent_bytes, d);
-        }
+        if (!nvshmem_ptr(target, d)) nvshmemx_putmem_nbi_warp(target, b.x + t * h, h * sizeof(uint16_t), d);
       }
     }
-  } else {
-    // BF16: a warp per (token, destination).
-    for (size_t i = gw; i < t_n * n; i += nw) send(b, s, i / n, i % n, lane, b.x + (i / n) * h);
   }
+}
+
+// The throughput bf16 dispatch: a warp per (token, destination), consecutive warps taking one
+// token's destinations; each sends the metadata, then puts the row.
+__device__ __forceinline__ void send_warps(const Bufs &b, const Shape &s) {
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes;
+  size_t t_n = s.tokens, h = s.hidden;
+  uint32_t lane, gw, nw;
+  warps(lane, gw, nw);
+  for (size_t i = gw; i < t_n * n; i += nw) {
+    size_t t = i / n;
+    uint32_t d = i % n;
+    int32_t slot = send(b, s, t, d, lane);
+    if (slot >= 0)
+      nvshmemx_putmem_nbi_warp(b.recv_x + (me * t_n + slot) * h, b.x + t * h, h * sizeof(uint16_t), d);
+  }
+}
+
+// The FP8 dispatch: a block per token. The block quantises the token, warp d sends its
+// metadata to PE d, and the block copies the row to each PE it goes to whose memory is mapped
+// here (else warp 0 puts it).
+__device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes, lane = threadIdx.x % 32;
+  size_t t_n = s.tokens, h = s.hidden;
+  size_t sent_bytes = h + h / FP8_GROUP * 4;
+  for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
+    uint16_t *src = quantize(b, s, t);
+    __syncthreads();
+    for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane);
+    __syncthreads();
+    for (uint32_t d = 0; d < n; d++) {
+      int32_t slot = b.send_slot[t * n + d];
+      if (slot < 0) continue;
+      uint16_t *target = b.recv_x + (me * t_n + slot) * h;
+      uint16_t *peer = (uint16_t *)nvshmem_ptr(target, d);
+      if (peer) {
+        const uint4 *from = reinterpret_cast<const uint4 *>(src);
+        uint4 *to = reinterpret_cast<uint4 *>(peer);
+        for (size_t c = threadIdx.x; c < h / 16; c += blockDim.x) to[c] = from[c];
+        const uint32_t *sf = reinterpret_cast<const uint32_t *>(reinterpret_cast<const uint8_t *>(src) + h);
+        uint32_t *st = reinterpret_cast<uint32_t *>(reinterpret_cast<uint8_t *>(peer) + h);
+        for (size_t i = threadIdx.x; i < h / FP8_GROUP; i += blockDim.x) st[i] = sf[i];
+      } else if (threadIdx.x / 32 == 0) {
+        nvshmemx_putmem_nbi_warp(target, src, sent_bytes, d);
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
+  bool tp = s.mode == THROUGHPUT;
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
+  uint32_t l_n = e_n / n;
+  size_t pair_cursors = ROW_CURSORS + n;
+  uint32_t lane = threadIdx.x % 32;
+  if (s.dtype == FP8)
+    send_quantised(b, s);
+  else if (tp)
+    send_warps(b, s);
+  else
+    send_held(b, s);
   nvshmem_quiet();
   __syncthreads();
   uint32_t last = 0;
@@ -476,8 +554,11 @@ extern "C" __global__ void __maxnreg__(80) moe_combine(Bufs b, Shape s) {
     // The other PEs' rows first, from the next PE on, this PE's own last.
     uint32_t v = u / segs32, src = (me + 1 + v / t32) % n, j = v % t32;
     size_t r = (size_t)src * t32 + j, c0 = (size_t)(u % segs32) * per_seg;
-    if (j >= b.recv_count[src]) continue;
-    size_t t = b.recv_src[r];
+    // The row's source index is loaded together with the count (in bounds either way): both
+    // decide whether the row is there (a received row's source index is never negative).
+    int32_t ts = b.recv_src[r];
+    if (j >= b.recv_count[src] || ts < 0) continue;
+    size_t t = ts;
     int32_t pair = mine ? b.recv_pair[r * k_n + lane] : -1;
     float w = mine ? b.recv_w[r * k_n + lane] : 0.0f;
     uint16_t *target = b.comb_recv + (me * t_n + t) * h;

@@ -371,10 +371,15 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
     let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
     let t = shape.tokens;
-    // Units of work (one warp each): layout (column, chunk); dispatch (token,
-    // destination), or in FP8 a block per token; combine (received row, segment).
+    // Units of work (one warp each): layout (column, chunk); dispatch, a block per token, or
+    // in throughput mode with `bf16` a warp per (token, destination); combine (received row,
+    // segment).
     let layout = kernels::scratch_len(t, n, shape.experts) as u32;
-    let dispatch = if shape.fp8() { t * wpb } else { t * n };
+    let dispatch = if shape.mode == kernels::MODE_THROUGHPUT && !shape.fp8() {
+        t * n
+    } else {
+        t * wpb
+    };
     let segs = (shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
     let combine = t * n * segs;
     Ok([
