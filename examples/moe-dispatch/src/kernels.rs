@@ -731,6 +731,14 @@ unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32) -> i32 {
     }
 }
 
+/// Where a row sent from this PE into slot `slot` of a destination lands there (its row of
+/// `recv_x`, the same offset on every PE); `None` for a negative slot (not sent there).
+#[inline(always)]
+fn row_at(b: Bufs, s: Shape, slot: i32) -> Option<Sym<u16>> {
+    let (me, t_n, h) = (my_pe() as usize, s.tokens as usize, s.hidden as usize);
+    (slot >= 0).then(|| b.recv_x.wrapping_add((me * t_n + slot as usize) * h))
+}
+
 /// Chunks a thread holds in registers while its block copies a row ([`send_held`]): a
 /// 7168-value `bf16` row (896 chunks) is one batch of 256 threads.
 const HELD: usize = 4;
@@ -848,12 +856,7 @@ unsafe fn quantize(b: Bufs, s: Shape, t: usize) -> *mut u16 {
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
 unsafe fn send_held(b: Bufs, s: Shape) {
-    let (me, n, t_n, h) = (
-        my_pe() as u32,
-        s.n_pes,
-        s.tokens as usize,
-        s.hidden as usize,
-    );
+    let (n, t_n, h) = (s.n_pes, s.tokens as usize, s.hidden as usize);
     let (lane, tid, bs) = (lane_id(), thread_idx_x(), block_dim_x());
     let chunks = (h / 8) as u32;
     let mut t = block_idx_x() as usize;
@@ -880,13 +883,8 @@ unsafe fn send_held(b: Bufs, s: Shape) {
             sync_threads();
             // Where the row goes on PE `d`, and that address here if it is mapped.
             let target = |d: u32| {
-                let slot = ld(b.send_slot, t * n as usize + d as usize);
-                (slot >= 0).then(|| {
-                    let at = b
-                        .recv_x
-                        .wrapping_add((me as usize * t_n + slot as usize) * h);
-                    (at, ptr(at, d as i32))
-                })
+                row_at(b, s, ld(b.send_slot, t * n as usize + d as usize))
+                    .map(|at| (at, ptr(at, d as i32)))
             };
             let mut first = 0;
             loop {
@@ -927,12 +925,7 @@ unsafe fn send_held(b: Bufs, s: Shape) {
 /// See [`moe_dispatch()`].
 #[inline(always)]
 unsafe fn send_warps(b: Bufs, s: Shape) {
-    let (me, n, t_n, h) = (
-        my_pe() as u32,
-        s.n_pes as usize,
-        s.tokens as usize,
-        s.hidden as usize,
-    );
+    let (n, t_n, h) = (s.n_pes as usize, s.tokens as usize, s.hidden as usize);
     let (lane, gw, nw) = warps();
     let mut i = gw as usize;
     while i < t_n * n {
@@ -943,15 +936,10 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
         // as it is until the dispatch's `quiet` (module documentation).
         unsafe {
             let slot = send(b, s, t, d as u32, lane);
-            if slot >= 0 {
+            if let Some(at) = row_at(b, s, slot) {
                 put_nbi(
                     Warp,
-                    SymSlice::from_raw_parts(
-                        b.recv_x
-                            .as_ptr()
-                            .add((me as usize * t_n + slot as usize) * h),
-                        h,
-                    ),
+                    SymSlice::from_raw_parts(at.as_ptr(), h),
                     DeviceSlice::from_raw_parts(b.x.as_ptr().add(t * h), h),
                     d as i32,
                 );
@@ -970,12 +958,7 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
 unsafe fn send_quantised(b: Bufs, s: Shape) {
-    let (me, n, t_n, h) = (
-        my_pe() as u32,
-        s.n_pes,
-        s.tokens as usize,
-        s.hidden as usize,
-    );
+    let (n, t_n, h) = (s.n_pes, s.tokens as usize, s.hidden as usize);
     let (lane, tid, bs) = (lane_id(), thread_idx_x() as usize, block_dim_x() as usize);
     let mut t = block_idx_x() as usize;
     while t < t_n {
@@ -994,13 +977,10 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
             }
             sync_threads();
             for d in 0..n {
-                let slot = ld(b.send_slot, t * n as usize + d as usize);
-                if slot < 0 {
+                let Some(target) = row_at(b, s, ld(b.send_slot, t * n as usize + d as usize))
+                else {
                     continue;
-                }
-                let target = b
-                    .recv_x
-                    .wrapping_add((me as usize * t_n + slot as usize) * h);
+                };
                 match ptr(target, d as i32) {
                     Some(peer) => {
                         let (from, to) = (src.cast::<Chunk>(), peer.as_ptr().cast::<Chunk>());
