@@ -207,39 +207,6 @@ __device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv)
   inv = __fdiv_rn(448.0f, a);
 }
 
-// Quantises token t into row t of comb_stage (the whole block; complete after a
-// __syncthreads): h e4m3 bytes, then one f32 scale per 128 values; a half-warp's 16 chunks
-// are one group, the warps take turns of 32 chunks.
-__device__ __forceinline__ uint16_t *quantize(const Bufs &b, const Shape &s, size_t t) {
-  size_t h = s.hidden, chunks = h / 8, lane = threadIdx.x % 32;
-  size_t first = threadIdx.x / 32 * 32, stride = blockDim.x / 32 * 32;
-  const uint4 *src = reinterpret_cast<const uint4 *>(b.x + t * h);
-  uint16_t *row = b.comb_stage + t * h;
-  uint64_t *q = reinterpret_cast<uint64_t *>(row);
-  float *scales = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(row) + h);
-  for (size_t c = first + lane; c - lane < chunks; c += stride) {
-    float v[8] = {};
-    if (c < chunks) widen(src[c], v);
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-    for (int m = 8; m > 0; m /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-    float scale, inv;
-    fp8_scales(amax, scale, inv);
-    if (c < chunks) {
-      uint64_t w = 0;
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        float2 pair = make_float2(__fmul_rn(v[2 * i], inv), __fmul_rn(v[2 * i + 1], inv));
-        w |= (uint64_t)__nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3) << (16 * i);
-      }
-      q[c] = w;
-      if (c % 16 == 0) scales[c / 16] = scale;
-    }
-  }
-  return row;
-}
-
 // Sends token t's metadata to PE d if any of its experts is there (one warp): its source
 // index, weights and pairs, and each pair's slot; send_slot[t][d] then holds the row's slot on
 // d (-1: not sent there), which it also returns to every lane. The caller sends the row.
@@ -316,22 +283,85 @@ __device__ __forceinline__ void store_held(const uint4 v[HELD], uint4 *to, uint3
   }
 }
 
+// Sends token t's metadata to every PE, warp d to PE d, and loads the row's first chunks
+// (load_held): the loads overlap the atomics. Warps that send metadata load after it.
+__device__ __forceinline__ void send_loading(const Bufs &b, const Shape &s, size_t t, uint4 held[HELD],
+                                             const uint4 *from, uint32_t chunks) {
+  uint32_t n = s.n_pes, lane = threadIdx.x % 32;
+  if (threadIdx.x / 32 < n) {
+    for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane);
+    load_held(held, from, 0, chunks);
+  } else {
+    load_held(held, from, 0, chunks);
+  }
+}
+
+// The largest magnitude of a chunk's eight bf16 values, as the bits of a bf16 (NaNs count
+// as 0): the amax of the widened values, without widening.
+__device__ __forceinline__ uint32_t magnitude(uint4 c) {
+  uint32_t w[4] = {c.x, c.y, c.z, c.w}, m = 0;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    uint32_t lo = w[i] & 0x7fffu, hi = w[i] >> 16 & 0x7fffu;
+    m = max(m, lo <= 0x7f80u ? lo : 0u);
+    m = max(m, hi <= 0x7f80u ? hi : 0u);
+  }
+  return m;
+}
+
+// Quantises what load_held loaded: each chunk becomes eight e4m3 bytes with its group's
+// scale; a group (128 values, 16 chunks) is a half-warp's, whose amax its shuffles find.
+__device__ __forceinline__ void quantize_held(const uint4 v[HELD], uint64_t q[HELD], float scale[HELD]) {
+  uint32_t m[HELD];
+#pragma unroll
+  for (uint32_t j = 0; j < HELD; j++) m[j] = magnitude(v[j]);
+  for (int step = 8; step > 0; step /= 2) {
+#pragma unroll
+    for (uint32_t j = 0; j < HELD; j++) m[j] = max(m[j], __shfl_xor_sync(0xffffffffu, m[j], step));
+  }
+#pragma unroll
+  for (uint32_t j = 0; j < HELD; j++) {
+    float sc, inv, x[8];
+    fp8_scales(__uint_as_float(m[j] << 16), sc, inv);
+    widen(v[j], x);
+    uint64_t w = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      float2 pair = make_float2(__fmul_rn(x[2 * i], inv), __fmul_rn(x[2 * i + 1], inv));
+      w |= (uint64_t)__nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3) << (16 * i);
+    }
+    q[j] = w;
+    scale[j] = sc;
+  }
+}
+
+// Stores what quantize_held made into the sent row at `to` (h e4m3 bytes, then the scales).
+__device__ __forceinline__ void store_fp8(const uint64_t q[HELD], const float scale[HELD], uint16_t *to, size_t h,
+                                          uint32_t first) {
+  uint32_t chunks = h / 8;
+  uint64_t *bytes = reinterpret_cast<uint64_t *>(to);
+  float *scales = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(to) + h);
+#pragma unroll
+  for (uint32_t j = 0; j < HELD; j++) {
+    uint32_t c = first + threadIdx.x + j * blockDim.x;
+    if (c < chunks) {
+      bytes[c] = q[j];
+      if (c % 16 == 0) scales[c / 16] = scale[j];
+    }
+  }
+}
+
 // The low-latency bf16 dispatch: a block per token. Its threads load the row while warp d
 // sends the token's metadata to PE d; the block then stores the row into each PE it goes to
 // whose memory is mapped here (else warp 0 puts it).
 __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
-  uint32_t me = nvshmem_my_pe(), n = s.n_pes, lane = threadIdx.x % 32;
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t t_n = s.tokens, h = s.hidden;
   uint32_t chunks = h / 8;
   for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
     const uint4 *from = reinterpret_cast<const uint4 *>(b.x + t * h);
     uint4 held[HELD];
-    if (threadIdx.x / 32 < n) {
-      for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane);
-      load_held(held, from, 0, chunks);
-    } else {
-      load_held(held, from, 0, chunks);
-    }
+    send_loading(b, s, t, held, from, chunks);
     __syncthreads();
     for (uint32_t first = 0;;) {
       for (uint32_t d = 0; d < n; d++) {
@@ -371,32 +401,51 @@ __device__ __forceinline__ void send_warps(const Bufs &b, const Shape &s) {
   }
 }
 
-// The FP8 dispatch: a block per token. The block quantises the token, warp d sends its
-// metadata to PE d, and the block copies the row to each PE it goes to whose memory is mapped
-// here (else warp 0 puts it).
+// The FP8 dispatch: a block per token, as send_held. Its threads load the row and quantise
+// it in registers while warp d sends the token's metadata to PE d; the block then stores the
+// e4m3 row into each PE it goes to whose memory is mapped here. Only when a destination is
+// not mapped does it also write the row into its staging row, which warp 0 then puts there.
 __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
-  uint32_t me = nvshmem_my_pe(), n = s.n_pes, lane = threadIdx.x % 32;
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t t_n = s.tokens, h = s.hidden;
+  uint32_t chunks = h / 8;
   size_t sent_bytes = h + h / FP8_GROUP * 4;
   for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
-    uint16_t *src = quantize(b, s, t);
+    const uint4 *from = reinterpret_cast<const uint4 *>(b.x + t * h);
+    uint16_t *stage = b.comb_stage + t * h;
+    uint4 held[HELD];
+    uint64_t q[HELD];
+    float scale[HELD];
+    send_loading(b, s, t, held, from, chunks);
+    quantize_held(held, q, scale);
     __syncthreads();
-    for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane);
-    __syncthreads();
+    bool staged = false;
     for (uint32_t d = 0; d < n; d++) {
       int32_t slot = b.send_slot[t * n + d];
-      if (slot < 0) continue;
-      uint16_t *target = b.recv_x + (me * t_n + slot) * h;
-      uint16_t *peer = (uint16_t *)nvshmem_ptr(target, d);
-      if (peer) {
-        const uint4 *from = reinterpret_cast<const uint4 *>(src);
-        uint4 *to = reinterpret_cast<uint4 *>(peer);
-        for (size_t c = threadIdx.x; c < h / 16; c += blockDim.x) to[c] = from[c];
-        const uint32_t *sf = reinterpret_cast<const uint32_t *>(reinterpret_cast<const uint8_t *>(src) + h);
-        uint32_t *st = reinterpret_cast<uint32_t *>(reinterpret_cast<uint8_t *>(peer) + h);
-        for (size_t i = threadIdx.x; i < h / FP8_GROUP; i += blockDim.x) st[i] = sf[i];
-      } else if (threadIdx.x / 32 == 0) {
-        nvshmemx_putmem_nbi_warp(target, src, sent_bytes, d);
+      if (slot >= 0 && !nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d)) staged = true;
+    }
+    for (uint32_t first = 0;;) {
+      for (uint32_t d = 0; d < n; d++) {
+        int32_t slot = b.send_slot[t * n + d];
+        if (slot < 0) continue;
+        uint16_t *peer = (uint16_t *)nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d);
+        if (peer) store_fp8(q, scale, peer, h, first);
+      }
+      if (staged) store_fp8(q, scale, stage, h, first);
+      first += HELD * blockDim.x;
+      if (first >= chunks) break;
+      load_held(held, from, first, chunks);
+      quantize_held(held, q, scale);
+    }
+    if (staged) {
+      __syncthreads();
+      if (threadIdx.x / 32 == 0) {
+        for (uint32_t d = 0; d < n; d++) {
+          int32_t slot = b.send_slot[t * n + d];
+          if (slot < 0) continue;
+          uint16_t *target = b.recv_x + (me * t_n + slot) * h;
+          if (!nvshmem_ptr(target, d)) nvshmemx_putmem_nbi_warp(target, stage, sent_bytes, d);
+        }
       }
     }
   }

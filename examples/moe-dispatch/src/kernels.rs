@@ -33,7 +33,8 @@
 //!   expert, the rest dropped and counted. [`moe_dispatch()`] then only copies, a warp per
 //!   (token, destination).
 //! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token, which quantises
-//!   it first.
+//!   it in registers while the metadata's atomics are in flight and stores the `e4m3` row
+//!   straight into every PE it goes to.
 //!
 //! # Completion
 //! Every lane `quiet`s its puts; the last block of the grid (an atomic count in `work`) sends
@@ -223,7 +224,8 @@ macro_rules! moe_buffers {
             /// own PE's goes straight into `out`).
             comb_recv: u16 = |d| d.n * d.t * d.h;
             /// `n × T × H`: combine's rows staged for `put` when a peer is not mapped; in an FP8
-            /// dispatch, row `t` holds token `t` quantised (no combine runs meanwhile).
+            /// dispatch to such a peer, row `t` holds token `t` quantised (no combine runs
+            /// meanwhile).
             comb_stage: u16 = |d| d.n * d.t * d.h;
             /// `T × H`: the combined tokens (local: any device memory).
             out: u16 as local = |d| d.t * d.h;
@@ -790,59 +792,127 @@ unsafe fn store_held(
     });
 }
 
-/// Quantises token `t` into row `t` of `comb_stage` ([`crate::fp8`]) with the whole block:
-/// each lane takes 16-byte chunks of eight values, a half-warp a group of 128, whose
-/// largest magnitude the half-warp's shuffles find; the warps take turns of 32 chunks.
-/// Returns the row, complete once the block has synchronised.
+/// The largest magnitude of a chunk's eight `bf16` values, as the bits of a `bf16` (NaNs
+/// count as 0, as `f32::max` leaves them out). `bf16` to `f32` is exact and keeps the order
+/// of magnitudes, so this is [`crate::fp8::quantize`]'s `amax` without widening the chunk.
+#[inline(always)]
+fn magnitude(c: Chunk) -> u32 {
+    let finite = |a: u32| if a <= 0x7f80 { a } else { 0 };
+    let mut m = 0;
+    for i in 0..4 {
+        let w = c.0[i];
+        m = m.max(finite(w & 0x7fff)).max(finite(w >> 16 & 0x7fff));
+    }
+    m
+}
+
+/// Quantises what [`load_held`] loaded ([`crate::fp8`]): each chunk of eight values becomes
+/// eight `e4m3` bytes, with its group's scale. A group of 128 values is 16 consecutive
+/// chunks, held by a half-warp, whose largest magnitude the half-warp's shuffles find.
+///
+/// Every lane of the warp calls it (the shuffles), with chunks `first + tid + j * bs`, where
+/// `first`, `bs` and the row's chunks are multiples of 16: a half-warp's chunks are all in
+/// the row or all past it. The magnitudes are found on the `bf16` bits and the chunks widened
+/// only after the shuffles: widened across them, the four chunks' 32 values would not fit
+/// the kernel's registers.
+#[inline(always)]
+fn quantize_held(v: &[Chunk; HELD]) -> ([u64; HELD], [f32; HELD]) {
+    let mut m = [0u32; HELD];
+    unrolled!(0 1 2 3; j => { m[j] = magnitude(v[j]); });
+    // Lanes 16 apart hold different groups: butterflies within each half-warp.
+    let mut step = 8;
+    while step > 0 {
+        unrolled!(0 1 2 3; j => { m[j] = m[j].max(shfl_xor(m[j], step)); });
+        step /= 2;
+    }
+    let (mut q, mut scale) = ([0u64; HELD], [0f32; HELD]);
+    unrolled!(0 1 2 3; j => {
+        let (s, inv) = crate::fp8::scales(f32::from_bits(m[j] << 16));
+        let x = widen(v[j]);
+        for i in 0..4 {
+            let two = e4m3x2_from_f32(x[2 * i + 1] * inv, x[2 * i] * inv);
+            q[j] |= u64::from(two) << (16 * i);
+        }
+        scale[j] = s;
+    });
+    (q, scale)
+}
+
+/// Stores what [`quantize_held`] made of chunks `first + tid + j * bs` into the sent row at
+/// `to` (`h` `e4m3` bytes, then one `f32` scale per group); the group's first chunk's thread
+/// stores the scale.
 ///
 /// # Safety
-/// `t < T`, `hidden` a multiple of 128; every thread of the block calls it; row `t` of
-/// `comb_stage` is this block's until the dispatch's `quiet`.
+/// `to` is 16-byte aligned and valid for writes of [`Shape::sent_row`] `u16`s of global
+/// memory (this GPU's or a mapped peer's) that no other thread writes; `chunks = h / 8`.
 #[inline(always)]
-unsafe fn quantize(b: Bufs, s: Shape, t: usize) -> *mut u16 {
-    let h = s.hidden as usize;
-    let chunks = h / 8;
-    let lane = lane_id() as usize;
-    let (first, stride) = (32 * warp_id() as usize, 32 * warps_per_block() as usize);
-    // SAFETY: the caller's contract: the token's row, and its staging row, which holds
-    // `row_bytes(h) <= 2 h` bytes.
+unsafe fn store_fp8(
+    (q, scale): &([u64; HELD], [f32; HELD]),
+    to: *mut u16,
+    h: usize,
+    first: u32,
+    tid: u32,
+    bs: u32,
+) {
+    let chunks = (h / 8) as u32;
+    // SAFETY: the caller's contract: `c < chunks` bytes `8 c ..` and scale `c / 16` are in
+    // the sent row.
     unsafe {
-        let src = b.x.as_ptr().add(t * h).cast::<Chunk>();
-        let row = b.comb_stage.as_ptr().add(t * h);
-        let (q, scales) = (row.cast::<u64>(), row.cast::<u8>().add(h).cast::<f32>());
-        let mut c = first + lane;
-        // Every lane of a warp runs every turn (the shuffles); a group is 16 chunks, so a
-        // half-warp's chunks are all in the row or all past it.
-        while c - lane < chunks {
-            let v = if c < chunks {
-                widen(Chunk::load_global(src.add(c)))
-            } else {
-                [0.0; 8]
-            };
-            let mut amax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
-            // Lanes 16 apart hold different groups: butterflies within each half-warp.
-            let mut m = 8;
-            while m > 0 {
-                amax = amax.max(shfl_xor(amax, m));
-                m /= 2;
-            }
-            let (scale, inv) = crate::fp8::scales(amax);
+        let (bytes, scales) = (to.cast::<u64>(), to.cast::<u8>().add(h).cast::<f32>());
+        unrolled!(0 1 2 3; j => {
+            let c = first + tid + j as u32 * bs;
             if c < chunks {
-                let mut w = 0u64;
-                for i in 0..4 {
-                    let two = e4m3x2_from_f32(v[2 * i + 1] * inv, v[2 * i] * inv);
-                    w |= u64::from(two) << (16 * i);
-                }
-                q.add(c).write(w);
+                bytes.add(c as usize).write(q[j]);
                 if c.is_multiple_of(16) {
-                    scales.add(c / 16).write(scale);
+                    scales.add(c as usize / 16).write(scale[j]);
                 }
             }
-            c += stride;
+        });
+    }
+}
+
+/// Where token `t`'s row goes on PE `d` ([`row_at`]), and that address here if `d`'s memory
+/// is mapped; `None` if the row is not sent there.
+///
+/// # Safety
+/// `t < T`, `d < n`; `send_slot[t][d]` is written (the block synchronised after [`send`]).
+#[inline(always)]
+unsafe fn target(b: Bufs, s: Shape, t: usize, d: u32) -> Option<(Sym<u16>, Option<PeerPtr<u16>>)> {
+    // SAFETY: the caller's contract.
+    let slot = unsafe { ld(b.send_slot, t * s.n_pes as usize + d as usize) };
+    row_at(b, s, slot).map(|at| (at, ptr(at, d as i32)))
+}
+
+/// Sends token `t`'s metadata to every PE, warp `d` to PE `d`, and returns what
+/// [`load_held`] loads from its row at chunk 0: the loads overlap the atomics. Warps that
+/// send metadata load their part after it: held across the metadata, the chunks would not
+/// fit the kernel's registers.
+///
+/// # Safety
+/// As [`send`] and [`load_held`] (`from` the token's row of `chunks` chunks); every thread of
+/// the block calls it.
+#[inline(always)]
+unsafe fn send_loading(
+    b: Bufs,
+    s: Shape,
+    t: usize,
+    from: *const Chunk,
+    chunks: u32,
+) -> [Chunk; HELD] {
+    let (n, lane, tid, bs) = (s.n_pes, lane_id(), thread_idx_x(), block_dim_x());
+    // SAFETY: the caller's contract.
+    unsafe {
+        if warp_id() < n {
+            let mut d = warp_id();
+            while d < n {
+                send(b, s, t, d, lane);
+                d += warps_per_block();
+            }
+            load_held(from, 0, chunks, tid, bs)
+        } else {
+            load_held(from, 0, chunks, tid, bs)
         }
     }
-    // SAFETY: as above.
-    unsafe { b.comb_stage.as_ptr().add(t * h) }
 }
 
 /// The low-latency `bf16` dispatch: a block per token. Its threads load the row ([`HELD`]
@@ -857,7 +927,7 @@ unsafe fn quantize(b: Bufs, s: Shape, t: usize) -> *mut u16 {
 #[inline(always)]
 unsafe fn send_held(b: Bufs, s: Shape) {
     let (n, t_n, h) = (s.n_pes, s.tokens as usize, s.hidden as usize);
-    let (lane, tid, bs) = (lane_id(), thread_idx_x(), block_dim_x());
+    let (tid, bs) = (thread_idx_x(), block_dim_x());
     let chunks = (h / 8) as u32;
     let mut t = block_idx_x() as usize;
     while t < t_n {
@@ -868,28 +938,12 @@ unsafe fn send_held(b: Bufs, s: Shape) {
         unsafe {
             let src = b.x.as_ptr().add(t * h);
             let from = src.cast::<Chunk>().cast_const();
-            // Warps that send metadata load their part of the row after it: held across the
-            // metadata, the chunks would not fit the kernel's registers.
-            let mut held = if warp_id() < n {
-                let mut d = warp_id();
-                while d < n {
-                    send(b, s, t, d, lane);
-                    d += warps_per_block();
-                }
-                load_held(from, 0, chunks, tid, bs)
-            } else {
-                load_held(from, 0, chunks, tid, bs)
-            };
+            let mut held = send_loading(b, s, t, from, chunks);
             sync_threads();
-            // Where the row goes on PE `d`, and that address here if it is mapped.
-            let target = |d: u32| {
-                row_at(b, s, ld(b.send_slot, t * n as usize + d as usize))
-                    .map(|at| (at, ptr(at, d as i32)))
-            };
             let mut first = 0;
             loop {
                 for d in 0..n {
-                    if let Some((_, Some(peer))) = target(d) {
+                    if let Some((_, Some(peer))) = target(b, s, t, d) {
                         store_held(&held, peer.as_ptr().cast(), first, chunks, tid, bs);
                     }
                 }
@@ -901,7 +955,7 @@ unsafe fn send_held(b: Bufs, s: Shape) {
             }
             if warp_id() == 0 {
                 for d in 0..n {
-                    if let Some((at, None)) = target(d) {
+                    if let Some((at, None)) = target(b, s, t, d) {
                         put_nbi(
                             Warp,
                             SymSlice::from_raw_parts(at.as_ptr(), h),
@@ -948,65 +1002,63 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
     }
 }
 
-/// The FP8 dispatch: a block per token. The block quantises the token into its staging row
-/// ([`quantize`]), warp `d` sends the token's metadata to PE `d`, and the block copies the row
-/// to each PE it goes to whose memory is mapped here (else warp 0 puts it). NVSHMEM's
-/// block-scope put would do the same copy, but inlined it took the kernel from 76 registers
-/// to 112 (two blocks an SM instead of three: measured 1.7x slower at 4096 tokens).
+/// The FP8 dispatch: a block per token, as [`send_held`]. The block's threads load the row
+/// and quantise it in registers ([`quantize_held`]) while warp `d` sends the token's metadata
+/// to PE `d`; the block then stores the `e4m3` row into each PE it goes to whose memory is
+/// mapped here. Only when a destination is not mapped does the block also write the row
+/// into its staging row (row `t` of `comb_stage`), which warp 0 then puts there.
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
 unsafe fn send_quantised(b: Bufs, s: Shape) {
     let (n, t_n, h) = (s.n_pes, s.tokens as usize, s.hidden as usize);
-    let (lane, tid, bs) = (lane_id(), thread_idx_x() as usize, block_dim_x() as usize);
+    let (tid, bs) = (thread_idx_x(), block_dim_x());
+    let chunks = (h / 8) as u32;
     let mut t = block_idx_x() as usize;
     while t < t_n {
-        // SAFETY: every thread of the block runs the same tokens, so it calls `quantize` and
-        // `sync_threads` together, and warp 0 `put_nbi` whole; `t < T`; row `t` of
-        // `comb_stage` is this block's; `send_slot[t]` is complete after the second barrier;
-        // the row's slot on `d` is this token's alone, and the peer address is in `recv_x`'s
-        // bounds there (module documentation).
+        // SAFETY: every thread of the block runs the same tokens, so it calls the shuffles and
+        // `sync_threads` together, and warp 0 `put_nbi` whole; `t < T`; `send_slot[t]` is
+        // complete after the first barrier; the row's slot on `d` is this token's alone, and
+        // the peer address is in `recv_x`'s bounds there; row `t` of `comb_stage` is this
+        // block's until the dispatch's `quiet`, and complete after the second barrier
+        // (module documentation).
         unsafe {
-            let src = quantize(b, s, t);
+            let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
+            let stage = b.comb_stage.as_ptr().add(t * h);
+            let mut q = quantize_held(&send_loading(b, s, t, from, chunks));
             sync_threads();
-            let mut d = warp_id();
-            while d < n {
-                send(b, s, t, d, lane);
-                d += warps_per_block();
+            let staged = (0..n).any(|d| matches!(target(b, s, t, d), Some((_, None))));
+            let mut first = 0;
+            loop {
+                for d in 0..n {
+                    if let Some((_, Some(peer))) = target(b, s, t, d) {
+                        store_fp8(&q, peer.as_ptr(), h, first, tid, bs);
+                    }
+                }
+                if staged {
+                    store_fp8(&q, stage, h, first, tid, bs);
+                }
+                first += HELD as u32 * bs;
+                if first >= chunks {
+                    break;
+                }
+                q = quantize_held(&load_held(from, first, chunks, tid, bs));
             }
-            sync_threads();
-            for d in 0..n {
-                let Some(target) = row_at(b, s, ld(b.send_slot, t * n as usize + d as usize))
-                else {
-                    continue;
-                };
-                match ptr(target, d as i32) {
-                    Some(peer) => {
-                        let (from, to) = (src.cast::<Chunk>(), peer.as_ptr().cast::<Chunk>());
-                        let mut c = tid;
-                        while c < h / 16 {
-                            Chunk::load_global(from.add(c)).store_global(to.add(c));
-                            c += bs;
-                        }
-                        let scales = |p: *mut u16| p.cast::<u8>().add(h).cast::<u32>();
-                        let (from, to) = (scales(src), scales(peer.as_ptr()));
-                        let mut i = tid;
-                        while i < h / crate::fp8::GROUP {
-                            to.add(i).write(from.add(i).read());
-                            i += bs;
+            if staged {
+                sync_threads();
+                if warp_id() == 0 {
+                    for d in 0..n {
+                        if let Some((at, None)) = target(b, s, t, d) {
+                            let len = s.sent_row();
+                            put_nbi(
+                                Warp,
+                                SymSlice::from_raw_parts(at.as_ptr(), len),
+                                DeviceSlice::from_raw_parts(stage, len),
+                                d as i32,
+                            );
                         }
                     }
-                    None if warp_id() == 0 => {
-                        let len = s.sent_row();
-                        put_nbi(
-                            Warp,
-                            SymSlice::from_raw_parts(target.as_ptr(), len),
-                            DeviceSlice::from_raw_parts(src, len),
-                            d as i32,
-                        );
-                    }
-                    None => {}
                 }
             }
         }
@@ -1621,4 +1673,39 @@ kernels! {
     /// After [`moe_experts()`] of the same round; every PE launches it with the same shape,
     /// cooperatively (every block waits for the other PEs), block size a multiple of 32.
     moe_combine(max_registers = 80) => combine;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Chunk, magnitude};
+    use crate::bf16;
+
+    /// `magnitude` on the bits is the CPU quantisation's `amax` (a fold of `f32::max` over
+    /// the widened values): signs, zeros, infinities, subnormals and NaNs (left out).
+    #[test]
+    fn magnitude_is_the_widened_amax() {
+        let specials = [
+            0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x0001, 0x8001, 0x7f7f,
+        ];
+        let mut x = 0x9e37_79b9u32;
+        for round in 0..2000 {
+            let mut v = [0u16; 8];
+            for (i, b) in v.iter_mut().enumerate() {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                *b = if (round + i) % 5 == 0 {
+                    specials[x as usize % specials.len()]
+                } else {
+                    x as u16
+                };
+            }
+            let chunk = Chunk(core::array::from_fn(|i| {
+                u32::from(v[2 * i]) | u32::from(v[2 * i + 1]) << 16
+            }));
+            let want = v.iter().fold(0f32, |m, &b| m.max(bf16::to_f32(b).abs()));
+            let got = f32::from_bits(magnitude(chunk) << 16);
+            assert_eq!(got.to_bits(), want.to_bits(), "{v:04x?}");
+        }
+    }
 }
