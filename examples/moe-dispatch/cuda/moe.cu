@@ -451,6 +451,18 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   }
 }
 
+// Completes the block's puts, p's and AMOs for its thread 0 (every thread calls it). When
+// every PE's memory is mapped here they were plain stores: after the barrier, one quiet
+// (a system-scope fence) on thread 0 orders them all before its later operations. Else
+// every issuing thread quiets its own first.
+__device__ __forceinline__ void quiet_block(const Bufs &b, uint32_t n) {
+  bool mapped = true;
+  for (uint32_t d = 0; d < n; d++) mapped = mapped && nvshmem_ptr(b.signals, d) != nullptr;
+  if (!mapped) nvshmem_quiet();
+  __syncthreads();
+  if (mapped && threadIdx.x == 0) nvshmem_quiet();
+}
+
 extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
@@ -463,8 +475,7 @@ extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
     send_warps(b, s);
   else
     send_held(b, s);
-  nvshmem_quiet();
-  __syncthreads();
+  quiet_block(b, n);
   uint32_t last = 0;
   if (threadIdx.x == 0) last = atomicAdd(b.work + DISPATCH_DONE, 1u) + 1 == gridDim.x;
   if (threadIdx.x / 32 != 0 || __shfl_sync(0xffffffffu, last, 0) == 0) return;
@@ -641,8 +652,7 @@ extern "C" __global__ void __maxnreg__(80) moe_combine(Bufs b, Shape s) {
       nvshmemx_putmem_nbi_warp(target + c0 * 8, b.comb_stage + r * h + c0 * 8, len * sizeof(uint16_t), src);
     }
   }
-  nvshmem_quiet();
-  __syncthreads();
+  quiet_block(b, n);
   if (threadIdx.x == 0) {
     if (atomicAdd(b.work + COMBINE_DONE, 1u) + 1 == gridDim.x) {
       b.work[COMBINE_DONE] = 0;

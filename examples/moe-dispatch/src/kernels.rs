@@ -37,8 +37,10 @@
 //!   straight into every PE it goes to.
 //!
 //! # Completion
-//! Every lane `quiet`s its puts; the last block of the grid (an atomic count in `work`) sends
-//! a signal to every PE; a PE's dispatch returns once all `n` PEs have signalled it (the
+//! A block's puts are complete before its thread 0 counts it done: one `quiet` after a
+//! barrier when every PE's memory is mapped (the puts were stores), else every thread's own
+//! `quiet` first ([`quiet_block`]). The last block of the grid (an atomic count in `work`)
+//! sends a signal to every PE; a PE's dispatch returns once all `n` PEs have signalled it (the
 //! signal words count up across rounds: round `R` waits for `R * n`). Combine does the same,
 //! then every block waits and adds the returned sums.
 //!
@@ -1066,6 +1068,27 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
     }
 }
 
+/// Completes the block's puts, `p`s and AMOs for its thread 0: every thread of the block
+/// calls it, and what thread 0 does after it (the completion count, the signals) comes after
+/// everything the block issued before it, on every PE.
+///
+/// When every PE's memory is mapped here, those were plain loads, stores and atomics: after
+/// the barrier they are thread 0's causal predecessors, and its quiet (a system-scope fence)
+/// orders them all before its later operations. One fence a block instead of one a warp
+/// (measured on one H100 at 128 tokens: 1.4 µs off the combine, 0.5 off the dispatch).
+/// Else NVSHMEM's transports need every issuing thread's own quiet, before the barrier.
+#[inline(always)]
+fn quiet_block(b: Bufs, n: u32) {
+    let mapped = (0..n).all(|d| ptr(b.signals, d as i32).is_some());
+    if !mapped {
+        quiet();
+    }
+    sync_threads();
+    if mapped && thread_idx_x() == 0 {
+        quiet();
+    }
+}
+
 /// The dispatch (module documentation).
 ///
 /// # Safety
@@ -1087,8 +1110,7 @@ unsafe fn dispatch(b: Bufs, s: Shape) {
             send_held(b, s);
         }
     }
-    quiet();
-    sync_threads();
+    quiet_block(b, n);
     let mut last = 0;
     if thread_idx_x() == 0 {
         // SAFETY: `work[DISPATCH_DONE]` is only touched atomically, and reset by the last block.
@@ -1555,8 +1577,7 @@ unsafe fn combine(b: Bufs, s: Shape) {
         }
     }
     // 2. Completion: the last block signals every PE; every block waits for all PEs.
-    quiet();
-    sync_threads();
+    quiet_block(b, n);
     if thread_idx_x() == 0 {
         // SAFETY: `work[COMBINE_DONE]` is only touched atomically and reset by the last
         // block; the signal word counts rounds (module documentation).
