@@ -134,6 +134,48 @@ impl Chunk {
     );
 }
 
+impl Chunk {
+    /// [`Chunk::load_global`] if `live`, else zeros without touching `p`: one predicated load
+    /// (`@p ld.global.v4.u32`), as nvcc emits for `live ? *p : zero`. Loads under an `if`
+    /// compile to a branch around each (the asm cannot be speculated), which keeps ptxas from
+    /// issuing a group of them back to back.
+    ///
+    /// # Safety
+    /// If `live`: as [`Chunk::load_global`].
+    #[inline(always)]
+    #[cfg_attr(shmem_sim, track_caller)]
+    pub unsafe fn load_global_if(live: bool, p: *const Chunk) -> Chunk {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let (a, b, c, d): (u32, u32, u32, u32);
+            // SAFETY: the caller's contract; the asm reads the 16 bytes at `p` only when
+            // `live`.
+            unsafe {
+                core::arch::asm!(
+                    "{{ .reg .pred q; .reg .u64 g; setp.ne.u32 q, {live}, 0; cvta.to.global.u64 g, {p}; \
+                     mov.b32 {a}, 0; mov.b32 {b}, 0; mov.b32 {c}, 0; mov.b32 {d}, 0; \
+                     @q ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
+                    live = in(reg32) u32::from(live),
+                    p = in(reg64) p,
+                    a = out(reg32) a,
+                    b = out(reg32) b,
+                    c = out(reg32) c,
+                    d = out(reg32) d,
+                    options(readonly, nostack, preserves_flags)
+                )
+            };
+            Chunk([a, b, c, d])
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        if live {
+            // SAFETY: the caller's contract.
+            unsafe { p.read() }
+        } else {
+            Chunk([0; 4])
+        }
+    }
+}
+
 /// Copies `bytes` from `src` to `dst` with the threads of scope `S` when both are 16-byte
 /// aligned and `bytes >= 16` (16 bytes per load and store, four in flight per thread at
 /// thread and warp scope, the tail in words or bytes), then synchronises the group; returns

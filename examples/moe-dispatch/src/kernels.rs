@@ -1442,16 +1442,15 @@ unsafe fn accumulate(
 ) {
     let lane = lane_id();
     let mut v = [[Chunk([0; 4]); SEGMENT_CHUNKS]; ROW_GROUP];
+    // Predicated loads, no branches: all eight issue back to back.
     each_row!(i => {
-        if !rows[i].is_null() {
-            each_chunk!(j => {
-                let c = c0 + 32 * j as u32 + lane;
-                if c < chunks {
-                    // SAFETY: `c < chunks` (the caller's contract).
-                    v[i][j] = unsafe { Chunk::load_global(rows[i].add(c as usize)) };
-                }
-            });
-        }
+        let (live, row) = (!rows[i].is_null(), rows[i].wrapping_add((c0 + lane) as usize));
+        each_chunk!(j => {
+            let c = c0 + 32 * j as u32 + lane;
+            // SAFETY: loaded only for a row that is there and `c < chunks` (the caller's
+            // contract).
+            v[i][j] = unsafe { Chunk::load_global_if(live && c < chunks, row.wrapping_add(32 * j)) };
+        });
     });
     each_row!(i => {
         if !rows[i].is_null() {
