@@ -267,10 +267,18 @@ __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t,
 // Chunks a thread holds in registers while its block copies a row (send_held).
 constexpr uint32_t HELD = 4;
 
+// Chunk j of the thread's batch at chunk first: first + tid + j * bs, or with PAIRED two
+// adjacent chunks, j / 2 batches of bs pairs apart.
+template <bool PAIRED>
+__device__ __forceinline__ uint32_t held_chunk(uint32_t first, uint32_t j) {
+  return PAIRED ? first + 2 * (threadIdx.x + j / 2 * blockDim.x) + j % 2 : first + threadIdx.x + j * blockDim.x;
+}
+
+template <bool PAIRED>
 __device__ __forceinline__ void load_held(uint4 v[HELD], const uint4 *from, uint32_t first, uint32_t chunks) {
 #pragma unroll
   for (uint32_t j = 0; j < HELD; j++) {
-    uint32_t c = first + threadIdx.x + j * blockDim.x;
+    uint32_t c = held_chunk<PAIRED>(first, j);
     if (c < chunks) v[j] = from[c];
   }
 }
@@ -278,21 +286,22 @@ __device__ __forceinline__ void load_held(uint4 v[HELD], const uint4 *from, uint
 __device__ __forceinline__ void store_held(const uint4 v[HELD], uint4 *to, uint32_t first, uint32_t chunks) {
 #pragma unroll
   for (uint32_t j = 0; j < HELD; j++) {
-    uint32_t c = first + threadIdx.x + j * blockDim.x;
+    uint32_t c = held_chunk<false>(first, j);
     if (c < chunks) to[c] = v[j];
   }
 }
 
 // Sends token t's metadata to every PE, warp d to PE d, and loads the row's first chunks
 // (load_held): the loads overlap the atomics. Warps that send metadata load after it.
+template <bool PAIRED>
 __device__ __forceinline__ void send_loading(const Bufs &b, const Shape &s, size_t t, uint4 held[HELD],
                                              const uint4 *from, uint32_t chunks) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32;
   if (threadIdx.x / 32 < n) {
     for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane);
-    load_held(held, from, 0, chunks);
+    load_held<PAIRED>(held, from, 0, chunks);
   } else {
-    load_held(held, from, 0, chunks);
+    load_held<PAIRED>(held, from, 0, chunks);
   }
 }
 
@@ -309,44 +318,56 @@ __device__ __forceinline__ uint32_t magnitude(uint4 c) {
   return m;
 }
 
-// Quantises what load_held loaded: each chunk becomes eight e4m3 bytes with its group's
-// scale; a group (128 values, 16 chunks) is a half-warp's, whose amax its shuffles find.
-__device__ __forceinline__ void quantize_held(const uint4 v[HELD], uint64_t q[HELD], float scale[HELD]) {
-  uint32_t m[HELD];
+constexpr uint32_t PAIRS = HELD / 2;
+
+// Quantises what load_held<true> loaded: each pair of chunks (16 values) becomes 16 e4m3
+// bytes with its group's scale; a group (128 values, 8 pairs) is 8 lanes', whose amax their
+// shuffles find.
+__device__ __forceinline__ void quantize_held(const uint4 v[HELD], uint4 q[PAIRS], float scale[PAIRS]) {
+  uint32_t m[PAIRS];
 #pragma unroll
-  for (uint32_t j = 0; j < HELD; j++) m[j] = magnitude(v[j]);
-  for (int step = 8; step > 0; step /= 2) {
+  for (uint32_t i = 0; i < PAIRS; i++) m[i] = max(magnitude(v[2 * i]), magnitude(v[2 * i + 1]));
+  for (int step = 4; step > 0; step /= 2) {
 #pragma unroll
-    for (uint32_t j = 0; j < HELD; j++) m[j] = max(m[j], __shfl_xor_sync(0xffffffffu, m[j], step));
+    for (uint32_t i = 0; i < PAIRS; i++) m[i] = max(m[i], __shfl_xor_sync(0xffffffffu, m[i], step));
   }
 #pragma unroll
-  for (uint32_t j = 0; j < HELD; j++) {
-    float sc, inv, x[8];
-    fp8_scales(__uint_as_float(m[j] << 16), sc, inv);
-    widen(v[j], x);
-    uint64_t w = 0;
+  for (uint32_t i = 0; i < PAIRS; i++) {
+    float sc, inv;
+    fp8_scales(__uint_as_float(m[i] << 16), sc, inv);
+    uint32_t w[4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      float2 pair = make_float2(__fmul_rn(x[2 * i], inv), __fmul_rn(x[2 * i + 1], inv));
-      w |= (uint64_t)__nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3) << (16 * i);
+    for (int half = 0; half < 2; half++) {
+      float x[8];
+      widen(v[2 * i + half], x);
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        uint32_t two[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float2 pair = make_float2(__fmul_rn(x[4 * k + 2 * e], inv), __fmul_rn(x[4 * k + 2 * e + 1], inv));
+          two[e] = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
+        }
+        w[2 * half + k] = two[0] | two[1] << 16;
+      }
     }
-    q[j] = w;
-    scale[j] = sc;
+    q[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    scale[i] = sc;
   }
 }
 
 // Stores what quantize_held made into the sent row at `to` (h e4m3 bytes, then the scales).
-__device__ __forceinline__ void store_fp8(const uint64_t q[HELD], const float scale[HELD], uint16_t *to, size_t h,
+__device__ __forceinline__ void store_fp8(const uint4 q[PAIRS], const float scale[PAIRS], uint16_t *to, size_t h,
                                           uint32_t first) {
   uint32_t chunks = h / 8;
-  uint64_t *bytes = reinterpret_cast<uint64_t *>(to);
+  uint4 *bytes = reinterpret_cast<uint4 *>(to);
   float *scales = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(to) + h);
 #pragma unroll
-  for (uint32_t j = 0; j < HELD; j++) {
-    uint32_t c = first + threadIdx.x + j * blockDim.x;
+  for (uint32_t i = 0; i < PAIRS; i++) {
+    uint32_t c = held_chunk<true>(first, 2 * i);
     if (c < chunks) {
-      bytes[c] = q[j];
-      if (c % 16 == 0) scales[c / 16] = scale[j];
+      bytes[c / 2] = q[i];
+      if (c % 16 == 0) scales[c / 16] = scale[i];
     }
   }
 }
@@ -361,7 +382,7 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
   for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
     const uint4 *from = reinterpret_cast<const uint4 *>(b.x + t * h);
     uint4 held[HELD];
-    send_loading(b, s, t, held, from, chunks);
+    send_loading<false>(b, s, t, held, from, chunks);
     __syncthreads();
     for (uint32_t first = 0;;) {
       for (uint32_t d = 0; d < n; d++) {
@@ -372,7 +393,7 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
       }
       first += HELD * blockDim.x;
       if (first >= chunks) break;
-      load_held(held, from, first, chunks);
+      load_held<false>(held, from, first, chunks);
     }
     if (threadIdx.x / 32 == 0) {
       for (uint32_t d = 0; d < n; d++) {
@@ -414,9 +435,9 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
     const uint4 *from = reinterpret_cast<const uint4 *>(b.x + t * h);
     uint16_t *stage = b.comb_stage + t * h;
     uint4 held[HELD];
-    uint64_t q[HELD];
-    float scale[HELD];
-    send_loading(b, s, t, held, from, chunks);
+    uint4 q[PAIRS];
+    float scale[PAIRS];
+    send_loading<true>(b, s, t, held, from, chunks);
     quantize_held(held, q, scale);
     __syncthreads();
     bool staged = false;
@@ -434,7 +455,7 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
       if (staged) store_fp8(q, scale, stage, h, first);
       first += HELD * blockDim.x;
       if (first >= chunks) break;
-      load_held(held, from, first, chunks);
+      load_held<true>(held, from, first, chunks);
       quantize_held(held, q, scale);
     }
     if (staged) {
@@ -463,7 +484,9 @@ __device__ __forceinline__ void quiet_block(const Bufs &b, uint32_t n) {
   if (mapped && threadIdx.x == 0) nvshmem_quiet();
 }
 
-extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
+// nvcc takes 80 registers by itself, no spills (three blocks of 256 threads an SM, as the
+// Rust kernel's max_registers); __maxnreg__(80) made it spill 8 bytes.
+extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
   uint32_t l_n = e_n / n;
@@ -611,8 +634,9 @@ extern "C" __global__ void __maxnreg__(80) moe_combine(Bufs b, Shape s) {
   // 1. Each received row's weighted sum into its source's comb_recv, or for this PE's own
   //    tokens into out.
   for (uint32_t u = gw; u < n * t32 * segs32; u += nw) {
-    // The other PEs' rows first, from the next PE on, this PE's own last.
-    uint32_t v = u / segs32, src = (me + 1 + v / t32) % n, j = v % t32;
+    // The sources' rows interleaved (row j of every source, from the next PE on, then row
+    // j + 1): peer stores and local ones at the same time.
+    uint32_t v = u / segs32, src = (me + 1 + v % n) % n, j = v / n;
     size_t r = (size_t)src * t32 + j, c0 = (size_t)(u % segs32) * per_seg;
     // The row's source index is loaded together with the count (in bounds either way): both
     // decide whether the row is there (a received row's source index is never negative).

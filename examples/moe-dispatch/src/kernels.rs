@@ -747,13 +747,26 @@ fn row_at(b: Bufs, s: Shape, slot: i32) -> Option<Sym<u16>> {
 /// 7168-value `bf16` row (896 chunks) is one batch of 256 threads.
 const HELD: usize = 4;
 
-/// Loads chunks `first + tid + j * bs` (`j < HELD`, those below `chunks`) of `from`, all
-/// issued before any is used.
+/// Chunk `j` (`< HELD`) of thread `tid`'s batch at chunk `first`, in a block of `bs`
+/// threads: `first + tid + j * bs`, or with `PAIRED` two adjacent chunks `j / 2` batches of
+/// `bs` pairs apart (`first + 2 (tid + j / 2 * bs) + j % 2`). Either way the block's batch is
+/// chunks `first .. first + HELD * bs`.
+#[inline(always)]
+fn held_chunk<const PAIRED: bool>(first: u32, tid: u32, j: usize, bs: u32) -> u32 {
+    if PAIRED {
+        first + 2 * (tid + (j / 2) as u32 * bs) + (j % 2) as u32
+    } else {
+        first + tid + j as u32 * bs
+    }
+}
+
+/// Loads chunks [`held_chunk`]`(first, tid, j, bs)` (`j < HELD`, those below `chunks`) of
+/// `from`, all issued before any is used.
 ///
 /// # Safety
 /// `from` is valid for `chunks` 16-byte aligned chunks of global memory.
 #[inline(always)]
-unsafe fn load_held(
+unsafe fn load_held<const PAIRED: bool>(
     from: *const Chunk,
     first: u32,
     chunks: u32,
@@ -762,7 +775,7 @@ unsafe fn load_held(
 ) -> [Chunk; HELD] {
     let mut v = [Chunk([0; 4]); HELD];
     unrolled!(0 1 2 3; j => {
-        let c = first + tid + j as u32 * bs;
+        let c = held_chunk::<PAIRED>(first, tid, j, bs);
         if c < chunks {
             // SAFETY: `c < chunks` (the caller's contract).
             v[j] = unsafe { Chunk::load_global(from.add(c as usize)) };
@@ -771,7 +784,8 @@ unsafe fn load_held(
     v
 }
 
-/// Stores what [`load_held`] loaded with the same `first`, `chunks`, `tid` and `bs` at `to`.
+/// Stores what [`load_held`] (not `PAIRED`) loaded with the same `first`, `chunks`, `tid`
+/// and `bs` at `to`.
 ///
 /// # Safety
 /// `to` is valid for writes of `chunks` 16-byte aligned chunks of global memory (this GPU's
@@ -786,7 +800,7 @@ unsafe fn store_held(
     bs: u32,
 ) {
     unrolled!(0 1 2 3; j => {
-        let c = first + tid + j as u32 * bs;
+        let c = held_chunk::<false>(first, tid, j, bs);
         if c < chunks {
             // SAFETY: `c < chunks` (the caller's contract).
             unsafe { v[j].store_global(to.add(c as usize)) };
@@ -808,48 +822,55 @@ fn magnitude(c: Chunk) -> u32 {
     m
 }
 
-/// Quantises what [`load_held`] loaded ([`crate::fp8`]): each chunk of eight values becomes
-/// eight `e4m3` bytes, with its group's scale. A group of 128 values is 16 consecutive
-/// chunks, held by a half-warp, whose largest magnitude the half-warp's shuffles find.
+/// Pairs of chunks a thread quantises in a batch: [`HELD`] chunks, `PAIRED`.
+const PAIRS: usize = HELD / 2;
+
+/// Quantises what [`load_held`] (`PAIRED`) loaded ([`crate::fp8`]): each pair of chunks (16
+/// values) becomes 16 `e4m3` bytes, one 16-byte store, with its group's scale. A group of 128
+/// values is 8 consecutive pairs, held by 8 lanes, whose largest magnitude their shuffles
+/// find.
 ///
-/// Every lane of the warp calls it (the shuffles), with chunks `first + tid + j * bs`, where
-/// `first`, `bs` and the row's chunks are multiples of 16: a half-warp's chunks are all in
+/// Every lane of the warp calls it (the shuffles), with pairs `first / 2 + tid + i * bs`,
+/// where `first / 2`, `bs` and the row's pairs are multiples of 8: a group's pairs are all in
 /// the row or all past it. The magnitudes are found on the `bf16` bits and the chunks widened
-/// only after the shuffles: widened across them, the four chunks' 32 values would not fit
-/// the kernel's registers.
+/// only after the shuffles: widened across them, the chunks' 32 values would not fit the
+/// kernel's registers.
 #[inline(always)]
-fn quantize_held(v: &[Chunk; HELD]) -> ([u64; HELD], [f32; HELD]) {
-    let mut m = [0u32; HELD];
-    unrolled!(0 1 2 3; j => { m[j] = magnitude(v[j]); });
-    // Lanes 16 apart hold different groups: butterflies within each half-warp.
-    let mut step = 8;
+fn quantize_held(v: &[Chunk; HELD]) -> ([Chunk; PAIRS], [f32; PAIRS]) {
+    let mut m = [0u32; PAIRS];
+    unrolled!(0 1; i => { m[i] = magnitude(v[2 * i]).max(magnitude(v[2 * i + 1])); });
+    // Lanes 8 apart hold different groups: butterflies within each group of 8 lanes.
+    let mut step = 4;
     while step > 0 {
-        unrolled!(0 1 2 3; j => { m[j] = m[j].max(shfl_xor(m[j], step)); });
+        unrolled!(0 1; i => { m[i] = m[i].max(shfl_xor(m[i], step)); });
         step /= 2;
     }
-    let (mut q, mut scale) = ([0u64; HELD], [0f32; HELD]);
-    unrolled!(0 1 2 3; j => {
-        let (s, inv) = crate::fp8::scales(f32::from_bits(m[j] << 16));
-        let x = widen(v[j]);
-        for i in 0..4 {
-            let two = e4m3x2_from_f32(x[2 * i + 1] * inv, x[2 * i] * inv);
-            q[j] |= u64::from(two) << (16 * i);
+    let (mut q, mut scale) = ([Chunk([0; 4]); PAIRS], [0f32; PAIRS]);
+    unrolled!(0 1; i => {
+        let (s, inv) = crate::fp8::scales(f32::from_bits(m[i] << 16));
+        for half in 0..2 {
+            let x = widen(v[2 * i + half]);
+            for k in 0..2 {
+                let lo = e4m3x2_from_f32(x[4 * k + 1] * inv, x[4 * k] * inv);
+                let hi = e4m3x2_from_f32(x[4 * k + 3] * inv, x[4 * k + 2] * inv);
+                q[i].0[2 * half + k] = u32::from(lo) | u32::from(hi) << 16;
+            }
         }
-        scale[j] = s;
+        scale[i] = s;
     });
     (q, scale)
 }
 
-/// Stores what [`quantize_held`] made of chunks `first + tid + j * bs` into the sent row at
-/// `to` (`h` `e4m3` bytes, then one `f32` scale per group); the group's first chunk's thread
-/// stores the scale.
+/// Stores what [`quantize_held`] made of the pairs at chunk `first` into the sent row at
+/// `to` (`h` `e4m3` bytes, then one `f32` scale per group); the thread of a group's first
+/// pair stores the scale.
 ///
 /// # Safety
 /// `to` is 16-byte aligned and valid for writes of [`Shape::sent_row`] `u16`s of global
-/// memory (this GPU's or a mapped peer's) that no other thread writes; `chunks = h / 8`.
+/// memory (this GPU's or a mapped peer's) that no other thread writes.
 #[inline(always)]
 unsafe fn store_fp8(
-    (q, scale): &([u64; HELD], [f32; HELD]),
+    (q, scale): &([Chunk; PAIRS], [f32; PAIRS]),
     to: *mut u16,
     h: usize,
     first: u32,
@@ -857,16 +878,16 @@ unsafe fn store_fp8(
     bs: u32,
 ) {
     let chunks = (h / 8) as u32;
-    // SAFETY: the caller's contract: `c < chunks` bytes `8 c ..` and scale `c / 16` are in
-    // the sent row.
+    // SAFETY: the caller's contract: for a pair's first chunk `c < chunks`, bytes `8 c ..
+    // 8 c + 16` and scale `c / 16` are in the sent row.
     unsafe {
-        let (bytes, scales) = (to.cast::<u64>(), to.cast::<u8>().add(h).cast::<f32>());
-        unrolled!(0 1 2 3; j => {
-            let c = first + tid + j as u32 * bs;
+        let (bytes, scales) = (to.cast::<Chunk>(), to.cast::<u8>().add(h).cast::<f32>());
+        unrolled!(0 1; i => {
+            let c = held_chunk::<true>(first, tid, 2 * i, bs);
             if c < chunks {
-                bytes.add(c as usize).write(q[j]);
+                q[i].store_global(bytes.add(c as usize / 2));
                 if c.is_multiple_of(16) {
-                    scales.add(c as usize / 16).write(scale[j]);
+                    scales.add(c as usize / 16).write(scale[i]);
                 }
             }
         });
@@ -894,7 +915,7 @@ unsafe fn target(b: Bufs, s: Shape, t: usize, d: u32) -> Option<(Sym<u16>, Optio
 /// As [`send`] and [`load_held`] (`from` the token's row of `chunks` chunks); every thread of
 /// the block calls it.
 #[inline(always)]
-unsafe fn send_loading(
+unsafe fn send_loading<const PAIRED: bool>(
     b: Bufs,
     s: Shape,
     t: usize,
@@ -910,9 +931,9 @@ unsafe fn send_loading(
                 send(b, s, t, d, lane);
                 d += warps_per_block();
             }
-            load_held(from, 0, chunks, tid, bs)
+            load_held::<PAIRED>(from, 0, chunks, tid, bs)
         } else {
-            load_held(from, 0, chunks, tid, bs)
+            load_held::<PAIRED>(from, 0, chunks, tid, bs)
         }
     }
 }
@@ -940,7 +961,7 @@ unsafe fn send_held(b: Bufs, s: Shape) {
         unsafe {
             let src = b.x.as_ptr().add(t * h);
             let from = src.cast::<Chunk>().cast_const();
-            let mut held = send_loading(b, s, t, from, chunks);
+            let mut held = send_loading::<false>(b, s, t, from, chunks);
             sync_threads();
             let mut first = 0;
             loop {
@@ -953,7 +974,7 @@ unsafe fn send_held(b: Bufs, s: Shape) {
                 if first >= chunks {
                     break;
                 }
-                held = load_held(from, first, chunks, tid, bs);
+                held = load_held::<false>(from, first, chunks, tid, bs);
             }
             if warp_id() == 0 {
                 for d in 0..n {
@@ -1028,7 +1049,7 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
         unsafe {
             let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
             let stage = b.comb_stage.as_ptr().add(t * h);
-            let mut q = quantize_held(&send_loading(b, s, t, from, chunks));
+            let mut q = quantize_held(&send_loading::<true>(b, s, t, from, chunks));
             sync_threads();
             let staged = (0..n).any(|d| matches!(target(b, s, t, d), Some((_, None))));
             let mut first = 0;
@@ -1045,7 +1066,7 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
                 if first >= chunks {
                     break;
                 }
-                q = quantize_held(&load_held(from, first, chunks, tid, bs));
+                q = quantize_held(&load_held::<true>(from, first, chunks, tid, bs));
             }
             if staged {
                 sync_threads();
@@ -1511,9 +1532,10 @@ unsafe fn combine(b: Bufs, s: Shape) {
     while u < n * t32 * segs32 {
         let (v, c0) = (u / segs32, (u % segs32) * per_seg);
         u += nw;
-        // The other PEs' rows first, from the next PE on, this PE's own last: the peer
-        // stores start at once and drain while the local-only units run.
-        let (src, j) = ((me + 1 + v / t32) % n, v % t32);
+        // The sources' rows interleaved (row `j` of every source, from the next PE on, then
+        // row `j + 1`): at any time about `(n - 1) / n` of the grid's warps store to peers and
+        // the rest into `out`, so the link and the local memory are busy together.
+        let (src, j) = ((me + 1 + v % n) % n, v / n);
         let r = (src * t32 + j) as usize;
         // SAFETY: for this loop: `r < n * T`, `lane < K` where indexed by lane; the received
         // rows, pairs and outputs of this round are complete (dispatch and experts came
