@@ -39,7 +39,7 @@
 //! # Completion
 //! A block's puts are complete before its thread 0 counts it done: one `quiet` after a
 //! barrier when every PE's memory is mapped (the puts were stores), else every thread's own
-//! `quiet` first ([`quiet_block`]). The last block of the grid (an atomic count in `work`)
+//! `quiet` first (`quiet_block`). The last block of the grid (an atomic count in `work`)
 //! sends a signal to every PE; a PE's dispatch returns once all `n` PEs have signalled it (the
 //! signal words count up across rounds: round `R` waits for `R * n`). Combine does the same,
 //! then every block waits and adds the returned sums.
