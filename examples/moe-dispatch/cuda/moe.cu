@@ -576,22 +576,22 @@ extern "C" __global__ void moe_experts(Bufs b, Shape s) {
 }
 
 constexpr size_t SEGMENT_CHUNKS = 2;  // chunks per lane and row in a unit (512 bf16)
-constexpr size_t ROW_GROUP = 4;       // rows loaded together before the first add
+constexpr size_t ROW_GROUP = 2;       // rows loaded together before the first add
 
 // Loads chunks c0 + 32 j + lane (j < SEGMENT_CHUNKS, below `chunks`) of every non-null row
 // (all loads first), then adds them in row order, times their weights, to acc:
 // acc = acc + w * y, or acc = w * y for the first row while *fresh (then cleared).
 __device__ __forceinline__ void accumulate(float acc[SEGMENT_CHUNKS][8],
                                            const uint4 *const rows[ROW_GROUP],
-                                           const float w[ROW_GROUP], size_t c0, size_t chunks,
+                                           const float w[ROW_GROUP], uint32_t c0, uint32_t chunks,
                                            bool &fresh) {
-  size_t lane = threadIdx.x % 32;
+  uint32_t lane = threadIdx.x % 32;
   uint4 v[ROW_GROUP][SEGMENT_CHUNKS];
 #pragma unroll
   for (size_t i = 0; i < ROW_GROUP; i++)
 #pragma unroll
     for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
-      size_t c = c0 + 32 * j + lane;
+      uint32_t c = c0 + 32 * (uint32_t)j + lane;
       v[i][j] = rows[i] && c < chunks ? rows[i][c] : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
@@ -611,18 +611,18 @@ __device__ __forceinline__ void accumulate(float acc[SEGMENT_CHUNKS][8],
   }
 }
 
-__device__ __forceinline__ void store_segment(float acc[SEGMENT_CHUNKS][8], uint4 *row, size_t c0,
-                                              size_t chunks) {
-  size_t lane = threadIdx.x % 32;
+__device__ __forceinline__ void store_segment(float acc[SEGMENT_CHUNKS][8], uint4 *row, uint32_t c0,
+                                              uint32_t chunks) {
+  uint32_t lane = threadIdx.x % 32;
 #pragma unroll
   for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
-    size_t c = c0 + 32 * j + lane;
+    uint32_t c = c0 + 32 * (uint32_t)j + lane;
     if (c < chunks) row[c] = narrow(acc[j]);
   }
 }
 
-// 80 registers: three blocks of 256 threads an SM (as the Rust kernel's max_registers).
-extern "C" __global__ void __maxnreg__(80) moe_combine(Bufs b, Shape s) {
+// 64 registers: four blocks of 256 threads an SM (as the Rust kernel's max_registers).
+extern "C" __global__ void __maxnreg__(64) moe_combine(Bufs b, Shape s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t k_n = s.top_k, t_n = s.tokens, h = s.hidden;
   uint32_t l_n = s.experts / n;
