@@ -69,7 +69,7 @@ pub(crate) fn program_bound_ns() -> u64 {
 
 /// `per_wait` in nanoseconds (at least 1) if given, else the program-wide bound.
 #[inline(always)]
-pub(crate) fn bound_ns(per_wait: Option<Duration>) -> u64 {
+fn bound_ns(per_wait: Option<Duration>) -> u64 {
     match per_wait {
         Some(d) => (d.as_nanos().min(u64::MAX as u128) as u64).max(1),
         None => program_bound_ns(),
@@ -250,25 +250,36 @@ fn now_ns() -> u64 {
     crate::host::now_ns()
 }
 
-/// Polls `done` until it holds; with a bound (`bound_ns > 0`), stops the kernel with the
-/// report of `waiting` once `bound_ns` have passed. `done` does the polling read (a yield
-/// point on the simulator).
+/// Polls `done` once and, when it does not hold yet, reads the bound (`per_wait`, else the
+/// program-wide one) and, with a bound, polls until it holds or stops the kernel with the
+/// report of `waiting` once the bound has passed. Returns `true` when `done` was seen to hold;
+/// `false` when it did not at the first poll and there is no bound: the caller then waits
+/// its unbounded way (NVSHMEM's own wait, or [`poll`]'s loop). `done` does the polling read
+/// (a yield point on the simulator).
+///
+/// The first poll comes before the bound is read because the program-wide bound is a load
+/// of module memory: where the condition already holds (a halo that arrived during the last
+/// iteration, the last block of a grid barrier, a signal this block sent itself) the wait
+/// costs one poll and nothing else.
 #[inline(always)]
 #[track_caller]
-pub(crate) fn poll(
-    bound_ns: u64,
+pub(crate) fn poll_bounded(
+    per_wait: Option<Duration>,
     mut done: impl FnMut() -> bool,
     waiting: impl FnOnce() -> Waiting,
-) {
+) -> bool {
+    if done() {
+        return true;
+    }
+    let bound_ns = bound_ns(per_wait);
     if bound_ns == 0 {
-        while !done() {}
-        return;
+        return false;
     }
     let at = Location::caller();
     let start = now_ns();
     loop {
         if done() {
-            return;
+            return true;
         }
         let elapsed = now_ns().wrapping_sub(start);
         if elapsed > bound_ns {
@@ -280,6 +291,15 @@ pub(crate) fn poll(
         // not a poll).
         #[cfg(not(target_arch = "nvptx64"))]
         crate::host::step("a bounded wait", false);
+    }
+}
+
+/// Polls `done` until it holds, under the program-wide bound ([`poll_bounded`]).
+#[inline(always)]
+#[track_caller]
+pub(crate) fn poll(mut done: impl FnMut() -> bool, waiting: impl FnOnce() -> Waiting) {
+    if !poll_bounded(None, &mut done, waiting) {
+        while !done() {}
     }
 }
 

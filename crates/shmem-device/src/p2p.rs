@@ -75,7 +75,7 @@ fn status_ptr<T>(ivars: SymSlice<T>, status: Option<DeviceSlice<i32>>) -> *const
 #[track_caller]
 pub unsafe fn wait_until<T: WaitElem>(ivar: Sym<T>, cmp: Cmp, value: T) {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { wait_until_bounded(ivar, cmp, value, bound::bound_ns(None)) }
+    unsafe { wait_until_bounded(ivar, cmp, value, None) }
 }
 
 /// [`wait_until`] that stops the kernel with a report after `bound` ([`crate::bound`]).
@@ -86,23 +86,28 @@ pub unsafe fn wait_until<T: WaitElem>(ivar: Sym<T>, cmp: Cmp, value: T) {
 #[track_caller]
 pub unsafe fn wait_until_within<T: WaitElem>(ivar: Sym<T>, cmp: Cmp, value: T, bound: Duration) {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { wait_until_bounded(ivar, cmp, value, bound::bound_ns(Some(bound))) }
+    unsafe { wait_until_bounded(ivar, cmp, value, Some(bound)) }
 }
 
 #[inline(always)]
 #[track_caller]
-unsafe fn wait_until_bounded<T: WaitElem>(ivar: Sym<T>, cmp: Cmp, value: T, ns: u64) {
+unsafe fn wait_until_bounded<T: WaitElem>(
+    ivar: Sym<T>,
+    cmp: Cmp,
+    value: T,
+    bound: Option<Duration>,
+) {
     let p = ivar.as_ptr();
-    if ns != 0 {
-        bound::poll(
-            ns,
-            // SAFETY: the module's contract.
-            || unsafe { T::raw_test(p, cmp as i32, value) != 0 },
-            || waiting(WaitKind::WaitUntil, cmp, p, value),
-        );
+    let held = bound::poll_bounded(
+        bound,
+        // SAFETY: the module's contract.
+        || unsafe { T::raw_test(p, cmp as i32, value) != 0 },
+        || waiting(WaitKind::WaitUntil, cmp, p, value),
+    );
+    if !held {
+        // SAFETY: the module's contract.
+        unsafe { T::raw_wait_until(p, cmp as i32, value) }
     }
-    // SAFETY: the module's contract (returns at once after a bounded poll succeeded).
-    unsafe { T::raw_wait_until(p, cmp as i32, value) }
 }
 
 /// What a wait on `p` waits for (its report).
@@ -165,7 +170,7 @@ pub unsafe fn wait_until_all<T: WaitElem>(
     value: T,
 ) {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { wait_until_all_bounded(ivars, status, cmp, value, bound::bound_ns(None)) }
+    unsafe { wait_until_all_bounded(ivars, status, cmp, value, None) }
 }
 
 /// [`wait_until_all`] that stops the kernel with a report after `bound` ([`crate::bound`]).
@@ -185,7 +190,7 @@ pub unsafe fn wait_until_all_within<T: WaitElem>(
     bound: Duration,
 ) {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { wait_until_all_bounded(ivars, status, cmp, value, bound::bound_ns(Some(bound))) }
+    unsafe { wait_until_all_bounded(ivars, status, cmp, value, Some(bound)) }
 }
 
 #[inline(always)]
@@ -195,24 +200,24 @@ unsafe fn wait_until_all_bounded<T: WaitElem>(
     status: Option<DeviceSlice<i32>>,
     cmp: Cmp,
     value: T,
-    ns: u64,
+    bound: Option<Duration>,
 ) {
     let st = status_ptr(ivars, status);
     let (p, n) = (ivars.as_ptr(), ivars.len());
-    if ns != 0 {
-        bound::poll(
-            ns,
-            // SAFETY: the module's contract; lengths were checked.
-            || unsafe { T::raw_test_all(p, n, st, cmp as i32, value) != 0 },
-            || {
-                // SAFETY: as above.
-                let q = unsafe { first_unsatisfied(p, n, st, cmp, value) };
-                waiting(WaitKind::WaitUntilAll, cmp, q, value)
-            },
-        );
+    let held = bound::poll_bounded(
+        bound,
+        // SAFETY: the module's contract; lengths were checked.
+        || unsafe { T::raw_test_all(p, n, st, cmp as i32, value) != 0 },
+        || {
+            // SAFETY: as above.
+            let q = unsafe { first_unsatisfied(p, n, st, cmp, value) };
+            waiting(WaitKind::WaitUntilAll, cmp, q, value)
+        },
+    );
+    if !held {
+        // SAFETY: the caller upholds the module's contract; lengths were checked.
+        unsafe { T::raw_wait_until_all(p, n, st, cmp as i32, value) }
     }
-    // SAFETY: the caller upholds the module's contract; lengths were checked.
-    unsafe { T::raw_wait_until_all(p, n, st, cmp as i32, value) }
 }
 
 /// Waits until some non-excluded element satisfies the comparison and returns its index,
@@ -232,7 +237,7 @@ pub unsafe fn wait_until_any<T: WaitElem>(
     value: T,
 ) -> Option<usize> {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { wait_until_any_bounded(ivars, status, cmp, value, bound::bound_ns(None)) }
+    unsafe { wait_until_any_bounded(ivars, status, cmp, value, None) }
 }
 
 /// [`wait_until_any`] that stops the kernel with a report after `bound` ([`crate::bound`]).
@@ -252,7 +257,7 @@ pub unsafe fn wait_until_any_within<T: WaitElem>(
     bound: Duration,
 ) -> Option<usize> {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { wait_until_any_bounded(ivars, status, cmp, value, bound::bound_ns(Some(bound))) }
+    unsafe { wait_until_any_bounded(ivars, status, cmp, value, Some(bound)) }
 }
 
 #[inline(always)]
@@ -262,19 +267,27 @@ unsafe fn wait_until_any_bounded<T: WaitElem>(
     status: Option<DeviceSlice<i32>>,
     cmp: Cmp,
     value: T,
-    ns: u64,
+    bound: Option<Duration>,
 ) -> Option<usize> {
     let st = status_ptr(ivars, status);
     let (p, n) = (ivars.as_ptr(), ivars.len());
     // SAFETY: `st` is null or has `n` entries (checked).
     let included = || (0..n).any(|i| st.is_null() || unsafe { *st.add(i) == 0 });
-    if ns != 0 && included() {
-        bound::poll(
-            ns,
-            // SAFETY: the module's contract; lengths were checked.
-            || unsafe { T::raw_test_any(p, n, st, cmp as i32, value) != usize::MAX },
+    // With every element excluded NVSHMEM's wait returns at once (with none).
+    if included() {
+        let mut found = usize::MAX;
+        let held = bound::poll_bounded(
+            bound,
+            || {
+                // SAFETY: the module's contract; lengths were checked.
+                found = unsafe { T::raw_test_any(p, n, st, cmp as i32, value) };
+                found != usize::MAX
+            },
             || waiting(WaitKind::WaitUntilAny, cmp, p, value),
         );
+        if held {
+            return Some(found);
+        }
     }
     // SAFETY: the caller upholds the module's contract; lengths were checked.
     let i = unsafe { T::raw_wait_until_any(p, n, st, cmp as i32, value) };

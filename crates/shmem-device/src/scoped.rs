@@ -416,7 +416,6 @@ pub unsafe fn grid_barrier(counter: impl ScopedTarget<u32>, k: u32) {
         // SAFETY: the caller's contract; the counter is only touched atomically.
         unsafe { fetch_add(Gpu, counter, 1u32) };
         crate::bound::poll(
-            crate::bound::program_bound_ns(),
             // SAFETY: as above.
             || unsafe { load_acquire(Gpu, counter) } >= target,
             || grid_waiting(counter.addr(), crate::p2p::Cmp::Ge, target),
@@ -464,7 +463,6 @@ pub unsafe fn grid_sync(count: impl ScopedTarget<u32>, generation: impl ScopedTa
                 fetch_add(Gpu, generation, 1u32);
             } else {
                 crate::bound::poll(
-                    crate::bound::program_bound_ns(),
                     || load_acquire(Gpu, generation) != g,
                     || grid_waiting(generation.addr(), crate::p2p::Cmp::Ne, g),
                 );

@@ -178,7 +178,7 @@ pub unsafe fn signal_fetch(sig: Sym<u64>) -> u64 {
 #[track_caller]
 pub unsafe fn signal_wait_until(sig: Sym<u64>, cmp: Cmp, value: u64) -> u64 {
     // SAFETY: the caller's contract.
-    unsafe { signal_wait_bounded(sig, cmp, value, crate::bound::bound_ns(None)) }
+    unsafe { signal_wait_bounded(sig, cmp, value, None) }
 }
 
 /// [`signal_wait_until`] that stops the kernel with a report after `bound`
@@ -195,28 +195,38 @@ pub unsafe fn signal_wait_until_within(
     bound: core::time::Duration,
 ) -> u64 {
     // SAFETY: the caller's contract.
-    unsafe { signal_wait_bounded(sig, cmp, value, crate::bound::bound_ns(Some(bound))) }
+    unsafe { signal_wait_bounded(sig, cmp, value, Some(bound)) }
 }
 
 #[inline(always)]
 #[track_caller]
-unsafe fn signal_wait_bounded(sig: Sym<u64>, cmp: Cmp, value: u64, ns: u64) -> u64 {
+unsafe fn signal_wait_bounded(
+    sig: Sym<u64>,
+    cmp: Cmp,
+    value: u64,
+    bound: Option<core::time::Duration>,
+) -> u64 {
     let p = sig.as_ptr();
-    if ns != 0 {
-        crate::bound::poll(
-            ns,
+    let mut seen = 0;
+    let held = crate::bound::poll_bounded(
+        bound,
+        || {
             // SAFETY: the caller guarantees `sig` is valid.
-            || cmp.holds(unsafe { sys::nvshmem_signal_fetch(p) }, value),
-            || crate::bound::Waiting {
-                kind: crate::bound::WaitKind::SignalWaitUntil,
-                cmp,
-                addr: p.cast(),
-                elem_bytes: 8,
-                expected: value,
-            },
-        );
+            seen = unsafe { sys::nvshmem_signal_fetch(p) };
+            cmp.holds(seen, value)
+        },
+        || crate::bound::Waiting {
+            kind: crate::bound::WaitKind::SignalWaitUntil,
+            cmp,
+            addr: p.cast(),
+            elem_bytes: 8,
+            expected: value,
+        },
+    );
+    if held {
+        // The fetch that saw the condition hold is NVSHMEM's wait's own last read.
+        return seen;
     }
-    // SAFETY: the caller guarantees `sig` is valid (returns at once after a bounded poll
-    // succeeded, with NVSHMEM's ordering of the data put with the signal).
+    // SAFETY: the caller guarantees `sig` is valid.
     unsafe { sys::nvshmem_signal_wait_until(p, cmp as i32, value) }
 }
