@@ -8,9 +8,11 @@
 //!   host sets in the module (`SHMEM_WAIT_TIMEOUT=2s`, or `Shmem::set_wait_bound`), with no
 //!   change to the kernel. A per-wait bound takes precedence.
 //!
-//! With no bound (the default) a wait is NVSHMEM's own: the only cost is one load of the
-//! module's configuration per wait. With a bound, the wait polls (`nvshmem_TYPE_test`, or
-//! the barrier's load) and reads `%globaltimer` between polls; when the bound passes, the
+//! Every wait polls once first. When the condition already holds it returns, having read
+//! nothing else. Otherwise it loads the module's configuration together with a second poll
+//! (`poll_bounded`). With no bound (the default) the wait then goes on as NVSHMEM's own.
+//! With a bound, the wait polls (`nvshmem_TYPE_test`, or the barrier's load) and reads
+//! `%globaltimer` between polls; when the bound passes, the
 //! first thread of the module to expire writes a [`WaitReport`] into host memory the host
 //! mapped for it, and traps. The host sees the trap at its next synchronisation and returns
 //! the report as its error (PE, kernel, source location of the wait, address, expected and
@@ -253,7 +255,7 @@ fn now_ns() -> u64 {
 /// Polls `done` once and, when it does not hold yet and there is a bound (`per_wait`, else
 /// the program-wide one), polls until it holds or stops the kernel with the report of
 /// `waiting` once the bound has passed. Returns `true` when `done` was seen to hold; `false`
-/// when it did not at the first poll and there is no bound: the caller then waits its
+/// when it did not at the first two polls and there is no bound: the caller then waits its
 /// unbounded way (NVSHMEM's own wait, or [`poll`]'s loop). `done` does the polling read (a
 /// yield point on the simulator).
 ///
@@ -262,7 +264,9 @@ fn now_ns() -> u64 {
 /// a grid barrier, a signal the block sent itself): the first poll comes alone, and only when
 /// it fails is the bound loaded, issued together with the second poll so that a wait that
 /// goes on does not stall on it either. Loaded before the first poll and waited for, it cost
-/// the halo's exchange on two H200s 0.3-0.5 µs an iteration.
+/// the halo's exchange on two H200s 0.3-0.5 µs an iteration; issued with the first poll but
+/// unused, it still cost 1-2 % there, the thread waiting for the load before it could reuse
+/// its register (BENCHMARKS.md, "Waits that poll before they read the bound").
 #[inline(always)]
 #[track_caller]
 pub(crate) fn poll_bounded(
