@@ -85,6 +85,45 @@ pub fn e4m3x2_from_f32(hi: f32, lo: f32) -> u16 {
     }
 }
 
+/// The larger magnitude, half by half, of two packed pairs of `bf16`: for each 16-bit half,
+/// `max(m, |w|)`, where a NaN in `w` loses to the number in `m` (as `fmaxf` lets it). `m`'s
+/// halves must be non-negative numbers (no NaN); folded over a row from `0`, this is the
+/// row's largest finite-or-infinite magnitude, two values at a time. The quantiser's `amax`.
+///
+/// One `max.bf16x2` on `sm_80` and later (CUDA C++'s `__hmax2` of the masked word).
+///
+/// ```
+/// use shmem_device::fp8::bf16x2_amax;
+/// // 2.0 and -3.0 against 1.0 and 0.5; then a NaN (0x7fc0) loses to what is held.
+/// let m = bf16x2_amax(0x3f80_3f00, 0xc040_4000);
+/// assert_eq!(m, 0x4040_4000);
+/// assert_eq!(bf16x2_amax(m, 0x7fc0_ffc0), m);
+/// ```
+#[inline(always)]
+pub fn bf16x2_amax(m: u32, w: u32) -> u32 {
+    let a = w & 0x7fff_7fff;
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+    {
+        let d: u32;
+        // SAFETY: arithmetic between registers; it touches no memory.
+        unsafe {
+            core::arch::asm!(
+                "max.bf16x2 {d}, {m}, {a};",
+                d = out(reg32) d,
+                m = in(reg32) m,
+                a = in(reg32) a,
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        d
+    }
+    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_80")))]
+    {
+        let half = |m: u32, a: u32| if a <= 0x7f80 { m.max(a) } else { m };
+        half(m & 0xffff, a & 0xffff) | half(m >> 16, a >> 16) << 16
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cuda/atomic>
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
@@ -305,17 +306,19 @@ __device__ __forceinline__ void send_loading(const Bufs &b, const Shape &s, size
   }
 }
 
-// The largest magnitude of a chunk's eight bf16 values, as the bits of a bf16 (NaNs count
-// as 0): the amax of the widened values, without widening.
-__device__ __forceinline__ uint32_t magnitude(uint4 c) {
-  uint32_t w[4] = {c.x, c.y, c.z, c.w}, m = 0;
+// The largest magnitude of two chunks' sixteen bf16 values, as the bits of a bf16 (NaNs
+// count as 0): the amax of the widened values, without widening. __hmax2 lets a NaN lose to
+// the number held, and what is held starts at 0, so a NaN never wins.
+__device__ __forceinline__ uint32_t magnitude(uint4 a, uint4 b) {
+  uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  __nv_bfloat162 m = __floats2bfloat162_rn(0.0f, 0.0f);
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    uint32_t lo = w[i] & 0x7fffu, hi = w[i] >> 16 & 0x7fffu;
-    m = max(m, lo <= 0x7f80u ? lo : 0u);
-    m = max(m, hi <= 0x7f80u ? hi : 0u);
+  for (int i = 0; i < 8; i++) {
+    uint32_t abs = w[i] & 0x7fff7fffu;
+    m = __hmax2(m, *reinterpret_cast<const __nv_bfloat162 *>(&abs));
   }
-  return m;
+  uint32_t bits = *reinterpret_cast<const uint32_t *>(&m);
+  return max(bits & 0xffffu, bits >> 16);
 }
 
 constexpr uint32_t PAIRS = HELD / 2;
@@ -326,7 +329,7 @@ constexpr uint32_t PAIRS = HELD / 2;
 __device__ __forceinline__ void quantize_held(const uint4 v[HELD], uint4 q[PAIRS], float scale[PAIRS]) {
   uint32_t m[PAIRS];
 #pragma unroll
-  for (uint32_t i = 0; i < PAIRS; i++) m[i] = max(magnitude(v[2 * i]), magnitude(v[2 * i + 1]));
+  for (uint32_t i = 0; i < PAIRS; i++) m[i] = magnitude(v[2 * i], v[2 * i + 1]);
   for (int step = 4; step > 0; step /= 2) {
 #pragma unroll
     for (uint32_t i = 0; i < PAIRS; i++) m[i] = max(m[i], __shfl_xor_sync(0xffffffffu, m[i], step));
