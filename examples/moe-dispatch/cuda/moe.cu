@@ -484,7 +484,12 @@ __device__ __forceinline__ void quiet_block(const Bufs &b, uint32_t n) {
   for (uint32_t d = 0; d < n; d++) mapped = mapped && nvshmem_ptr(b.signals, d) != nullptr;
   if (!mapped) nvshmem_quiet();
   __syncthreads();
-  if (mapped && threadIdx.x == 0) nvshmem_quiet();
+  if (threadIdx.x == 0) {
+    if (mapped)
+      nvshmem_quiet();
+    else
+      __threadfence();
+  }
 }
 
 // nvcc takes 80 registers by itself, no spills (three blocks of 256 threads an SM, as the
