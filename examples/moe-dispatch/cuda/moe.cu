@@ -98,6 +98,7 @@ __device__ __forceinline__ void grid_sync(uint32_t *count, uint32_t *generation)
 }
 
 constexpr size_t LAYOUT_CHUNK = 256;
+constexpr size_t MAX_TOP_K = 16;
 
 // Scans tokens [t0, t1) for column `col` (an expert, or destination col - E), 32 at a time;
 // with `write`, stores each hit's rank (from `first`). Returns the hits.
@@ -105,16 +106,21 @@ __device__ __forceinline__ uint32_t scan(const Bufs &b, const Shape &s, uint32_t
                                          size_t t1, uint32_t first, bool write) {
   size_t n = s.n_pes, k_n = s.top_k;
   uint32_t e_n = s.experts, l_n = e_n / s.n_pes, lane = threadIdx.x % 32;
+  // The column's experts, lo .. lo + width: itself, or the destination's L.
+  uint32_t lo = col < e_n ? col : (col - e_n) * l_n, width = col < e_n ? 1 : l_n;
   uint32_t running = first;
   for (size_t base = t0; base < t1; base += 32) {
     size_t t = base + lane;
     int hit = -1;
     if (t < t1) {
-      for (size_t k = 0; k < k_n; k++) {
-        int32_t e = b.topk[t * k_n + k];
-        bool yes = col < e_n ? e == (int32_t)col : (e >= 0 && (uint32_t)e / l_n == col - e_n);
-        if (yes) hit = (int)k;
-      }
+      // All the token's choices loaded before any is compared.
+      int32_t e[MAX_TOP_K];
+#pragma unroll
+      for (size_t k = 0; k < MAX_TOP_K; k++) e[k] = k < k_n ? b.topk[t * k_n + k] : -1;
+      // One range test a choice; -1 (no expert, or past K) is never in range.
+#pragma unroll
+      for (size_t k = 0; k < MAX_TOP_K; k++)
+        if ((uint32_t)e[k] - lo < width) hit = (int)k;
     }
     uint32_t mask = __ballot_sync(0xffffffffu, hit >= 0);
     if (write && t < t1) {

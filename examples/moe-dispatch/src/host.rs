@@ -9,7 +9,7 @@
 
 pub mod front;
 
-use crate::kernels::{self, Bufs, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
+use crate::kernels::{self, Bufs, MAX_TOP_K, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
 use crate::reference::{self, DispatchReport, Inputs, Received};
 use crate::routing::{self, Distribution, destinations};
 use shmem_device::{DevicePtr, Sym};
@@ -188,9 +188,9 @@ impl Options {
                 self.experts
             ));
         }
-        if self.top_k == 0 || self.top_k > 16 || self.top_k > self.experts {
+        if self.top_k == 0 || self.top_k as usize > MAX_TOP_K || self.top_k > self.experts {
             return bad(format!(
-                "top-k must be 1 to 16 and at most the experts ({}), not {}",
+                "top-k must be 1 to {MAX_TOP_K} and at most the experts ({}), not {}",
                 self.experts, self.top_k
             ));
         }

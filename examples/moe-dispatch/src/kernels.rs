@@ -77,6 +77,9 @@ macro_rules! unrolled {
     }};
 }
 
+/// The largest [`Shape::top_k`].
+pub const MAX_TOP_K: usize = 16;
+
 /// [`Shape::mode`]: one kernel, atomics, fixed slots.
 pub const MODE_LOW_LATENCY: u32 = 0;
 /// [`Shape::mode`]: a layout pass, then a packed layout.
@@ -121,7 +124,7 @@ pub struct Shape {
     pub hidden: u32,
     /// Experts (`E`, a multiple of `n_pes`).
     pub experts: u32,
-    /// Choices per token (`K`, at most 16).
+    /// Choices per token (`K`, at most [`MAX_TOP_K`]).
     pub top_k: u32,
     /// PEs (`n`, at most 32).
     pub n_pes: u32,
@@ -440,6 +443,12 @@ pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
 unsafe fn scan(b: Bufs, s: Shape, col: u32, t0: usize, t1: usize, first: u32, write: bool) -> u32 {
     let (n, e_n, k_n) = (s.n_pes as usize, s.experts, s.top_k as usize);
     let l_n = e_n / s.n_pes;
+    // The column's experts, `lo .. lo + width`: itself, or the destination's `L`.
+    let (lo, width) = if col < e_n {
+        (col, 1)
+    } else {
+        ((col - e_n) * l_n, l_n)
+    };
     let lane = lane_id() as usize;
     let mut running = first;
     let mut base = t0;
@@ -447,18 +456,22 @@ unsafe fn scan(b: Bufs, s: Shape, col: u32, t0: usize, t1: usize, first: u32, wr
         let t = base + lane;
         let mut hit = -1i32;
         if t < t1 {
-            for k in 0..k_n {
-                // SAFETY: `t < T`, `k < K`.
-                let e = unsafe { ld(b.topk, t * k_n + k) };
-                let yes = if col < e_n {
-                    e == col as i32
-                } else {
-                    e >= 0 && e as u32 / l_n == col - e_n
-                };
-                if yes {
+            // All the token's choices loaded before any is compared: compared as they
+            // arrive, each load waited for the branch on the one before.
+            let mut e = [-1i32; MAX_TOP_K];
+            unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
+                if k < k_n {
+                    // SAFETY: `t < T`, `k < K`.
+                    e[k] = unsafe { ld(b.topk, t * k_n + k) };
+                }
+            });
+            // One range test a choice, without a branch or a division; -1 (no expert, or
+            // past `K`) is never in range.
+            unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
+                if (e[k] as u32).wrapping_sub(lo) < width {
                     hit = k as i32;
                 }
-            }
+            });
         }
         let mask = ballot(hit >= 0);
         if write && t < t1 {
