@@ -442,7 +442,7 @@ impl<'rt> Moe<'rt> {
         let lens = shape.lens();
         let held = Held::alloc(rt, &lens, true)?;
         held.x.copy_from(&inputs.x)?;
-        held.topk.copy_from(&inputs.routing.topk)?;
+        held.topk.copy_from(&inputs.routing.topk_buffer())?;
         held.weights.copy_from(&inputs.routing.weights)?;
         // Counters, counts and signals start at zero; so does `out`, so that a token no
         // kernel wrote is never mistaken for a result.

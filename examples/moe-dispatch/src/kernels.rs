@@ -190,8 +190,9 @@ macro_rules! moe_buffers {
         $callback! {
             /// `T × H` tokens.
             x: u16 = |d| d.t * d.h;
-            /// `T × K` expert ids (-1: no expert).
-            topk: i32 = |d| d.t * d.k;
+            /// `T × K` expert ids (-1: no expert), then [`MAX_TOP_K`] words of padding that
+            /// the layout's scan reads past the last token (and ignores).
+            topk: i32 = |d| d.t * d.k + MAX_TOP_K;
             /// `T × K` routing weights.
             weights: f32 = |d| d.t * d.k;
             /// `T × K`: each choice's pair index on its expert's PE (-1 dropped, -2 none).
@@ -449,6 +450,7 @@ unsafe fn scan(b: Bufs, s: Shape, col: u32, t0: usize, t1: usize, first: u32, wr
     } else {
         ((col - e_n) * l_n, l_n)
     };
+    let (quads, choices) = (k_n.is_multiple_of(4), (1u32 << k_n) - 1);
     let lane = lane_id() as usize;
     let mut running = first;
     let mut base = t0;
@@ -457,21 +459,34 @@ unsafe fn scan(b: Bufs, s: Shape, col: u32, t0: usize, t1: usize, first: u32, wr
         let mut hit = -1i32;
         if t < t1 {
             // All the token's choices loaded before any is compared: compared as they
-            // arrive, each load waited for the branch on the one before.
-            let mut e = [-1i32; MAX_TOP_K];
-            unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
-                if k < k_n {
-                    // SAFETY: `t < T`, `k < K`.
+            // arrive, each load waited for the branch on the one before. `MAX_TOP_K` words
+            // whatever `K` (past the token's choices the next token's, or the buffer's
+            // padding), and the comparisons past `K` masked off afterwards: loads or tests
+            // that depend on `K` one by one were issued one by one too.
+            let mut e = [0i32; MAX_TOP_K];
+            if quads {
+                // Four 16-byte loads: the token's choices start 16-byte aligned.
+                let row = b.topk.as_ptr().wrapping_add(t * k_n).cast::<Chunk>();
+                unrolled!(0 1 2 3; q => {
+                    // SAFETY: `t < T`, `4 q + 3 < MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K`
+                    // words; `topk` and the row are 16-byte aligned (`4 | K`).
+                    let c = unsafe { Chunk::load_global(row.add(q)) };
+                    unrolled!(0 1 2 3; j => { e[4 * q + j] = c.0[j] as i32; });
+                });
+            } else {
+                unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
+                    // SAFETY: `t < T`, `k < MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K` words.
                     e[k] = unsafe { ld(b.topk, t * k_n + k) };
-                }
-            });
-            // One range test a choice, without a branch or a division; -1 (no expert, or
-            // past `K`) is never in range.
+                });
+            }
+            // One range test a choice, without a branch or a division (-1, no expert, is
+            // never in range), into a mask; the last choice in range is the hit.
+            let mut m = 0u32;
             unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
-                if (e[k] as u32).wrapping_sub(lo) < width {
-                    hit = k as i32;
-                }
+                m |= u32::from((e[k] as u32).wrapping_sub(lo) < width) << k;
             });
+            m &= choices;
+            hit = 31 - m.leading_zeros() as i32;
         }
         let mask = ballot(hit >= 0);
         if write && t < t1 {

@@ -71,6 +71,17 @@ pub struct Routing {
     pub weights: Vec<f32>,
 }
 
+impl Routing {
+    /// The ids as the symmetric `topk` buffer holds them ([`crate::moe_buffers!`]): then
+    /// [`MAX_TOP_K`](crate::kernels::MAX_TOP_K) words of padding (-1) that the layout's scan
+    /// may read past the last token.
+    pub fn topk_buffer(&self) -> Vec<i32> {
+        let mut b = self.topk.clone();
+        b.resize(b.len() + crate::kernels::MAX_TOP_K, -1);
+        b
+    }
+}
+
 /// PE `pe`'s routing of `tokens` tokens over `experts` experts, `top_k` each.
 ///
 /// Panics unless `top_k <= experts` (`top_k <= 3 * experts / 4` for `Sparse`).

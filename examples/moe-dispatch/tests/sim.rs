@@ -97,7 +97,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
         .collect();
     for (pe, inp) in inputs.iter().enumerate() {
         hd.x.write(pe as u32, &inp.x);
-        hd.topk.write(pe as u32, &inp.routing.topk);
+        hd.topk.write(pe as u32, &inp.routing.topk_buffer());
         hd.weights.write(pe as u32, &inp.routing.weights);
     }
     let w: &Arc<World> = &w;
@@ -184,6 +184,8 @@ fn both_modes_on_two_pes() {
     }
 }
 
+/// Also `K = 4`: the layout reads a token's choices 16 bytes at a time (the others here
+/// take `K = 2, 3`, one word at a time).
 #[test]
 fn four_pes_and_a_capacity_that_drops() {
     let c = Case {
@@ -191,7 +193,7 @@ fn four_pes_and_a_capacity_that_drops() {
         tokens: 24,
         hidden: 8,
         experts: 8,
-        top_k: 3,
+        top_k: 4,
         dist: Distribution::Skewed,
         capacity: Some(3),
         dtype: DTYPE_BF16,
