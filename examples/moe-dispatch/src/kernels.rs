@@ -1684,7 +1684,12 @@ unsafe fn combine(b: Bufs, s: Shape) {
             } else {
                 -1
             };
-            let mask = warp_or(if e >= 0 { 1u32 << (e as u32 / l_n) } else { 0 });
+            // The token's destinations, without a branch on `e`: a branch that depends on
+            // the lane left the warp diverged at `warp_or`'s shuffles, which then ran the
+            // hardware's slow path for a divergent warp on every unit. `e < 0` is no
+            // destination (its quotient is ignored).
+            let d = (e as u32) / l_n;
+            let mask = warp_or(u32::from(e >= 0) << (d & 31));
             if mask == 1 << me {
                 continue;
             }
