@@ -302,20 +302,6 @@ __device__ __forceinline__ void store_held(const uint4 v[HELD], uint4 *to, uint3
   }
 }
 
-// Sends token t's metadata to every PE, warp d to PE d, and loads the row's first chunks
-// (load_held): the loads overlap the atomics. Warps that send metadata load after it.
-template <bool PAIRED>
-__device__ __forceinline__ void send_loading(const Bufs &b, const Shape &s, size_t t, uint4 held[HELD],
-                                             const uint4 *from, uint32_t chunks) {
-  uint32_t n = s.n_pes, lane = threadIdx.x % 32;
-  if (threadIdx.x / 32 < n) {
-    for (uint32_t d = threadIdx.x / 32; d < n; d += blockDim.x / 32) send(b, s, t, d, lane);
-    load_held<PAIRED>(held, from, 0, chunks);
-  } else {
-    load_held<PAIRED>(held, from, 0, chunks);
-  }
-}
-
 // The largest magnitude of two chunks' sixteen bf16 values, as the bits of a bf16 (NaNs
 // count as 0): the amax of the widened values, without widening. __hmax2 lets a NaN lose to
 // the number held, and what is held starts at 0, so a NaN never wins.
@@ -385,38 +371,91 @@ __device__ __forceinline__ void store_fp8(const uint4 q[PAIRS], const float scal
   }
 }
 
-// The low-latency bf16 dispatch: a block per token. Its threads load the row while warp d
-// sends the token's metadata to PE d; the block then stores the row into each PE it goes to
-// whose memory is mapped here (else warp 0 puts it).
+// Tokens whose metadata a block sends at once, a warp per (token, destination): W / n in
+// throughput mode (at least one), LOW_LATENCY_GROUP in low-latency mode, whose send waits for
+// atomics (kernels.rs, group_len).
+constexpr uint32_t LOW_LATENCY_GROUP = 2;
+__device__ __forceinline__ uint32_t group_len(const Shape &s) {
+  if (s.mode != THROUGHPUT) return LOW_LATENCY_GROUP;
+  uint32_t g = blockDim.x / 32 / s.n_pes;
+  return g ? g : 1;
+}
+
+// The block-per-token dispatches: the block takes its tokens group_len at a time. Its warps
+// send the group's metadata (a warp per (token, destination)) while the threads load the
+// first batch of the group's first row (a warp that sends loads after it); the block
+// synchronises once, then stores the group's rows batch by batch (store(t, first, v) with
+// v = load(t, first)) into every PE they go to whose memory is mapped here. store returns
+// whether some destination of t is not mapped; then, after a barrier, the group's (token,
+// destination) warps call put(t, d, target).
+template <class V, class Load, class Store, class Put>
+__device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Load load, Store store, Put put) {
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
+  size_t t_n = s.tokens, h = s.hidden, stride = gridDim.x;
+  uint32_t g_n = group_len(s), units = g_n * n, batch = HELD * blockDim.x;
+  uint32_t nb = (uint32_t)((h / 8 + batch - 1) / batch);
+  for (size_t t0 = blockIdx.x; t0 < t_n; t0 += g_n * stride) {
+    V v;
+    for (uint32_t u = w; u < units; u += nw) {
+      size_t t = t0 + u / n * stride;
+      if (t < t_n) send(b, s, t, u % n, lane);
+    }
+    load(v, t0, 0);
+    __syncthreads();
+    size_t rows = (t_n - t0 + stride - 1) / stride;
+    uint32_t steps = (uint32_t)(rows < g_n ? rows : g_n) * nb;
+    bool unmapped = false;
+    for (uint32_t j = 0;;) {
+      unmapped |= store(t0 + j / nb * stride, j % nb * batch, v);
+      if (++j == steps) break;
+      load(v, t0 + j / nb * stride, j % nb * batch);
+    }
+    if (unmapped) {
+      __syncthreads();
+      for (uint32_t u = w; u < units; u += nw) {
+        size_t t = t0 + u / n * stride;
+        uint32_t d = u % n;
+        if (t >= t_n) continue;
+        int32_t slot = b.send_slot[t * n + d];
+        if (slot < 0) continue;
+        uint16_t *target = b.recv_x + (me * t_n + slot) * h;
+        if (!nvshmem_ptr(target, d)) put(t, d, target);
+      }
+    }
+  }
+}
+
+struct Held {
+  uint4 v[HELD];
+};
+
+// The low-latency bf16 dispatch (send_grouped): the block copies a row through registers,
+// loading it once for all its destinations.
 __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t t_n = s.tokens, h = s.hidden;
   uint32_t chunks = h / 8;
-  for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
-    const uint4 *from = reinterpret_cast<const uint4 *>(b.x + t * h);
-    uint4 held[HELD];
-    send_loading<false>(b, s, t, held, from, chunks);
-    __syncthreads();
-    for (uint32_t first = 0;;) {
-      for (uint32_t d = 0; d < n; d++) {
-        int32_t slot = b.send_slot[t * n + d];
-        if (slot < 0) continue;
-        uint4 *peer = (uint4 *)nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d);
-        if (peer) store_held(held, peer, first, chunks);
-      }
-      first += HELD * blockDim.x;
-      if (first >= chunks) break;
-      load_held<false>(held, from, first, chunks);
-    }
-    if (threadIdx.x / 32 == 0) {
-      for (uint32_t d = 0; d < n; d++) {
-        int32_t slot = b.send_slot[t * n + d];
-        if (slot < 0) continue;
-        uint16_t *target = b.recv_x + (me * t_n + slot) * h;
-        if (!nvshmem_ptr(target, d)) nvshmemx_putmem_nbi_warp(target, b.x + t * h, h * sizeof(uint16_t), d);
-      }
-    }
-  }
+  send_grouped<Held>(
+      b, s,
+      [&](Held &v, size_t t, uint32_t first) {
+        load_held<false>(v.v, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks);
+      },
+      [&](size_t t, uint32_t first, const Held &v) {
+        bool unmapped = false;
+        for (uint32_t d = 0; d < n; d++) {
+          int32_t slot = b.send_slot[t * n + d];
+          if (slot < 0) continue;
+          uint4 *peer = (uint4 *)nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d);
+          if (peer)
+            store_held(v.v, peer, first, chunks);
+          else
+            unmapped = true;
+        }
+        return unmapped;
+      },
+      [&](size_t t, uint32_t d, uint16_t *target) {
+        nvshmemx_putmem_nbi_warp(target, b.x + t * h, h * sizeof(uint16_t), d);
+      });
 }
 
 // The throughput bf16 dispatch: a warp per (token, destination), consecutive warps taking one
@@ -435,54 +474,44 @@ __device__ __forceinline__ void send_warps(const Bufs &b, const Shape &s) {
   }
 }
 
-// The FP8 dispatch: a block per token, as send_held. Its threads load the row and quantise
-// it in registers while warp d sends the token's metadata to PE d; the block then stores the
-// e4m3 row into each PE it goes to whose memory is mapped here. Only when a destination is
-// not mapped does it also write the row into its staging row, which warp 0 then puts there.
+struct Quantised {
+  uint4 q[PAIRS];
+  float scale[PAIRS];
+};
+
+// The FP8 dispatch, both modes (send_grouped): the block loads a row and quantises it in
+// registers, then stores the e4m3 row into each PE it goes to whose memory is mapped here.
+// Only when a destination is not mapped does it also write the row into its staging row,
+// which a warp then puts there.
 __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t t_n = s.tokens, h = s.hidden;
   uint32_t chunks = h / 8;
   size_t sent_bytes = h + h / FP8_GROUP * 4;
-  for (size_t t = blockIdx.x; t < t_n; t += gridDim.x) {
-    const uint4 *from = reinterpret_cast<const uint4 *>(b.x + t * h);
-    uint16_t *stage = b.comb_stage + t * h;
-    uint4 held[HELD];
-    uint4 q[PAIRS];
-    float scale[PAIRS];
-    send_loading<true>(b, s, t, held, from, chunks);
-    quantize_held(held, q, scale);
-    __syncthreads();
-    bool staged = false;
-    for (uint32_t d = 0; d < n; d++) {
-      int32_t slot = b.send_slot[t * n + d];
-      if (slot >= 0 && !nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d)) staged = true;
-    }
-    for (uint32_t first = 0;;) {
-      for (uint32_t d = 0; d < n; d++) {
-        int32_t slot = b.send_slot[t * n + d];
-        if (slot < 0) continue;
-        uint16_t *peer = (uint16_t *)nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d);
-        if (peer) store_fp8(q, scale, peer, h, first);
-      }
-      if (staged) store_fp8(q, scale, stage, h, first);
-      first += HELD * blockDim.x;
-      if (first >= chunks) break;
-      load_held<true>(held, from, first, chunks);
-      quantize_held(held, q, scale);
-    }
-    if (staged) {
-      __syncthreads();
-      if (threadIdx.x / 32 == 0) {
+  send_grouped<Quantised>(
+      b, s,
+      [&](Quantised &v, size_t t, uint32_t first) {
+        uint4 held[HELD];
+        load_held<true>(held, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks);
+        quantize_held(held, v.q, v.scale);
+      },
+      [&](size_t t, uint32_t first, const Quantised &v) {
+        bool staged = false;
         for (uint32_t d = 0; d < n; d++) {
           int32_t slot = b.send_slot[t * n + d];
           if (slot < 0) continue;
-          uint16_t *target = b.recv_x + (me * t_n + slot) * h;
-          if (!nvshmem_ptr(target, d)) nvshmemx_putmem_nbi_warp(target, stage, sent_bytes, d);
+          uint16_t *peer = (uint16_t *)nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d);
+          if (peer)
+            store_fp8(v.q, v.scale, peer, h, first);
+          else
+            staged = true;
         }
-      }
-    }
-  }
+        if (staged) store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first);
+        return staged;
+      },
+      [&](size_t t, uint32_t d, uint16_t *target) {
+        nvshmemx_putmem_nbi_warp(target, b.comb_stage + t * h, sent_bytes, d);
+      });
 }
 
 // Completes the block's puts, p's and AMOs for its thread 0 (every thread calls it). When
@@ -504,7 +533,7 @@ __device__ __forceinline__ void quiet_block(const Bufs &b, uint32_t n) {
 
 // nvcc takes 80 registers by itself, no spills (three blocks of 256 threads an SM, as the
 // Rust kernel's max_registers); __maxnreg__(80) made it spill 8 bytes.
-extern "C" __global__ void moe_dispatch(Bufs b, Shape s) {
+extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
   uint32_t l_n = e_n / n;

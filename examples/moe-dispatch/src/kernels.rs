@@ -23,8 +23,9 @@
 //!   adds on the *sender's* counters, so nothing waits before sending. Pairs of `(l, s)` have
 //!   fixed slots `(l * n + s) * C ..` with `C = capacity`; a pair beyond `C` is dropped and
 //!   counted in `dropped`. The last block to finish sends the counts and signals. A block
-//!   takes a token: its threads load the row into registers while the atomics of the
-//!   token's metadata are in flight, then store it into every PE it goes to.
+//!   takes two tokens at a time: its threads load the first row into registers while the
+//!   atomics of the two tokens' metadata are in flight, then store both rows into every PE
+//!   they go to.
 //! - **Throughput** ([`MODE_THROUGHPUT`]): [`moe_layout()`] first computes, with warp ballots
 //!   over the tokens, every token's row slot per destination and every pair's rank among its
 //!   expert's pairs from this PE, and exchanges the per-expert counts between all PEs (a
@@ -32,9 +33,10 @@
 //!   local expert `l` are packed (sources in order, tokens in order), at most `capacity` per
 //!   expert, the rest dropped and counted. [`moe_dispatch()`] then only copies, a warp per
 //!   (token, destination).
-//! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token, which quantises
-//!   it in registers while the metadata's atomics are in flight and stores the `e4m3` row
-//!   straight into every PE it goes to.
+//! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token as the
+//!   low-latency `bf16` dispatch does (in throughput mode `W / n` tokens at a time with `W`
+//!   warps a block, one barrier for them all), which quantises the row in registers and
+//!   stores the `e4m3` row straight into every PE it goes to.
 //!
 //! # Completion
 //! A block's puts are complete before its thread 0 counts it done: one `quiet` after a
@@ -937,97 +939,157 @@ unsafe fn target(b: Bufs, s: Shape, t: usize, d: u32) -> Option<(Sym<u16>, Optio
     row_at(b, s, slot).map(|at| (at, ptr(at, d as i32)))
 }
 
-/// Sends token `t`'s metadata to every PE, warp `d` to PE `d`, and returns what
-/// [`load_held`] loads from its row at chunk 0: the loads overlap the atomics. Warps that
-/// send metadata load their part after it: held across the metadata, the chunks would not
-/// fit the kernel's registers.
-///
-/// # Safety
-/// As [`send`] and [`load_held`] (`from` the token's row of `chunks` chunks); every thread of
-/// the block calls it.
+/// Tokens whose metadata a block sends at once, a warp per (token, destination): `W / n` in
+/// throughput mode with `W` warps a block (at least one), [`LOW_LATENCY_GROUP`] in
+/// low-latency mode. With the slots laid out beforehand, `send` is a few dependent loads,
+/// and one barrier for the group instead of one a token is the gain. The low-latency `send`
+/// waits for atomics, and a large group has the whole grid wait for its atomics at once with
+/// little in flight; there the row's loads overlap them. BENCHMARKS.md (fifteenth session)
+/// has the measurements.
 #[inline(always)]
-unsafe fn send_loading<const PAIRED: bool>(
-    b: Bufs,
-    s: Shape,
-    t: usize,
-    from: *const Chunk,
-    chunks: u32,
-) -> [Chunk; HELD] {
-    let (n, lane, tid, bs) = (s.n_pes, lane_id(), thread_idx_x(), block_dim_x());
-    // SAFETY: the caller's contract.
-    unsafe {
-        if warp_id() < n {
-            let mut d = warp_id();
-            while d < n {
-                send(b, s, t, d, lane);
-                d += warps_per_block();
-            }
-            load_held::<PAIRED>(from, 0, chunks, tid, bs)
-        } else {
-            load_held::<PAIRED>(from, 0, chunks, tid, bs)
-        }
+fn group_len(s: Shape) -> u32 {
+    if s.mode == MODE_THROUGHPUT {
+        (warps_per_block() / s.n_pes).max(1)
+    } else {
+        LOW_LATENCY_GROUP
     }
 }
 
-/// The low-latency `bf16` dispatch: a block per token. Its threads load the row ([`HELD`]
-/// chunks each at a time) while warp `d` sends the token's metadata to PE `d`; the block then
-/// stores the row into each PE it goes to whose memory is mapped here (else warp 0 puts it).
-/// The row is read once for all its destinations, and its loads overlap the metadata's
-/// atomics (measured against a warp per (token, destination) on one H100, in the same
-/// call: 58–59 against 65 µs at 4096 tokens, 16 against 18 at 128).
+/// [`group_len`] in low-latency mode.
+const LOW_LATENCY_GROUP: u32 = 2;
+
+/// The block-per-token dispatches, both `dtype`s. The block takes its tokens
+/// (`block_idx_x()` and on by `grid_dim_x()`) [`group_len`] at a time. Its warps send the
+/// group's metadata ([`send`], a warp per (token, destination)), while the threads load the
+/// first batch of the group's first row (`load(t, 0)`; a warp that sends loads after it: held
+/// across the metadata, the chunks would not fit the kernel's registers); the block
+/// synchronises once, and then stores the group's rows batch by batch (`store(t, first, v)`
+/// with `v = load(t, first)`, [`HELD`] chunks a thread a batch) into every PE they go to whose
+/// memory is mapped here. `store` returns whether some destination of `t` is not mapped;
+/// then, after a barrier, the group's (token, destination) warps call `put(t, d, at)` to
+/// send the row to `at` on `d`.
+///
+/// # Safety
+/// See [`moe_dispatch()`]; every thread of the block calls it. `load`, `store` are called
+/// by every thread of the block, `put` by whole warps, with `t < T` (`store` and `put` after
+/// `send_slot[t]` is complete); `store`'s result is the same in every thread.
+#[inline(always)]
+unsafe fn send_grouped<V>(
+    b: Bufs,
+    s: Shape,
+    mut load: impl FnMut(usize, u32) -> V,
+    mut store: impl FnMut(usize, u32, &V) -> bool,
+    mut put: impl FnMut(usize, u32, Sym<u16>),
+) {
+    let (n, t_n) = (s.n_pes, s.tokens as usize);
+    let (w, nw, lane) = (warp_id(), warps_per_block(), lane_id());
+    let (g_n, stride) = (group_len(s), grid_dim_x() as usize);
+    let units = g_n * n;
+    let batch = HELD as u32 * block_dim_x();
+    let nb = (s.hidden / 8).div_ceil(batch);
+    // The (token, destination) of unit `u`, `None` past the last token.
+    let unit = |t0: usize, u: u32| {
+        let t = t0 + (u / n) as usize * stride;
+        (t < t_n).then_some((t, u % n))
+    };
+    let mut t0 = block_idx_x() as usize;
+    while t0 < t_n {
+        // SAFETY: every thread of the block runs the same groups, so it calls `sync_threads`,
+        // `load` and `store` together, and each warp `send` and `put` whole; `t < T`,
+        // `d < n`; `send_slot[t]` is complete after the first barrier (the caller's
+        // contract).
+        unsafe {
+            let mut u = w;
+            while u < units {
+                if let Some((t, d)) = unit(t0, u) {
+                    send(b, s, t, d, lane);
+                }
+                u += nw;
+            }
+            let mut v = load(t0, 0);
+            sync_threads();
+            // Step `j` is batch `j % nb` of the group's row `j / nb`.
+            let steps = (g_n as usize).min((t_n - t0).div_ceil(stride)) as u32 * nb;
+            let at = |j: u32| (t0 + (j / nb) as usize * stride, j % nb * batch);
+            let mut unmapped = false;
+            let mut j = 0;
+            loop {
+                let (t, first) = at(j);
+                unmapped |= store(t, first, &v);
+                j += 1;
+                if j == steps {
+                    break;
+                }
+                let (t, first) = at(j);
+                v = load(t, first);
+            }
+            if unmapped {
+                sync_threads();
+                let mut u = w;
+                while u < units {
+                    if let Some((t, d)) = unit(t0, u)
+                        && let Some((at, None)) = target(b, s, t, d)
+                    {
+                        put(t, d, at);
+                    }
+                    u += nw;
+                }
+            }
+        }
+        t0 += g_n as usize * stride;
+    }
+}
+
+/// The low-latency `bf16` dispatch ([`send_grouped`]): the block copies a row through
+/// registers, loading it once for all its destinations.
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
 unsafe fn send_held(b: Bufs, s: Shape) {
-    let (n, t_n, h) = (s.n_pes, s.tokens as usize, s.hidden as usize);
+    let (n, h) = (s.n_pes, s.hidden as usize);
     let (tid, bs) = (thread_idx_x(), block_dim_x());
     let chunks = (h / 8) as u32;
-    let mut t = block_idx_x() as usize;
-    while t < t_n {
-        // SAFETY: every thread of the block runs the same tokens, so it calls `sync_threads`
-        // together, and warp 0 `put_nbi` whole; `t < T`; `send_slot[t]` is complete after the
-        // barrier; the row's slot on `d` is this token's alone, and the peer address is in
-        // `recv_x`'s bounds there (module documentation).
-        unsafe {
-            let src = b.x.as_ptr().add(t * h);
-            let from = src.cast::<Chunk>().cast_const();
-            let mut held = send_loading::<false>(b, s, t, from, chunks);
-            sync_threads();
-            let mut first = 0;
-            loop {
+    let row = |t: usize| b.x.as_ptr().wrapping_add(t * h);
+    // SAFETY: as `send_grouped` says: `t < T`, and `send_slot[t]` complete at `store`; the
+    // row's slot on `d` is this token's alone, and the peer address is in `recv_x`'s bounds
+    // there; `x` stays as it is until the dispatch's `quiet` (module documentation).
+    unsafe {
+        send_grouped(
+            b,
+            s,
+            |t, first| load_held::<false>(row(t).cast::<Chunk>(), first, chunks, tid, bs),
+            |t, first, held| {
+                let mut unmapped = false;
                 for d in 0..n {
-                    if let Some((_, Some(peer))) = target(b, s, t, d) {
-                        store_held(&held, peer.as_ptr().cast(), first, chunks, tid, bs);
+                    match target(b, s, t, d) {
+                        Some((_, Some(peer))) => {
+                            store_held(held, peer.as_ptr().cast(), first, chunks, tid, bs)
+                        }
+                        Some((_, None)) => unmapped = true,
+                        None => {}
                     }
                 }
-                first += HELD as u32 * bs;
-                if first >= chunks {
-                    break;
-                }
-                held = load_held::<false>(from, first, chunks, tid, bs);
-            }
-            if warp_id() == 0 {
-                for d in 0..n {
-                    if let Some((at, None)) = target(b, s, t, d) {
-                        put_nbi(
-                            Warp,
-                            SymSlice::from_raw_parts(at.as_ptr(), h),
-                            DeviceSlice::from_raw_parts(src, h),
-                            d as i32,
-                        );
-                    }
-                }
-            }
-        }
-        t += grid_dim_x() as usize;
+                unmapped
+            },
+            |t, d, at| {
+                put_nbi(
+                    Warp,
+                    SymSlice::from_raw_parts(at.as_ptr(), h),
+                    DeviceSlice::from_raw_parts(row(t), h),
+                    d as i32,
+                )
+            },
+        );
     }
 }
 
 /// The throughput `bf16` dispatch: a warp per (token, destination), consecutive warps taking
 /// one token's destinations; each sends the metadata, then puts the row. With the slots laid
 /// out beforehand there are no atomics to overlap, and this is faster than [`send_held`]
-/// (measured on one H100: 84 against 92 µs at 4096 tokens, layout included).
+/// (measured on one H100: 84 against 92 µs at 4096 tokens, layout included; against
+/// [`send_held`] in groups of `W / n` tokens, the same at 4096 tokens and 1.06 faster at
+/// 128).
 ///
 /// # Safety
 /// See [`moe_dispatch()`].
@@ -1056,67 +1118,56 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
     }
 }
 
-/// The FP8 dispatch: a block per token, as [`send_held`]. The block's threads load the row
-/// and quantise it in registers ([`quantize_held`]) while warp `d` sends the token's metadata
-/// to PE `d`; the block then stores the `e4m3` row into each PE it goes to whose memory is
-/// mapped here. Only when a destination is not mapped does the block also write the row
-/// into its staging row (row `t` of `comb_stage`), which warp 0 then puts there.
+/// The FP8 dispatch, both modes ([`send_grouped`]): the block loads a row and quantises it in
+/// registers ([`quantize_held`]), then stores the `e4m3` row into each PE it goes to whose
+/// memory is mapped here. Only when a destination is not mapped does the block also write
+/// the row into its staging row (row `t` of `comb_stage`), which a warp then puts there.
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
 unsafe fn send_quantised(b: Bufs, s: Shape) {
-    let (n, t_n, h) = (s.n_pes, s.tokens as usize, s.hidden as usize);
+    let (n, h) = (s.n_pes, s.hidden as usize);
     let (tid, bs) = (thread_idx_x(), block_dim_x());
     let chunks = (h / 8) as u32;
-    let mut t = block_idx_x() as usize;
-    while t < t_n {
-        // SAFETY: every thread of the block runs the same tokens, so it calls the shuffles and
-        // `sync_threads` together, and warp 0 `put_nbi` whole; `t < T`; `send_slot[t]` is
-        // complete after the first barrier; the row's slot on `d` is this token's alone, and
-        // the peer address is in `recv_x`'s bounds there; row `t` of `comb_stage` is this
-        // block's until the dispatch's `quiet`, and complete after the second barrier
-        // (module documentation).
-        unsafe {
-            let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
-            let stage = b.comb_stage.as_ptr().add(t * h);
-            let mut q = quantize_held(&send_loading::<true>(b, s, t, from, chunks));
-            sync_threads();
-            let staged = (0..n).any(|d| matches!(target(b, s, t, d), Some((_, None))));
-            let mut first = 0;
-            loop {
+    let stage = |t: usize| b.comb_stage.as_ptr().wrapping_add(t * h);
+    // SAFETY: as `send_grouped` says: `t < T`, and `send_slot[t]` complete at `store`; every
+    // thread calls `load`, so the shuffles run in whole warps; the row's slot on `d` is this
+    // token's alone, and the peer address is in `recv_x`'s bounds there; row `t` of
+    // `comb_stage` is this block's until the dispatch's `quiet`, and complete at `put` (after
+    // `send_grouped`'s barrier) (module documentation).
+    unsafe {
+        send_grouped(
+            b,
+            s,
+            |t, first| {
+                let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
+                quantize_held(&load_held::<true>(from, first, chunks, tid, bs))
+            },
+            |t, first, q| {
+                let mut staged = false;
                 for d in 0..n {
-                    if let Some((_, Some(peer))) = target(b, s, t, d) {
-                        store_fp8(&q, peer.as_ptr(), h, first, tid, bs);
+                    match target(b, s, t, d) {
+                        Some((_, Some(peer))) => store_fp8(q, peer.as_ptr(), h, first, tid, bs),
+                        Some((_, None)) => staged = true,
+                        None => {}
                     }
                 }
                 if staged {
-                    store_fp8(&q, stage, h, first, tid, bs);
+                    store_fp8(q, stage(t), h, first, tid, bs);
                 }
-                first += HELD as u32 * bs;
-                if first >= chunks {
-                    break;
-                }
-                q = quantize_held(&load_held::<true>(from, first, chunks, tid, bs));
-            }
-            if staged {
-                sync_threads();
-                if warp_id() == 0 {
-                    for d in 0..n {
-                        if let Some((at, None)) = target(b, s, t, d) {
-                            let len = s.sent_row();
-                            put_nbi(
-                                Warp,
-                                SymSlice::from_raw_parts(at.as_ptr(), len),
-                                DeviceSlice::from_raw_parts(stage, len),
-                                d as i32,
-                            );
-                        }
-                    }
-                }
-            }
-        }
-        t += grid_dim_x() as usize;
+                staged
+            },
+            |t, d, at| {
+                let len = s.sent_row();
+                put_nbi(
+                    Warp,
+                    SymSlice::from_raw_parts(at.as_ptr(), len),
+                    DeviceSlice::from_raw_parts(stage(t), len),
+                    d as i32,
+                )
+            },
+        );
     }
 }
 
