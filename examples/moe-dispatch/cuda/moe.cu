@@ -371,6 +371,32 @@ __device__ __forceinline__ void store_fp8(const uint4 q[PAIRS], const float scal
   }
 }
 
+// Where token t's row goes on PE d (its row of recv_x there), nullptr if it is not sent
+// there; peer is that row's address here when d's memory is mapped, else nullptr.
+__device__ __forceinline__ uint16_t *target(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint16_t *&peer) {
+  int32_t slot = b.send_slot[t * s.n_pes + d];
+  if (slot < 0) return peer = nullptr;
+  uint16_t *at = b.recv_x + ((size_t)nvshmem_my_pe() * s.tokens + slot) * s.hidden;
+  peer = (uint16_t *)nvshmem_ptr(at, d);
+  return at;
+}
+
+// Calls f(peer) with the address here of token t's row on each PE it goes to whose memory is
+// mapped here; returns whether it goes to some PE whose memory is not.
+template <class F>
+__device__ __forceinline__ bool each_mapped(const Bufs &b, const Shape &s, size_t t, F f) {
+  bool unmapped = false;
+  for (uint32_t d = 0; d < s.n_pes; d++) {
+    uint16_t *peer;
+    if (!target(b, s, t, d, peer)) continue;
+    if (peer)
+      f(peer);
+    else
+      unmapped = true;
+  }
+  return unmapped;
+}
+
 // Tokens whose metadata a block sends at once, a warp per (token, destination): W / n in
 // throughput mode (at least one), LOW_LATENCY_GROUP in low-latency mode, whose send waits for
 // atomics (kernels.rs, group_len).
@@ -390,7 +416,7 @@ __device__ __forceinline__ uint32_t group_len(const Shape &s) {
 // destination) warps call put(t, d, target).
 template <class V, class Load, class Store, class Put>
 __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Load load, Store store, Put put) {
-  uint32_t me = nvshmem_my_pe(), n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
+  uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
   size_t t_n = s.tokens, h = s.hidden, stride = gridDim.x;
   uint32_t g_n = group_len(s), units = g_n * n, batch = HELD * blockDim.x;
   uint32_t nb = (uint32_t)((h / 8 + batch - 1) / batch);
@@ -416,10 +442,8 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Load
         size_t t = t0 + u / n * stride;
         uint32_t d = u % n;
         if (t >= t_n) continue;
-        int32_t slot = b.send_slot[t * n + d];
-        if (slot < 0) continue;
-        uint16_t *target = b.recv_x + (me * t_n + slot) * h;
-        if (!nvshmem_ptr(target, d)) put(t, d, target);
+        uint16_t *peer, *at = target(b, s, t, d, peer);
+        if (at && !peer) put(t, d, at);
       }
     }
   }
@@ -432,8 +456,7 @@ struct Held {
 // The low-latency bf16 dispatch (send_grouped): the block copies a row through registers,
 // loading it once for all its destinations.
 __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
-  uint32_t me = nvshmem_my_pe(), n = s.n_pes;
-  size_t t_n = s.tokens, h = s.hidden;
+  size_t h = s.hidden;
   uint32_t chunks = h / 8;
   send_grouped<Held>(
       b, s,
@@ -441,17 +464,7 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
         load_held<false>(v.v, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks);
       },
       [&](size_t t, uint32_t first, const Held &v) {
-        bool unmapped = false;
-        for (uint32_t d = 0; d < n; d++) {
-          int32_t slot = b.send_slot[t * n + d];
-          if (slot < 0) continue;
-          uint4 *peer = (uint4 *)nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d);
-          if (peer)
-            store_held(v.v, peer, first, chunks);
-          else
-            unmapped = true;
-        }
-        return unmapped;
+        return each_mapped(b, s, t, [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks); });
       },
       [&](size_t t, uint32_t d, uint16_t *target) {
         nvshmemx_putmem_nbi_warp(target, b.x + t * h, h * sizeof(uint16_t), d);
@@ -484,8 +497,7 @@ struct Quantised {
 // Only when a destination is not mapped does it also write the row into its staging row,
 // which a warp then puts there.
 __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
-  uint32_t me = nvshmem_my_pe(), n = s.n_pes;
-  size_t t_n = s.tokens, h = s.hidden;
+  size_t h = s.hidden;
   uint32_t chunks = h / 8;
   size_t sent_bytes = h + h / FP8_GROUP * 4;
   send_grouped<Quantised>(
@@ -496,16 +508,7 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
         quantize_held(held, v.q, v.scale);
       },
       [&](size_t t, uint32_t first, const Quantised &v) {
-        bool staged = false;
-        for (uint32_t d = 0; d < n; d++) {
-          int32_t slot = b.send_slot[t * n + d];
-          if (slot < 0) continue;
-          uint16_t *peer = (uint16_t *)nvshmem_ptr(b.recv_x + (me * t_n + slot) * h, d);
-          if (peer)
-            store_fp8(v.q, v.scale, peer, h, first);
-          else
-            staged = true;
-        }
+        bool staged = each_mapped(b, s, t, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first); });
         if (staged) store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first);
         return staged;
       },

@@ -939,6 +939,25 @@ unsafe fn target(b: Bufs, s: Shape, t: usize, d: u32) -> Option<(Sym<u16>, Optio
     row_at(b, s, slot).map(|at| (at, ptr(at, d as i32)))
 }
 
+/// Calls `f(peer)` with the address here of token `t`'s row on each PE it goes to whose
+/// memory is mapped here ([`target`]); returns whether it goes to some PE whose memory is not.
+///
+/// # Safety
+/// As [`target`].
+#[inline(always)]
+unsafe fn each_mapped(b: Bufs, s: Shape, t: usize, mut f: impl FnMut(*mut u16)) -> bool {
+    let mut unmapped = false;
+    for d in 0..s.n_pes {
+        // SAFETY: the caller's contract.
+        match unsafe { target(b, s, t, d) } {
+            Some((_, Some(peer))) => f(peer.as_ptr()),
+            Some((_, None)) => unmapped = true,
+            None => {}
+        }
+    }
+    unmapped
+}
+
 /// Tokens whose metadata a block sends at once, a warp per (token, destination): `W / n` in
 /// throughput mode with `W` warps a block (at least one), [`LOW_LATENCY_GROUP`] in
 /// low-latency mode. With the slots laid out beforehand, `send` is a few dependent loads,
@@ -1047,7 +1066,7 @@ unsafe fn send_grouped<V>(
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
 unsafe fn send_held(b: Bufs, s: Shape) {
-    let (n, h) = (s.n_pes, s.hidden as usize);
+    let h = s.hidden as usize;
     let (tid, bs) = (thread_idx_x(), block_dim_x());
     let chunks = (h / 8) as u32;
     let row = |t: usize| b.x.as_ptr().wrapping_add(t * h);
@@ -1060,17 +1079,9 @@ unsafe fn send_held(b: Bufs, s: Shape) {
             s,
             |t, first| load_held::<false>(row(t).cast::<Chunk>(), first, chunks, tid, bs),
             |t, first, held| {
-                let mut unmapped = false;
-                for d in 0..n {
-                    match target(b, s, t, d) {
-                        Some((_, Some(peer))) => {
-                            store_held(held, peer.as_ptr().cast(), first, chunks, tid, bs)
-                        }
-                        Some((_, None)) => unmapped = true,
-                        None => {}
-                    }
-                }
-                unmapped
+                each_mapped(b, s, t, |peer| {
+                    store_held(held, peer.cast(), first, chunks, tid, bs)
+                })
             },
             |t, d, at| {
                 put_nbi(
@@ -1127,7 +1138,7 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
 unsafe fn send_quantised(b: Bufs, s: Shape) {
-    let (n, h) = (s.n_pes, s.hidden as usize);
+    let h = s.hidden as usize;
     let (tid, bs) = (thread_idx_x(), block_dim_x());
     let chunks = (h / 8) as u32;
     let stage = |t: usize| b.comb_stage.as_ptr().wrapping_add(t * h);
@@ -1145,14 +1156,7 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
                 quantize_held(&load_held::<true>(from, first, chunks, tid, bs))
             },
             |t, first, q| {
-                let mut staged = false;
-                for d in 0..n {
-                    match target(b, s, t, d) {
-                        Some((_, Some(peer))) => store_fp8(q, peer.as_ptr(), h, first, tid, bs),
-                        Some((_, None)) => staged = true,
-                        None => {}
-                    }
-                }
+                let staged = each_mapped(b, s, t, |peer| store_fp8(q, peer, h, first, tid, bs));
                 if staged {
                     store_fp8(q, stage(t), h, first, tid, bs);
                 }
