@@ -97,7 +97,7 @@ __device__ __forceinline__ void grid_sync(uint32_t *count, uint32_t *generation)
   __syncthreads();
 }
 
-constexpr size_t LAYOUT_CHUNK = 256;
+constexpr size_t LAYOUT_CHUNK = 32;
 constexpr size_t MAX_TOP_K = 16;
 
 // Scans tokens [t0, t1) for column `col` (an expert, or destination col - E), 32 at a time;
@@ -166,7 +166,7 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   }
   grid_sync(b.work + LAYOUT_BARRIER, b.work + LAYOUT_BARRIER + 1);
   if (blockIdx.x != 0) return;
-  uint32_t tid = threadIdx.x, bs = blockDim.x;
+  uint32_t tid = threadIdx.x;
   if (tid < n) {
     if (tid == me) {
       nvshmem_fence();
@@ -179,36 +179,46 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   if (tid == 0)
     nvshmem_signal_wait_until(b.signals + SIG_COUNTS, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
   __syncthreads();
+  if (threadIdx.x / 32 != 0) return;
   volatile uint32_t *counts = b.counts;
   auto cnt = [&](uint32_t src, uint32_t e) { return counts[src * (e_n + n) + e]; };
-  auto total = [&](uint32_t e) {
-    uint32_t t = 0;
-    for (uint32_t src = 0; src < n; src++) t += cnt(src, e);
-    return t;
-  };
   uint32_t cap = s.capacity;
-  uint32_t *kept = b.base + 2 * e_n;
-  for (uint32_t e = tid; e < e_n; e += bs) kept[e] = min(total(e), cap);
-  __syncthreads();
-  auto segment = [&](uint32_t d, uint32_t l) {
-    uint32_t seg = 0;
-    for (uint32_t l2 = 0; l2 < l; l2++) seg += kept[d * l_n + l2];
-    return seg;
-  };
-  for (uint32_t e = tid; e < e_n; e += bs) {
-    uint32_t seg = segment(e / l_n, e % l_n), before = 0;
-    for (uint32_t src = 0; src < me; src++) before += cnt(src, e);
-    b.base[e] = seg + before;
-    uint32_t lim = seg + cap;
-    b.base[e_n + e] = lim < seg ? 0xffffffffu : lim;
+  // One warp, 32 experts at a time: expert e's kept pairs, and those of the experts before
+  // it on its PE (seg) by a segmented warp scan, carried over from the previous 32 (run).
+  uint32_t run = 0;
+  for (uint32_t c0 = 0; c0 < e_n; c0 += 32) {
+    uint32_t e = c0 + lane, total = 0, before = 0;
+    bool live = e < e_n;
+    if (live)
+      for (uint32_t src = 0; src < n; src++) {
+        uint32_t c = cnt(src, e);
+        total += c;
+        before += src < me ? c : 0;
+      }
+    uint32_t kept = min(total, cap), first = live ? e / l_n * l_n : e, x = kept;
+    for (uint32_t off = 1; off < 32; off *= 2) {
+      uint32_t y = __shfl_up_sync(0xffffffffu, x, off);
+      x += lane >= off && e - off >= first ? y : 0;
+    }
+    x += first < c0 ? run : 0;
+    run = __shfl_sync(0xffffffffu, x, 31);
+    uint32_t seg = x - kept;
+    if (live) {
+      b.base[e] = seg + before;
+      uint32_t lim = seg + cap;
+      b.base[e_n + e] = lim < seg ? 0xffffffffu : lim;
+      if (e / l_n == me) {
+        uint32_t l = e % l_n, pre = 0;
+        for (uint32_t src = 0; src < n; src++) {
+          uint32_t c = cnt(src, e), i = l * n + src;
+          b.expert_offset[i] = seg + pre;
+          b.expert_count[i] = min(c, cap > pre ? cap - pre : 0u);
+          pre += c;
+        }
+      }
+    }
   }
-  for (uint32_t i = tid; i < l_n * n; i += bs) {
-    uint32_t l = i / n, src = i % n, e = me * l_n + l, before = 0;
-    for (uint32_t s2 = 0; s2 < src; s2++) before += cnt(s2, e);
-    b.expert_offset[i] = segment(me, l) + before;
-    b.expert_count[i] = min(cnt(src, e), cap > before ? cap - before : 0u);
-  }
-  if (tid < n) b.recv_count[tid] = cnt(tid, e_n + me);
+  if (lane < n) b.recv_count[lane] = cnt(lane, e_n + me);
 }
 
 // A group's scale and its inverse from its largest magnitude (at least 1e-4).

@@ -365,7 +365,17 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
             f => Ok(f),
         }
     };
-    let lf = resident("layout", k.layout.max_coresident_blocks(&probe))?;
+    // The layout's scans are short, and its two grid barriers take one arrival per block on
+    // one word: it runs in the largest blocks that fit (one arrival for `LAYOUT_THREADS / 32`
+    // warps), else in blocks of `th`.
+    let big = LaunchConfig::linear(1, kernels::LAYOUT_THREADS);
+    let (lth, lf) = match k.layout.max_coresident_blocks(&big)? {
+        0 => (
+            th,
+            resident("layout", k.layout.max_coresident_blocks(&probe))?,
+        ),
+        f => (kernels::LAYOUT_THREADS, f),
+    };
     let df = resident("dispatch", k.dispatch.max_coresident_blocks(&probe))?;
     let ef = resident("experts", k.experts.max_coresident_blocks(&probe))?;
     let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
@@ -386,7 +396,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         // Layout and combine wait inside the grid and on other PEs, dispatch on other
         // PEs: cooperative, for the CUDA C++ twin too (the Rust manifest says so itself);
         // experts is local.
-        LaunchConfig::linear(layout.div_ceil(wpb).clamp(1, lf), th).with_cooperative(true),
+        LaunchConfig::linear(layout.div_ceil(lth / 32).clamp(1, lf), lth).with_cooperative(true),
         LaunchConfig::linear(fit(df, dispatch), th).with_cooperative(true),
         LaunchConfig::linear(ef, th).with_cooperative(false),
         LaunchConfig::linear(fit(cf, combine), th).with_cooperative(true),

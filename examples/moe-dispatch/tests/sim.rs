@@ -53,6 +53,20 @@ fn the_cuda_twin_names_every_buffer_in_order() {
     assert_eq!(names, k::BUFFER_NAMES);
 }
 
+/// The twin's layout scans in units of the same [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK) tokens as
+/// the Rust kernel's, for which the host driver sizes `scratch`.
+#[test]
+fn the_cuda_twin_scans_in_the_same_units() {
+    let cu = include_str!("../cuda/moe.cu");
+    let chunk = cu
+        .split("constexpr size_t LAYOUT_CHUNK = ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .expect("constexpr size_t LAYOUT_CHUNK in cuda/moe.cu");
+    assert_eq!(chunk, k::LAYOUT_CHUNK);
+}
+
 struct Case {
     n: u32,
     tokens: u32,
@@ -219,6 +233,26 @@ fn eight_pes() {
     };
     run_case(&c, MODE_LOW_LATENCY, 6, 1);
     run_case(&c, MODE_THROUGHPUT, 7, 1);
+}
+
+/// More experts than a warp has lanes, each PE's spanning a boundary of 32 (`L = 40`): the
+/// layout's segmented scan carries a PE's kept pairs from one 32 experts to the next; with
+/// a capacity that drops, and more tokens than one [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK).
+#[test]
+fn experts_past_a_warp_and_tokens_past_a_chunk() {
+    let c = Case {
+        n: 2,
+        tokens: k::LAYOUT_CHUNK as u32 * 2 + 5,
+        hidden: 8,
+        experts: 80,
+        top_k: 6,
+        dist: Distribution::Skewed,
+        capacity: Some(9),
+        dtype: DTYPE_BF16,
+        peers_mapped: true,
+    };
+    run_case(&c, MODE_THROUGHPUT, 8, 2);
+    run_case(&c, MODE_LOW_LATENCY, 9, 1);
 }
 
 /// The FP8 dispatch: every received row is the CPU's quantisation bit for bit, and the
