@@ -17,7 +17,7 @@
 #     example-tests  the halo-exchange and MoE GPU test suites (Rust and CUDA C++ kernels)
 #     halo-bench     halo_exchange --compare against the CUDA C++ twin (--size, f32)
 #     moe-bench      moe_dispatch --compare against the CUDA C++ twin (128, 512, 4096 tokens;
-#                    bf16 and fp8)
+#                    bf16 and fp8), then again on a held stream (--hold-stream)
 #     bound-cost     halo-bench and moe-bench again with every wait bounded (SHMEM_WAIT_TIMEOUT=60s)
 #     graph-bench    eager launches against CUDA graph replays: halo 1024^2, MoE 128 tokens
 #     shmem-bench    the perftest curves against the CUDA C++ twins (needs 2 PEs)
@@ -126,6 +126,10 @@ stage_moe_bench() {
   # cross-GPU bytes and as all received bytes.
   cleanup
   run 300 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 4096 --hidden 4096 --experts 8 --top-k 2 --dtype both --reps 5 --rounds 10
+  # The same rounds enqueued on a held stream: the GPU's time alone, without the gaps where
+  # the GPU waited for the host's next launch.
+  cleanup
+  run 400 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128,512,4096 --experts 64 --dtype both --reps 5 --rounds 10 --hold-stream
 }
 stage_bound_cost() {
   export SHMEM_WAIT_TIMEOUT=60s

@@ -55,6 +55,6 @@ pub use error::{Error, Result};
 pub use module::{
     EmbeddedBuild, EmbeddedKernels, Implementation, KernelFn, LaunchConfig, Module, ModuleKind,
 };
-pub use runtime::{BackendKind, Mark, Shmem};
+pub use runtime::{BackendKind, Mark, Shmem, StreamHold};
 pub use stream::{Capture, Enqueue, Graph, RawStream, StreamRef, UserStream};
 pub use team::{HostReduce, Team};

@@ -239,6 +239,14 @@ impl Mark {
         }
     }
 
+    /// Whether the work before the mark has finished (always, under the simulator).
+    pub fn is_done(&self) -> Result<bool> {
+        match &self.0 {
+            MarkAt::Event(e) => Ok(e.try_is_complete()?),
+            MarkAt::Clock(_) => Ok(true),
+        }
+    }
+
     /// Seconds from `earlier` to this mark, once this mark's work has finished.
     pub fn seconds_since(&self, earlier: &Mark) -> Result<f64> {
         match (&earlier.0, &self.0) {
@@ -378,6 +386,37 @@ impl Shmem {
         self.backend.mark_on(crate::StreamRef::Runtime)
     }
 
+    /// Holds `stream` on the device: what is enqueued on it after this call waits on the
+    /// GPU until the returned [`StreamHold`] is released or dropped. For timing: events
+    /// around work enqueued while the stream is held measure the GPU's time alone, without
+    /// the gaps where the GPU waited for the host to enqueue the next launch (as when a
+    /// stream is busy with earlier work; nvbench's blocking kernel does the same). Under
+    /// the simulator, where work runs as it is enqueued, there is nothing to hold.
+    ///
+    /// Release it before waiting on the host for an event of `stream` ([`Mark`]): that wait
+    /// would never end. The runtime's own waits ([`Shmem::synchronize`], host barriers)
+    /// release every hold first. Enqueue a round's worth of work meanwhile, not thousands
+    /// of launches: the driver's queue is finite, and a full one blocks the host. Refused
+    /// while a capture runs.
+    ///
+    /// ```no_run
+    /// # fn f(rt: &shmem_host::Shmem) -> shmem_host::Result<()> {
+    /// let hold = rt.hold(shmem_host::StreamRef::Runtime)?;
+    /// let start = rt.mark()?;
+    /// // ... launches ...
+    /// let end = rt.mark()?;
+    /// hold.release();
+    /// end.synchronize()?;
+    /// let gpu_seconds = end.seconds_since(&start)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn hold(&self, stream: crate::StreamRef<'_>) -> Result<StreamHold<'_>> {
+        Ok(StreamHold {
+            rt: self,
+            ticket: self.backend.hold(stream)?,
+        })
+    }
+
     /// Checks that `pe` names a PE.
     pub fn check_pe(&self, pe: i32) -> Result<i32> {
         let n = self.n_pes();
@@ -458,6 +497,27 @@ impl std::fmt::Debug for Shmem {
             .field("simulated", &self.is_simulated())
             .field("version", &self.version())
             .finish()
+    }
+}
+
+/// A stream held by [`Shmem::hold`]: its work waits on the GPU until [`StreamHold::release`]
+/// or drop.
+#[must_use = "the stream is held until this is released or dropped"]
+pub struct StreamHold<'r> {
+    rt: &'r Shmem,
+    ticket: Option<u32>,
+}
+
+impl StreamHold<'_> {
+    /// Lets the held work run.
+    pub fn release(self) {}
+}
+
+impl Drop for StreamHold<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.rt.backend.release(t);
+        }
     }
 }
 

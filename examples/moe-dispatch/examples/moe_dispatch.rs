@@ -79,6 +79,11 @@ struct Cli {
     /// Skip the comparison with the CPU reference
     #[arg(long)]
     no_verify: bool,
+    /// Enqueue each round on a held stream, released once the round is enqueued: the events
+    /// time the GPU's work alone, without the gaps where the GPU waited for the host's next
+    /// launch (as nvbench's blocking kernel does)
+    #[arg(long)]
+    hold_stream: bool,
     /// Seed of tokens and routing
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -166,6 +171,7 @@ impl Cli {
         o.capacity = self.capacity;
         o.seed = self.seed;
         o.verify = !self.no_verify;
+        o.hold_stream = self.hold_stream;
         o.graph_replays = self.graph.unwrap_or(0);
         o.dist = Distribution::parse(&self.routing).expect("clap checked the value");
         if let Some(cubin) = &self.cuda {

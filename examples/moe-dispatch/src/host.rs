@@ -126,6 +126,10 @@ pub struct Options {
     /// capture a round into a CUDA graph on a stream of the program's own and replay it as
     /// many times, comparing the result with the eager one ([`GraphOutcome`]); 0: not.
     pub graph_replays: u32,
+    /// Time each round's parts with the stream held ([`shmem_host::Shmem::hold`]) until the
+    /// whole round is enqueued: the parts' GPU time alone, without the gaps where the GPU
+    /// waited for the host's next launch.
+    pub hold_stream: bool,
     /// Which kernels.
     pub implementation: Implementation,
 }
@@ -150,6 +154,7 @@ impl Options {
             warmup: 3,
             verify: false,
             graph_replays: 0,
+            hold_stream: false,
             implementation: Implementation::Rust { ptx_dir },
         }
     }
@@ -526,17 +531,24 @@ impl<'rt> Moe<'rt> {
     /// One round: dispatch (layout first in throughput mode), the stand-in experts, combine;
     /// every PE calls it with kernels of the same implementation. Returns each part's time on
     /// the slowest PE: a barrier on the stream lines the PEs up before each part, and CUDA
-    /// events time the part alone.
+    /// events time the part alone (with [`Options::hold_stream`], enqueued on a held
+    /// stream).
     pub fn round(&mut self, k: &Kernels<'_>) -> Result<Timing> {
         let g = self.grids(k)?;
         self.launch = g.map(|c| (c.grid.0, c.block.0));
         let rt = self.rt;
         let mut marks = Vec::with_capacity(4);
         let s = self.next_round();
+        let hold = if self.opts.hold_stream {
+            Some(rt.hold(StreamRef::Runtime)?)
+        } else {
+            None
+        };
         self.enqueue(k, &g, s, rt.on(StreamRef::Runtime), &mut |_| {
             marks.push(rt.mark()?);
             Ok(())
         })?;
+        drop(hold);
         marks[3].synchronize()?;
         let slowest = |a: &Mark, z: &Mark| -> Result<f64> {
             let ns = (z.seconds_since(a)? * 1e9) as i64;

@@ -31,6 +31,12 @@ pub(crate) struct Gpu {
     /// memory (host and device addresses).
     report: *mut WaitReport,
     report_dev: u64,
+    /// [`Backend::hold`]'s gate: a word of mapped, pinned host memory (host and device
+    /// addresses) that held streams wait on until it reaches their ticket; the last ticket
+    /// given out.
+    gate: *mut u32,
+    gate_dev: u64,
+    tickets: std::cell::Cell<u32>,
     /// How many PEs run on this PE's GPU (several under CUDA MPS).
     gpu_share: u32,
     /// The program-wide wait bound (ns) written into modules as they load.
@@ -53,14 +59,15 @@ pub(crate) enum Start<'a> {
     Bootstrapped,
 }
 
-/// This PE's wait report: pinned host memory mapped into the device, zeroed.
-fn mapped_report() -> Result<(*mut WaitReport, u64)> {
-    let bytes = std::mem::size_of::<WaitReport>();
+/// Pinned host memory mapped into the device (host and device addresses), holding `value`:
+/// this PE's wait report, and [`Backend::hold`]'s gate.
+fn mapped<T: Copy>(value: T) -> Result<(*mut T, u64)> {
+    let bytes = std::mem::size_of::<T>();
     // SAFETY: allocates pinned, mapped host memory in the current context; it is written
     // below before any use, and freed at drop.
     unsafe {
-        let host = result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP)?.cast::<WaitReport>();
-        host.write_volatile(WaitReport::EMPTY);
+        let host = result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP)?.cast::<T>();
+        host.write_volatile(value);
         let mut dev: sys::CUdeviceptr = 0;
         sys::cuMemHostGetDevicePointer_v2(&mut dev, host.cast(), 0).result()?;
         Ok((host, dev))
@@ -166,7 +173,8 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         // SAFETY: collective allocation, made by every PE at the same point of its start.
         let ctl = unsafe { nv.malloc(4 * std::mem::size_of::<i64>())? }.cast::<i64>();
-        let (report, report_dev) = mapped_report()?;
+        let (report, report_dev) = mapped(WaitReport::EMPTY)?;
+        let (gate, gate_dev) = mapped(0u32)?;
         // SAFETY: NVSHMEM is running; every PE makes this call at the same point of its start.
         let gpu_share = unsafe { pes_on_this_gpu(&nv, &ctx, &stream, n_pes, node_n_pes)? };
         guard.0 = true;
@@ -186,6 +194,9 @@ impl Gpu {
             capturing: std::cell::Cell::new(false),
             report,
             report_dev,
+            gate,
+            gate_dev,
+            tickets: std::cell::Cell::new(0),
             gpu_share,
             wait_bound_ns: std::cell::Cell::new(0),
             in_flight: Default::default(),
@@ -193,9 +204,16 @@ impl Gpu {
         })
     }
 
+    /// Lets every held stream run ([`Backend::hold`]): before a wait on the host, which
+    /// would never end otherwise.
+    fn release_all(&self) {
+        self.release(self.tickets.get());
+    }
+
     /// Waits for the runtime's stream; a failure is explained by the wait report when a
-    /// kernel wrote one.
+    /// kernel wrote one. A held stream is released first: the wait would never end.
     pub(crate) fn sync_stream(&self) -> Result<()> {
+        self.release_all();
         match self.stream.synchronize() {
             Ok(()) => {
                 self.in_flight.borrow_mut().clear();
@@ -361,6 +379,36 @@ impl Backend for Gpu {
         Ok(())
     }
 
+    fn hold(&self, stream: StreamRef<'_>) -> Result<Option<u32>> {
+        self.not_capturing("holding a stream")?;
+        let s = self.resolve(stream)?;
+        let ticket = self.tickets.get().wrapping_add(1);
+        // SAFETY: `gate_dev` is the device address of this PE's mapped gate word, alive
+        // until drop (after the stream is idle); the stream is this context's.
+        unsafe {
+            sys::cuStreamWaitValue32_v2(
+                s,
+                self.gate_dev,
+                ticket,
+                sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+            )
+            .result()?
+        };
+        self.tickets.set(ticket);
+        Ok(Some(ticket))
+    }
+
+    fn release(&self, ticket: u32) {
+        // SAFETY: the gate is this PE's mapped word, alive until drop; the device only
+        // reads it. The tickets count up, so a later release never lowers it.
+        unsafe {
+            if self.gate.read_volatile() < ticket {
+                self.gate.write_volatile(ticket);
+            }
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn sync(&self, op: HostSync, stream: StreamRef<'_>) -> Result<()> {
         let s = self.resolve(stream)?;
         if !op.on_stream() {
@@ -511,6 +559,7 @@ impl Backend for Gpu {
     unsafe fn free(&self, p: *mut u8) {
         // Every stream of the context, not only the runtime's: a launch, fill or graph
         // replay on the program's own stream may still use the memory.
+        self.release_all();
         let _ = self.ctx.synchronize();
         // SAFETY: the caller's contract.
         unsafe { self.nv.free(p.cast()) }
@@ -592,6 +641,7 @@ impl Backend for Gpu {
     }
 
     unsafe fn unload(&self, m: sys::CUmodule) {
+        self.release_all();
         let _ = self.stream.synchronize();
         // SAFETY: registered by `load`; no launch of it is in flight (synchronised); the
         // caller unloads it once.
@@ -694,6 +744,7 @@ impl Drop for Gpu {
             self.nv.free(self.ctl.cast());
             self.nv.finalize();
             let _ = result::free_host(self.report.cast());
+            let _ = result::free_host(self.gate.cast());
         }
         RUNNING.store(false, Ordering::SeqCst);
     }

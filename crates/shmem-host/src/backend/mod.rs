@@ -57,6 +57,11 @@ pub(crate) trait Backend {
     fn mark_on(&self, stream: StreamRef<'_>) -> Result<Mark>;
     /// Makes `stream` wait for `mark` on the device.
     fn wait_for(&self, stream: StreamRef<'_>, mark: &Mark) -> Result<()>;
+    /// Makes `stream` wait on the device until [`Backend::release`] of the returned ticket
+    /// (`None`: nothing to hold). Refused during a capture.
+    fn hold(&self, stream: StreamRef<'_>) -> Result<Option<u32>>;
+    /// Lets the work held by `ticket`, and by every earlier ticket, run.
+    fn release(&self, ticket: u32);
     /// A host synchronisation; the on-stream ones go on `stream`.
     fn sync(&self, op: HostSync, stream: StreamRef<'_>) -> Result<()>;
     /// Starts capturing `stream` (thread-local mode: host work on this thread that the

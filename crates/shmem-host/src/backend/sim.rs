@@ -425,6 +425,14 @@ impl Backend for SimPe {
         only_runtime_stream(stream, "a wait for an event")
     }
 
+    /// Work on the runtime's stream runs when it is enqueued: nothing to hold.
+    fn hold(&self, stream: StreamRef<'_>) -> Result<Option<u32>> {
+        only_runtime_stream(stream, "holding a stream")?;
+        Ok(None)
+    }
+
+    fn release(&self, _ticket: u32) {}
+
     fn begin_capture(&self, stream: StreamRef<'_>) -> Result<()> {
         only_runtime_stream(stream, "a capture")?;
         let mut c = self.capture.borrow_mut();

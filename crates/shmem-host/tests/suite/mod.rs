@@ -62,6 +62,7 @@ macro_rules! gpu_only_cases {
             user_streams_cudarc_copies_and_events: 2,
             registered_device_memory_is_a_put_source: 2,
             a_program_wide_bound_reports: 2,
+            a_held_stream_runs_on_release: 1,
         }
     };
 }
@@ -899,4 +900,26 @@ pub fn a_program_wide_bound_reports(rt: &Shmem) {
         if me == waiter { "reported" } else { "done" }
     );
     std::process::exit(0);
+}
+
+/// `Shmem::hold`: what is enqueued on a held stream waits on the GPU until the release, then
+/// runs; the runtime's own waits release every hold first instead of hanging.
+pub fn a_held_stream_runs_on_release(rt: &Shmem) {
+    let b = filled(rt, 1024, |i| i as u32 + 1);
+    let hold = rt.hold(StreamRef::Runtime).unwrap();
+    b.zero_on(StreamRef::Runtime).unwrap();
+    let done = rt.mark().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(
+        !done.is_done().unwrap(),
+        "work on a held stream ran before its release"
+    );
+    hold.release();
+    done.synchronize().unwrap();
+    assert!(done.is_done().unwrap());
+    assert!(b.to_vec().unwrap().iter().all(|&v| v == 0));
+    let _held = rt.hold(StreamRef::Runtime).unwrap();
+    let later = rt.mark().unwrap();
+    rt.synchronize().unwrap();
+    assert!(later.is_done().unwrap());
 }
