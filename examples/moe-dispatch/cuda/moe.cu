@@ -37,7 +37,7 @@ struct Bufs {
 enum : uint32_t { LOW_LATENCY = 0, THROUGHPUT = 1 };
 enum : uint32_t { BF16 = 0, FP8 = 1 };
 constexpr size_t FP8_GROUP = 128;
-enum : size_t { DISPATCH_DONE = 0, COMBINE_DONE = 1, LAYOUT_BARRIER = 2, ROW_CURSORS = 4 };
+enum : size_t { LAYOUT_BARRIER = 0, ROW_CURSORS = 2 };
 enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2 };
 
 __device__ __forceinline__ float bf16_to_f32(uint32_t b) { return __uint_as_float(b << 16); }
@@ -531,6 +531,32 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
 // every PE's memory is mapped here they were plain stores: after the barrier, one quiet
 // (a system-scope fence) on thread 0 orders them all before its later operations. Else
 // every issuing thread quiets its own first.
+// A round's arrivals at a signal word from one PE's whole grid, whatever its size: block 0
+// adds ARRIVAL - (G - 1), every other block 1 (arrive, by one thread once the block's puts
+// are complete); round R waits for R * n * ARRIVAL (wait_arrivals).
+constexpr uint64_t ARRIVAL = 1ull << 32;
+// pe's copy of the counter cur, left at zero: through the mapped address, else g and p
+// (then put is set: the p needs this thread's quiet).
+__device__ __forceinline__ uint32_t take(uint32_t *cur, uint32_t pe, bool &put) {
+  volatile uint32_t *q = (volatile uint32_t *)nvshmem_ptr(cur, pe);
+  if (q) {
+    uint32_t c = *q;
+    *q = 0;
+    return c;
+  }
+  uint32_t c = nvshmem_uint32_g(cur, pe);
+  nvshmem_uint32_p(cur, 0, pe);
+  put = true;
+  return c;
+}
+__device__ __forceinline__ void arrive(uint64_t *sig, uint32_t n) {
+  uint64_t v = blockIdx.x == 0 ? ARRIVAL - (gridDim.x - 1) : 1;
+  for (uint32_t d = 0; d < n; d++) nvshmemx_signal_op(sig, v, NVSHMEM_SIGNAL_ADD, d);
+}
+__device__ __forceinline__ void wait_arrivals(uint64_t *sig, uint32_t round, uint32_t n) {
+  nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)round * n * ARRIVAL);
+}
+
 __device__ __forceinline__ void quiet_block(const Bufs &b, uint32_t n) {
   bool mapped = true;
   for (uint32_t d = 0; d < n; d++) mapped = mapped && nvshmem_ptr(b.signals, d) != nullptr;
@@ -559,34 +585,23 @@ extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
   else
     send_held(b, s);
   quiet_block(b, n);
-  uint32_t last = 0;
-  if (threadIdx.x == 0) last = atomicAdd(b.work + DISPATCH_DONE, 1u) + 1 == gridDim.x;
-  if (threadIdx.x / 32 != 0 || __shfl_sync(0xffffffffu, last, 0) == 0) return;
-  __threadfence();
-  if (lane == 0) b.work[DISPATCH_DONE] = 0;
-  if (!tp) {
-    for (uint32_t d = 0; d < n; d++) {
-      for (uint32_t l = lane; l < l_n; l += 32) {
-        volatile uint32_t *cur = b.work + pair_cursors + d * l_n + l;
-        uint32_t c = *cur;
-        *cur = 0;
-        size_t at = l * n + me;
-        nvshmem_uint32_p(b.expert_count + at, min(c, cap), d);
-        nvshmem_uint32_p(b.expert_offset + at, (l * n + me) * cap, d);
-      }
-      if (lane == 0) {
-        volatile uint32_t *cur = b.work + ROW_CURSORS + d;
-        uint32_t rows = *cur;
-        *cur = 0;
-        nvshmem_uint32_p(b.recv_count + me, rows, d);
-      }
-    }
+  uint64_t *sig = b.signals + SIG_DISPATCH;
+  if (threadIdx.x == 0) arrive(sig, n);
+  if (blockIdx.x != 0 || threadIdx.x / 32 != 0) return;
+  // Block 0's first warp: every lane waits for every PE's grid.
+  wait_arrivals(sig, s.round, n);
+  if (tp) return;
+  // Low latency: what each source sent here, from its cursors towards this PE, then reset.
+  bool put = false;
+  for (uint32_t i = lane; i < n * l_n; i += 32) {
+    uint32_t src = i / l_n, l = i % l_n;
+    uint32_t c = take(b.work + pair_cursors + me * l_n + l, src, put);
+    size_t at = l * n + src;
+    b.expert_count[at] = min(c, cap);
+    b.expert_offset[at] = (l * n + src) * cap;
   }
-  nvshmem_quiet();
-  __syncwarp();
-  if (lane < n) nvshmemx_signal_op(b.signals + SIG_DISPATCH, 1, NVSHMEM_SIGNAL_ADD, lane);
-  if (lane == 0)
-    nvshmem_signal_wait_until(b.signals + SIG_DISPATCH, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
+  if (lane < n) b.recv_count[lane] = take(b.work + ROW_CURSORS + me, lane, put);
+  if (put) nvshmem_quiet();
 }
 
 extern "C" __global__ void moe_experts(Bufs b, Shape s) {
@@ -738,14 +753,8 @@ extern "C" __global__ void __maxnreg__(64) moe_combine(Bufs b, Shape s) {
   }
   quiet_block(b, n);
   if (threadIdx.x == 0) {
-    if (atomicAdd(b.work + COMBINE_DONE, 1u) + 1 == gridDim.x) {
-      b.work[COMBINE_DONE] = 0;
-      __threadfence();
-      nvshmem_quiet();
-      for (uint32_t d = 0; d < n; d++)
-        nvshmemx_signal_op(b.signals + SIG_COMBINE, 1, NVSHMEM_SIGNAL_ADD, d);
-    }
-    nvshmem_signal_wait_until(b.signals + SIG_COMBINE, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
+    arrive(b.signals + SIG_COMBINE, n);
+    wait_arrivals(b.signals + SIG_COMBINE, s.round, n);
   }
   __syncthreads();
   // 3. Each token: its destinations' sums in PE order, the first as it is (its own PE's from
