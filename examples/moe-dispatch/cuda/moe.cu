@@ -577,7 +577,6 @@ extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
   uint32_t l_n = e_n / n;
   size_t pair_cursors = ROW_CURSORS + n;
-  uint32_t lane = threadIdx.x % 32;
   if (s.dtype == FP8)
     send_quantised(b, s);
   else if (tp)
@@ -586,21 +585,25 @@ extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
     send_held(b, s);
   quiet_block(b, n);
   uint64_t *sig = b.signals + SIG_DISPATCH;
-  if (threadIdx.x == 0) arrive(sig, n);
-  if (blockIdx.x != 0 || threadIdx.x / 32 != 0) return;
-  // Block 0's first warp: every lane waits for every PE's grid.
-  wait_arrivals(sig, s.round, n);
-  if (tp) return;
-  // Low latency: what each source sent here, from its cursors towards this PE, then reset.
+  if (threadIdx.x == 0) {
+    arrive(sig, n);
+    if (blockIdx.x == 0) wait_arrivals(sig, s.round, n);
+  }
+  if (blockIdx.x != 0 || tp) return;
+  // Low latency, block 0 once every PE's grid has arrived: what each source sent here, from
+  // its cursors towards this PE, then reset; a thread a counter.
+  __syncthreads();
+  uint32_t tid = threadIdx.x, bs = blockDim.x;
   bool put = false;
-  for (uint32_t i = lane; i < n * l_n; i += 32) {
+  for (uint32_t i = tid; i < n * l_n; i += bs) {
     uint32_t src = i / l_n, l = i % l_n;
     uint32_t c = take(b.work + pair_cursors + me * l_n + l, src, put);
     size_t at = l * n + src;
     b.expert_count[at] = min(c, cap);
     b.expert_offset[at] = (l * n + src) * cap;
   }
-  if (lane < n) b.recv_count[lane] = take(b.work + ROW_CURSORS + me, lane, put);
+  uint32_t r = (tid + bs - (n * l_n) % bs) % bs;
+  if (r < n) b.recv_count[r] = take(b.work + ROW_CURSORS + me, r, put);
   if (put) nvshmem_quiet();
 }
 

@@ -1245,42 +1245,46 @@ unsafe fn dispatch(b: Bufs, s: Shape) {
     quiet_block(b, n);
     let sig = b.signals.wrapping_add(SIG_DISPATCH);
     if thread_idx_x() == 0 {
-        // SAFETY: after `quiet_block`: this block's puts are complete.
-        unsafe { arrive(sig, n) };
+        // SAFETY: after `quiet_block`: this block's puts are complete; the signal word counts
+        // rounds (module documentation).
+        unsafe {
+            arrive(sig, n);
+            if block_idx_x() == 0 {
+                wait_arrivals(sig, s.round, n);
+            }
+        }
     }
-    if block_idx_x() != 0 || warp_id() != 0 {
+    if block_idx_x() != 0 || tp {
         return;
     }
-    // Block 0's first warp: every lane waits for every PE's grid (each lane's own acquire).
-    // SAFETY: the signal word counts rounds (module documentation).
-    unsafe { wait_arrivals(sig, s.round, n) };
-    if tp {
-        return;
-    }
-    // SAFETY: the kernel's contract; one warp, after every PE's grid has arrived.
+    // Block 0, once thread 0 has seen every PE's grid arrive.
+    sync_threads();
+    // SAFETY: the kernel's contract; the whole block, after every PE's grid has arrived.
     unsafe { pull_counts(b, s) };
 }
 
-/// Low latency, block 0's first warp once every PE's grid has arrived: what each source sent
+/// Low latency, block 0 once every PE's grid has arrived: what each source sent
 /// here, from its cursors towards this PE (final), which are then reset for the next round.
 /// The source touches them again only in its next dispatch, after this round's combine,
 /// which follows this kernel here.
 ///
 /// # Safety
-/// As [`moe_dispatch()`]; one whole warp calls it, after [`wait_arrivals`].
+/// As [`moe_dispatch()`]; the whole block calls it, after [`wait_arrivals`]. A thread a
+/// counter: each reads and resets at most one (`n * L` of them, usually fewer than the block's
+/// threads), where a warp made dependent rounds of them.
 #[inline(always)]
 unsafe fn pull_counts(b: Bufs, s: Shape) {
     let (me, n, cap) = (my_pe() as u32, s.n_pes, s.capacity);
     let l_n = s.experts / n;
     let pair_cursors = ROW_CURSORS + n as usize;
-    let lane = lane_id();
+    let (tid, bs) = (thread_idx_x(), block_dim_x());
     // SAFETY: in bounds; this PE alone reads and resets the sources' cursors towards it and
     // writes its own counts.
     unsafe {
-        // Whether this lane reset a counter with `p` (an unmapped source): its own `quiet`
+        // Whether this thread reset a counter with `p` (an unmapped source): its own `quiet`
         // then completes it; stores through mapped addresses complete with the kernel.
         let mut put = false;
-        let mut i = lane;
+        let mut i = tid;
         while i < n * l_n {
             let (src, l) = (i / l_n, i % l_n);
             let (c, by_put) = take(
@@ -1291,12 +1295,14 @@ unsafe fn pull_counts(b: Bufs, s: Shape) {
             let at = (l * n + src) as usize;
             st(b.expert_count, at, c.min(cap));
             st(b.expert_offset, at, (l * n + src) * cap);
-            i += 32;
+            i += bs;
         }
-        if lane < n {
-            let (rows, by_put) = take(b.work.wrapping_add(ROW_CURSORS + me as usize), lane);
+        // The row counts on the threads after the pairs' (the first ones when `n L >= bs`).
+        let r = (tid + bs - (n * l_n) % bs) % bs;
+        if r < n {
+            let (rows, by_put) = take(b.work.wrapping_add(ROW_CURSORS + me as usize), r);
             put |= by_put;
-            st(b.recv_count, lane as usize, rows);
+            st(b.recv_count, r as usize, rows);
         }
         if put {
             quiet();
