@@ -33,16 +33,18 @@ macro_rules! held {
 }
 ::moe_dispatch::moe_buffers!(held);
 
+/// The text of `cuda/moe.cu` between the first `start` and the next `end` after it.
+fn twin_between(start: &str, end: &str) -> &'static str {
+    include_str!("../cuda/moe.cu")
+        .split_once(start)
+        .and_then(|(_, r)| r.split(end).next())
+        .unwrap_or_else(|| panic!("`{start}` in cuda/moe.cu"))
+}
+
 /// The CUDA C++ twin takes the same `struct Bufs`: the same fields in the same order.
 #[test]
 fn the_cuda_twin_names_every_buffer_in_order() {
-    let cu = include_str!("../cuda/moe.cu");
-    let body = cu
-        .split("struct Bufs {")
-        .nth(1)
-        .and_then(|r| r.split("};").next())
-        .expect("struct Bufs in cuda/moe.cu");
-    let names: Vec<&str> = body
+    let names: Vec<&str> = twin_between("struct Bufs {", "};")
         .split(';')
         .flat_map(|decl| decl.split(','))
         .filter_map(|part| {
@@ -53,18 +55,21 @@ fn the_cuda_twin_names_every_buffer_in_order() {
     assert_eq!(names, k::BUFFER_NAMES);
 }
 
-/// The twin's layout scans in units of the same [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK) tokens as
-/// the Rust kernel's, for which the host driver sizes `scratch`.
+/// The twin's constants that the Rust kernels' buffers and signals depend on: its layout
+/// scans in units of [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK) tokens (the host driver sizes
+/// `scratch` for them), its `work` words are where the Rust kernels' are, and a grid's
+/// arrival is the same [`ARRIVAL`](k::ARRIVAL).
 #[test]
-fn the_cuda_twin_scans_in_the_same_units() {
-    let cu = include_str!("../cuda/moe.cu");
-    let chunk = cu
-        .split("constexpr size_t LAYOUT_CHUNK = ")
-        .nth(1)
-        .and_then(|r| r.split(';').next())
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .expect("constexpr size_t LAYOUT_CHUNK in cuda/moe.cu");
-    assert_eq!(chunk, k::LAYOUT_CHUNK);
+fn the_cuda_twin_uses_the_same_constants() {
+    let chunk = twin_between("constexpr size_t LAYOUT_CHUNK = ", ";");
+    assert_eq!(chunk.trim(), k::LAYOUT_CHUNK.to_string());
+    let work = twin_between("enum : size_t { LAYOUT_BARRIER", "}");
+    assert_eq!(
+        work.trim(),
+        format!("= {}, ROW_CURSORS = {}", k::LAYOUT_BARRIER, k::ROW_CURSORS)
+    );
+    let arrival = twin_between("constexpr uint64_t ARRIVAL = 1ull << ", ";");
+    assert_eq!(1u64 << arrival.trim().parse::<u32>().unwrap(), k::ARRIVAL);
 }
 
 struct Case {
