@@ -726,6 +726,8 @@ impl Backend for Gpu {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
+        // A hold that was leaked (`mem::forget`) must not keep the stream from finishing.
+        self.release_all();
         if self.poisoned.get() || self.stream.synchronize().is_err() {
             // A kernel stopped: the context is unusable and NVSHMEM cannot finalize (it would
             // wait for the other PEs); the process ends without it. The report memory goes
