@@ -22,7 +22,8 @@
 //! - **Low latency** ([`MODE_LOW_LATENCY`]): one kernel. Rows and pairs take slots with atomic
 //!   adds on the *sender's* counters, so nothing waits before sending. Pairs of `(l, s)` have
 //!   fixed slots `(l * n + s) * C ..` with `C = capacity`; a pair beyond `C` is dropped and
-//!   counted in `dropped`. The last block to finish sends the counts and signals. A block
+//!   counted in `dropped`. Each receiver reads the counts from the senders' counters once
+//!   every block has arrived (Completion). A block
 //!   takes two tokens at a time: its threads load the first row into registers while the
 //!   atomics of the two tokens' metadata are in flight, then store both rows into every PE
 //!   they go to.
