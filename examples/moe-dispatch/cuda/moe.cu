@@ -23,7 +23,8 @@ struct Bufs {
   int32_t *topk;
   float *weights;
   int32_t *send_pair, *send_slot;
-  uint32_t *work, *counts, *base, *scratch;
+  uint32_t *work, *counts, *base;
+  uint64_t *scratch;
   uint16_t *recv_x;
   int32_t *recv_src, *recv_pair;
   float *recv_w;
@@ -100,44 +101,27 @@ __device__ __forceinline__ void grid_sync(uint32_t *count, uint32_t *generation)
 constexpr size_t LAYOUT_CHUNK = 32;
 constexpr size_t MAX_TOP_K = 16;
 
-// Scans tokens [t0, t1) for column `col` (an expert, or destination col - E), 32 at a time;
-// with `write`, stores each hit's rank (from `first`). Returns the hits.
-__device__ __forceinline__ uint32_t scan(const Bufs &b, const Shape &s, uint32_t col, size_t t0,
-                                         size_t t1, uint32_t first, bool write) {
-  size_t n = s.n_pes, k_n = s.top_k;
-  uint32_t e_n = s.experts, l_n = e_n / s.n_pes, lane = threadIdx.x % 32;
+// Token t's choice in column col (an expert, or destination col - E): the last of its K
+// choices whose expert is the column's, or -1.
+__device__ __forceinline__ int column_hit(const Bufs &b, const Shape &s, uint32_t col, size_t t) {
+  size_t k_n = s.top_k;
+  uint32_t e_n = s.experts, l_n = e_n / s.n_pes;
   // The column's experts, lo .. lo + width: itself, or the destination's L.
   uint32_t lo = col < e_n ? col : (col - e_n) * l_n, width = col < e_n ? 1 : l_n;
-  uint32_t running = first;
-  for (size_t base = t0; base < t1; base += 32) {
-    size_t t = base + lane;
-    int hit = -1;
-    if (t < t1) {
-      // All the token's choices loaded before any is compared. The Rust scan reads
-      // MAX_TOP_K words whatever K (16 bytes at a time when 4 | K) and masks the tests past
-      // K; nvcc issues these conditional loads together and runs this form faster than that
-      // one (one H100: 16.2 / 20.3 / 21.6 us at 128 / 512 / 4096 tokens against 18.2 / 23.0
-      // / 23.6), so the twin keeps it.
-      int32_t e[MAX_TOP_K];
+  // All the token's choices loaded before any is compared. The Rust kernel reads
+  // MAX_TOP_K words whatever K (16 bytes at a time when 4 | K) and masks the tests past K;
+  // nvcc issues these conditional loads together and runs this form faster than that one
+  // (one H100: 16.2 / 20.3 / 21.6 us at 128 / 512 / 4096 tokens against 18.2 / 23.0 /
+  // 23.6), so the twin keeps it.
+  int32_t e[MAX_TOP_K];
 #pragma unroll
-      for (size_t k = 0; k < MAX_TOP_K; k++) e[k] = k < k_n ? b.topk[t * k_n + k] : -1;
-      // One range test a choice; -1 (no expert, or past K) is never in range.
+  for (size_t k = 0; k < MAX_TOP_K; k++) e[k] = k < k_n ? b.topk[t * k_n + k] : -1;
+  // One range test a choice; -1 (no expert, or past K) is never in range.
+  int hit = -1;
 #pragma unroll
-      for (size_t k = 0; k < MAX_TOP_K; k++)
-        if ((uint32_t)e[k] - lo < width) hit = (int)k;
-    }
-    uint32_t mask = __ballot_sync(0xffffffffu, hit >= 0);
-    if (write && t < t1) {
-      int32_t pos = (int32_t)(running + __popc(mask & ((1u << lane) - 1)));
-      if (col < e_n) {
-        if (hit >= 0) b.send_pair[t * k_n + hit] = pos;
-      } else {
-        b.send_slot[t * n + (col - e_n)] = hit >= 0 ? pos : -1;
-      }
-    }
-    running += __popc(mask);
-  }
-  return running - first;
+  for (size_t k = 0; k < MAX_TOP_K; k++)
+    if ((uint32_t)e[k] - lo < width) hit = (int)k;
+  return hit;
 }
 
 extern "C" __global__ void moe_layout(Bufs b, Shape s) {
@@ -148,20 +132,30 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   warps(lane, gw, nw);
   size_t row_len = e_n + n, mine = me * row_len;
   size_t chunks = (t_n + LAYOUT_CHUNK - 1) / LAYOUT_CHUNK, units = row_len * chunks;
+  // This launch's tag: one more than the barrier's generation, which its one barrier moves
+  // on by one. A unit publishes its hits with the tag; a later chunk of the same column
+  // waits for its earlier chunks' words to carry it.
+  uint32_t *generation = b.work + LAYOUT_BARRIER + 1;
+  uint64_t tag = (uint64_t)*(volatile uint32_t *)generation + 1;
   for (size_t u = gw; u < units; u += nw) {
     uint32_t col = u / chunks;
     size_t ch = u % chunks, t0 = ch * LAYOUT_CHUNK, t1 = min((ch + 1) * LAYOUT_CHUNK, t_n);
-    uint32_t hits = scan(b, s, col, t0, t1, 0, false);
-    if (lane == 0) b.scratch[u] = hits;
-  }
-  grid_sync(b.work + LAYOUT_BARRIER, b.work + LAYOUT_BARRIER + 1);
-  for (size_t u = gw; u < units; u += nw) {
-    uint32_t col = u / chunks;
-    size_t ch = u % chunks, t0 = ch * LAYOUT_CHUNK, t1 = min((ch + 1) * LAYOUT_CHUNK, t_n);
+    size_t t = t0 + lane;
+    int hit = t < t1 ? column_hit(b, s, col, t) : -1;
+    uint32_t mask = __ballot_sync(0xffffffffu, hit >= 0), hits = __popc(mask);
+    if (lane == 0) *(volatile uint64_t *)&b.scratch[u] = tag << 32 | hits;
     uint32_t before = 0;
-    for (size_t c = lane; c < ch; c += 32) before += b.scratch[col * chunks + c];
+    for (size_t c = lane; c < ch; c += 32)
+      before += (uint32_t)nvshmem_signal_wait_until(b.scratch + col * chunks + c, NVSHMEM_CMP_GE, tag << 32);
     for (int m = 16; m > 0; m /= 2) before += __shfl_xor_sync(0xffffffffu, before, m);
-    uint32_t hits = scan(b, s, col, t0, t1, before, true);
+    if (t < t1) {
+      int32_t pos = (int32_t)(before + __popc(mask & ((1u << lane) - 1)));
+      if (col < e_n) {
+        if (hit >= 0) b.send_pair[t * s.top_k + hit] = pos;
+      } else {
+        b.send_slot[t * n + (col - e_n)] = hit >= 0 ? pos : -1;
+      }
+    }
     if (lane == 0 && ch + 1 == chunks) b.counts[mine + col] = before + hits;
   }
   grid_sync(b.work + LAYOUT_BARRIER, b.work + LAYOUT_BARRIER + 1);

@@ -325,7 +325,6 @@ impl Held<'_> {
             &self.work,
             &self.counts,
             &self.base,
-            &self.scratch,
             &self.recv_count,
             &self.expert_count,
             &self.expert_offset,
@@ -333,7 +332,8 @@ impl Held<'_> {
         ] {
             b.zero()?;
         }
-        Ok(())
+        // The layout's tags count with `work`'s barrier generation: both start again.
+        self.scratch.zero()
     }
 }
 

@@ -209,8 +209,9 @@ macro_rules! moe_buffers {
             /// Throughput: `2 × E`: the first pair index of this PE's pairs of expert `e`, and
             /// the end of expert `e`'s capacity.
             base: u32 = |d| 2 * d.e;
-            /// Throughput: [`scratch_len`] words, the layout's counts per (column, chunk).
-            scratch: u32 = |d| d.scratch;
+            /// Throughput: [`scratch_len`] words, the layout's hits per (column, chunk) in the
+            /// low half, the launch's tag in the high half.
+            scratch: u64 = |d| d.scratch;
             /// `n × T × H` received tokens (FP8: each row's first [`crate::fp8::row_bytes`] bytes).
             recv_x: u16 = |d| d.n * d.t * d.h;
             /// `n × T`: each received row's index on its source.
@@ -444,15 +445,14 @@ pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
     (experts as usize + n_pes as usize) * (tokens as usize).div_ceil(LAYOUT_CHUNK)
 }
 
-/// Scans tokens `[t0, t1)` for column `col` (expert `col < E`, else destination `col - E`),
-/// 32 at a time; with `write`, stores each hit's rank (from `first`) in `send_pair` or
-/// `send_slot` (-1 for a token not sent to that destination). Returns the hits.
+/// Token `t`'s choice in column `col` (expert `col < E`, else destination `col - E`): the
+/// last of its `K` choices whose expert is the column's, or -1.
 ///
 /// # Safety
-/// `t1 <= T`, `col < E + n`; the whole warp calls it; this warp alone writes these entries.
+/// `t < T`, `col < E + n`.
 #[inline(always)]
-unsafe fn scan(b: Bufs, s: Shape, col: u32, t0: usize, t1: usize, first: u32, write: bool) -> u32 {
-    let (n, e_n, k_n) = (s.n_pes as usize, s.experts, s.top_k as usize);
+unsafe fn column_hit(b: Bufs, s: Shape, col: u32, t: usize) -> i32 {
+    let (e_n, k_n) = (s.experts, s.top_k as usize);
     let l_n = e_n / s.n_pes;
     // The column's experts, `lo .. lo + width`: itself, or the destination's `L`.
     let (lo, width) = if col < e_n {
@@ -461,62 +461,35 @@ unsafe fn scan(b: Bufs, s: Shape, col: u32, t0: usize, t1: usize, first: u32, wr
         ((col - e_n) * l_n, l_n)
     };
     let (quads, choices) = (k_n.is_multiple_of(4), (1u32 << k_n) - 1);
-    let lane = lane_id() as usize;
-    let mut running = first;
-    let mut base = t0;
-    while base < t1 {
-        let t = base + lane;
-        let mut hit = -1i32;
-        if t < t1 {
-            // All the token's choices loaded before any is compared: compared as they
-            // arrive, each load waited for the branch on the one before. `MAX_TOP_K` words
-            // whatever `K` (past the token's choices the next token's, or the buffer's
-            // padding), and the comparisons past `K` masked off afterwards: loads or tests
-            // that depend on `K` one by one were issued one by one too.
-            let mut e = [0i32; MAX_TOP_K];
-            if quads {
-                // Four 16-byte loads: the token's choices start 16-byte aligned.
-                let row = b.topk.as_ptr().wrapping_add(t * k_n).cast::<Chunk>();
-                unrolled!(0 1 2 3; q => {
-                    // SAFETY: `t < T`, `4 q + 3 < MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K`
-                    // words; `topk` and the row are 16-byte aligned (`4 | K`).
-                    let c = unsafe { Chunk::load_global(row.add(q)) };
-                    unrolled!(0 1 2 3; j => { e[4 * q + j] = c.0[j] as i32; });
-                });
-            } else {
-                unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
-                    // SAFETY: `t < T`, `k < MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K` words.
-                    e[k] = unsafe { ld(b.topk, t * k_n + k) };
-                });
-            }
-            // One range test a choice, without a branch or a division (-1, no expert, is
-            // never in range), into a mask; the last choice in range is the hit.
-            let mut m = 0u32;
-            unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
-                m |= u32::from((e[k] as u32).wrapping_sub(lo) < width) << k;
-            });
-            m &= choices;
-            hit = 31 - m.leading_zeros() as i32;
-        }
-        let mask = ballot(hit >= 0);
-        if write && t < t1 {
-            let pos = (running + (mask & ((1u32 << lane) - 1)).count_ones()) as i32;
-            // SAFETY: `t < T`, `hit < K`, `col - E < n`: entries of this column, this warp's.
-            unsafe {
-                if col < e_n {
-                    if hit >= 0 {
-                        st(b.send_pair, t * k_n + hit as usize, pos);
-                    }
-                } else {
-                    let slot = if hit >= 0 { pos } else { -1 };
-                    st(b.send_slot, t * n + (col - e_n) as usize, slot);
-                }
-            }
-        }
-        running += mask.count_ones();
-        base += 32;
+    // All the token's choices loaded before any is compared: compared as they arrive, each
+    // load waited for the branch on the one before. `MAX_TOP_K` words whatever `K` (past
+    // the token's choices the next token's, or the buffer's padding), and the comparisons
+    // past `K` masked off afterwards: loads or tests that depend on `K` one by one were
+    // issued one by one too.
+    let mut e = [0i32; MAX_TOP_K];
+    if quads {
+        // Four 16-byte loads: the token's choices start 16-byte aligned.
+        let row = b.topk.as_ptr().wrapping_add(t * k_n).cast::<Chunk>();
+        unrolled!(0 1 2 3; q => {
+            // SAFETY: `t < T`, `4 q + 3 < MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K` words;
+            // `topk` and the row are 16-byte aligned (`4 | K`).
+            let c = unsafe { Chunk::load_global(row.add(q)) };
+            unrolled!(0 1 2 3; j => { e[4 * q + j] = c.0[j] as i32; });
+        });
+    } else {
+        unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
+            // SAFETY: `t < T`, `k < MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K` words.
+            e[k] = unsafe { ld(b.topk, t * k_n + k) };
+        });
     }
-    running - first
+    // One range test a choice, without a branch or a division (-1, no expert, is never in
+    // range), into a mask; the last choice in range is the hit.
+    let mut m = 0u32;
+    unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
+        m |= u32::from((e[k] as u32).wrapping_sub(lo) < width) << k;
+    });
+    m &= choices;
+    31 - m.leading_zeros() as i32
 }
 
 /// Throughput mode's layout pass (module documentation).
@@ -533,7 +506,7 @@ unsafe fn scan(b: Bufs, s: Shape, col: u32, t0: usize, t1: usize, first: u32, wr
 /// See [`moe_layout()`].
 #[inline(always)]
 unsafe fn layout(b: Bufs, s: Shape) {
-    let (me, n, e_n) = (my_pe() as u32, s.n_pes, s.experts);
+    let (me, n, e_n, k_n) = (my_pe() as u32, s.n_pes, s.experts, s.top_k as usize);
     let (t_n, l_n) = (s.tokens as usize, e_n / n);
     let (lane, gw, nw) = warps();
     let row_len = (e_n + n) as usize;
@@ -549,44 +522,67 @@ unsafe fn layout(b: Bufs, s: Shape) {
             ((ch + 1) * LAYOUT_CHUNK).min(t_n),
         )
     };
-    let mut u = gw as usize;
-    while u < units {
-        let (col, _, t0, t1) = range(u);
-        // SAFETY: `t1 <= T`, `col < E + n`, `u < scratch_len`; the warp's own unit.
-        unsafe {
-            let hits = scan(b, s, col, t0, t1, 0, false);
-            if lane == 0 {
-                st(b.scratch, u, hits);
-            }
-        }
-        u += nw as usize;
-    }
     let (count, generation) = (
         b.work.wrapping_add(LAYOUT_BARRIER),
         b.work.wrapping_add(LAYOUT_BARRIER + 1),
     );
-    // SAFETY: a cooperative launch (the kernel's contract); the two words are the barrier's.
-    unsafe { scoped::grid_sync(count, generation) };
+    // This launch's tag: one more than the barrier's generation, which its one barrier below
+    // moves on by one, so that every launch's tag is new (the scratch words need no reset).
+    // SAFETY: the barrier's word; no block of this launch can move it before every block
+    // has read it (each reads it before arriving).
+    let tag = u64::from(unsafe { scoped::load_relaxed(Gpu, generation) }) + 1;
     let mut u = gw as usize;
     while u < units {
         let (col, ch, t0, t1) = range(u);
-        // SAFETY: as above; `scratch` is complete (the barrier).
+        let t = t0 + lane as usize;
+        // SAFETY: `t < T`, `col < E + n`.
+        let hit = if t < t1 {
+            unsafe { column_hit(b, s, col, t) }
+        } else {
+            -1
+        };
+        let mask = ballot(hit >= 0);
+        let hits = mask.count_ones();
+        // SAFETY: `u < scratch_len`: the warp's own unit, published once this launch;
+        // `col * chunks + c` for `c < ch` are the column's earlier units, which their warps
+        // publish (a warp takes its units in order, so the lowest unpublished unit always
+        // has a warp on it: a cooperative launch, every warp resident); `t`, `hit` as above.
         unsafe {
+            if lane == 0 {
+                scoped::store_relaxed(Gpu, b.scratch.wrapping_add(u), tag << 32 | u64::from(hits));
+            }
+            // The hits of the column's earlier chunks, each once its warp has published it
+            // this launch (earlier launches' tags are smaller).
             let mut before = 0u32;
             let mut c = lane as usize;
             while c < ch {
-                before += ld(b.scratch, col as usize * chunks + c);
+                let v = signal_wait_until(
+                    b.scratch.wrapping_add(col as usize * chunks + c),
+                    Cmp::Ge,
+                    tag << 32,
+                );
+                before += v as u32;
                 c += 32;
             }
             let before = warp_sum(before);
-            let hits = scan(b, s, col, t0, t1, before, true);
+            if t < t1 {
+                let pos = (before + (mask & ((1u32 << lane) - 1)).count_ones()) as i32;
+                if col < e_n {
+                    if hit >= 0 {
+                        st(b.send_pair, t * k_n + hit as usize, pos);
+                    }
+                } else {
+                    let slot = if hit >= 0 { pos } else { -1 };
+                    st(b.send_slot, t * n as usize + (col - e_n) as usize, slot);
+                }
+            }
             if lane == 0 && ch + 1 == chunks {
                 st(b.counts, mine + col as usize, before + hits);
             }
         }
         u += nw as usize;
     }
-    // SAFETY: as above.
+    // SAFETY: a cooperative launch (the kernel's contract); the two words are the barrier's.
     unsafe { scoped::grid_sync(count, generation) };
     if block_idx_x() != 0 {
         return;
