@@ -535,8 +535,8 @@ unsafe fn layout(b: Bufs, s: Shape) {
     while u < units {
         let (col, ch, t0, t1) = range(u);
         let t = t0 + lane as usize;
-        // SAFETY: `t < T`, `col < E + n`.
         let hit = if t < t1 {
+            // SAFETY: `t < t1 <= T`, `col < E + n`.
             unsafe { column_hit(b, s, col, t) }
         } else {
             -1
