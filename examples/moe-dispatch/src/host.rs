@@ -370,7 +370,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
             f => Ok(f),
         }
     };
-    // The layout's scans are short, and its two grid barriers take one arrival per block on
+    // The layout's scans are short, and its grid barrier takes one arrival per block on
     // one word: it runs in the largest blocks that fit (one arrival for `LAYOUT_THREADS / 32`
     // warps), else in blocks of `th`.
     let big = LaunchConfig::linear(1, kernels::LAYOUT_THREADS);

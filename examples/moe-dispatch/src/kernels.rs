@@ -494,10 +494,12 @@ unsafe fn column_hit(b: Bufs, s: Shape, col: u32, t: usize) -> i32 {
 
 /// Throughput mode's layout pass (module documentation).
 ///
-/// 1. One warp per (column, chunk): the column's hits in the chunk, into `scratch`.
-/// 2. Grid barrier; the same warps again: the hits of earlier chunks (a warp sum), then the
-///    ranks; the last chunk's warp writes the column's total into this PE's row of `counts`.
-/// 3. Grid barrier; block 0 sends the row to every PE and waits for every PE's row; then its
+/// 1. One warp per (column, chunk of 32 tokens), in order: the column's hits in the chunk (one
+///    ballot), published in `scratch` with this launch's tag; then the hits of the column's
+///    earlier chunks, each once it carries the tag (a warp sum), and the ranks; the last
+///    chunk's warp writes the column's total into this PE's row of `counts`. (Two passes
+///    around a second grid barrier took 2.3 µs more at 128 tokens on one H100.)
+/// 2. Grid barrier; block 0 sends the row to every PE and waits for every PE's row; then its
 ///    first warp works out, 32 experts at a time with a segmented warp scan, `base` (this
 ///    PE's first pair and the capacity's end, per expert) and, for this PE's own experts,
 ///    `expert_offset`, `expert_count`; and `recv_count`.
