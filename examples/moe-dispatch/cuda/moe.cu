@@ -98,7 +98,7 @@ __device__ __forceinline__ void grid_sync(uint32_t *count, uint32_t *generation)
   __syncthreads();
 }
 
-constexpr size_t LAYOUT_CHUNK = 32;
+constexpr size_t LAYOUT_CHUNK = 32;  // a warp's tokens, a lane each: a unit is one ballot
 constexpr size_t MAX_TOP_K = 16;
 
 // Token t's choice in column col (an expert, or destination col - E): the last of its K

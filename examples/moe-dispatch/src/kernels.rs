@@ -433,12 +433,12 @@ fn narrow(v: [f32; 8]) -> Chunk {
 /// choice, the same for the CUDA C++ twin.
 pub const LAYOUT_THREADS: u32 = 1024;
 
-/// Tokens per unit of the layout's scan: one warp scans this many tokens for one column
-/// (an expert or a destination PE), 32 at a time. One ballot a unit: the scans are all in
-/// flight at once (one H100, 1 PE, 64 experts: the throughput dispatch 2.5–5 µs shorter
-/// than with 256 tokens a unit, eight dependent rounds of loads). The CUDA C++ twin uses
-/// the same (checked by a test).
-pub const LAYOUT_CHUNK: usize = 32;
+/// Tokens per unit of the layout's scan: one warp's tokens, a lane each, for one column (an
+/// expert or a destination PE), so that a unit is one ballot; the layout relies on it. The
+/// scans are all in flight at once (one H100, 1 PE, 64 experts: the throughput dispatch
+/// 2.5–5 µs shorter than with 256 tokens a unit, eight dependent rounds of loads). The CUDA
+/// C++ twin uses the same (checked by a test).
+pub const LAYOUT_CHUNK: usize = shmem_device::thread::WARP_SIZE as usize;
 
 /// Words of `scratch`: one count per (column, chunk of [`LAYOUT_CHUNK`] tokens).
 pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
