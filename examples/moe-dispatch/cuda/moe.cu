@@ -564,16 +564,17 @@ __device__ __forceinline__ void quiet_block(const Bufs &b, uint32_t n) {
   }
 }
 
-// nvcc takes 80 registers by itself, no spills (three blocks of 256 threads an SM, as the
-// Rust kernel's max_registers); __maxnreg__(80) made it spill 8 bytes.
-extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
+// A dispatch kernel per path, as in Rust (DispatchPath): its own registers set its occupancy.
+enum DispatchPath { LOW_LATENCY_PATH, THROUGHPUT_PATH, FP8_PATH };
+
+template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Shape s) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
   uint32_t l_n = e_n / n;
   size_t pair_cursors = ROW_CURSORS + n;
-  if (s.dtype == FP8)
+  if (PATH == FP8_PATH)
     send_quantised(b, s);
-  else if (tp)
+  else if (PATH == THROUGHPUT_PATH)
     send_warps(b, s);
   else
     send_held(b, s);
@@ -599,6 +600,21 @@ extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
   uint32_t r = (tid + bs - (n * l_n) % bs) % bs;
   if (r < n) b.recv_count[r] = take(b.work + ROW_CURSORS + me, r, put);
   if (put) nvshmem_quiet();
+}
+
+// Register budgets: the throughput bf16 kernel takes 50 under the Rust kernel's 64 (four
+// blocks of 256 threads an SM), FP8 80 as in Rust (three). The low-latency bf16 kernel at 64
+// spills 44 bytes and took 55.0 us at 4096 tokens on one H100 (held stream), at 80 (8 bytes
+// of spills) 51.7-52.0, as the one kernel of all paths did; nvcc alone takes 90 (two blocks).
+// So it stays at 80, where nvcc's code is fastest (BENCHMARKS.md, seventeenth session).
+extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
+  dispatch<LOW_LATENCY_PATH>(b, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput(Bufs b, Shape s) {
+  dispatch<THROUGHPUT_PATH>(b, s);
+}
+extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8(Bufs b, Shape s) {
+  dispatch<FP8_PATH>(b, s);
 }
 
 extern "C" __global__ void moe_experts(Bufs b, Shape s) {

@@ -9,7 +9,9 @@
 
 pub mod front;
 
-use crate::kernels::{self, Bufs, MAX_TOP_K, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape};
+use crate::kernels::{
+    self, Bufs, DispatchPath, MAX_TOP_K, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape,
+};
 use crate::reference::{self, DispatchReport, Inputs, Received};
 use crate::routing::{self, Distribution, destinations};
 use shmem_device::{DevicePtr, Sym};
@@ -252,8 +254,31 @@ impl Options {
 pub struct Kernels<'m> {
     layout: KernelFn<'m, kernels::moe_layout>,
     dispatch: KernelFn<'m, kernels::moe_dispatch>,
+    dispatch_throughput: KernelFn<'m, kernels::moe_dispatch_throughput>,
+    dispatch_fp8: KernelFn<'m, kernels::moe_dispatch_fp8>,
     experts: KernelFn<'m, kernels::moe_experts>,
     combine: KernelFn<'m, kernels::moe_combine>,
+}
+
+/// Runs `$body` with `$f` bound to the dispatch kernel of `$shape` in `$k` (a [`Kernels`]):
+/// the one place that maps a [`DispatchPath`] to its kernel.
+macro_rules! with_dispatch {
+    ($k:expr, $shape:expr, $f:ident => $body:expr) => {
+        match $shape.dispatch_path() {
+            DispatchPath::LowLatency => {
+                let $f = &$k.dispatch;
+                $body
+            }
+            DispatchPath::Throughput => {
+                let $f = &$k.dispatch_throughput;
+                $body
+            }
+            DispatchPath::Fp8 => {
+                let $f = &$k.dispatch_fp8;
+                $body
+            }
+        }
+    };
 }
 
 /// Loads the kernels of `imp`. Collective.
@@ -264,14 +289,45 @@ pub fn load<'rt>(rt: &'rt Shmem, imp: &Implementation) -> Result<Module<'rt>> {
 }
 
 impl<'m> Kernels<'m> {
-    /// The four kernels of `module`.
+    /// The kernels of `module`.
     pub fn new(module: &'m Module<'_>) -> Result<Kernels<'m>> {
         Ok(Kernels {
             layout: module.kernel()?,
             dispatch: module.kernel()?,
+            dispatch_throughput: module.kernel()?,
+            dispatch_fp8: module.kernel()?,
             experts: module.kernel()?,
             combine: module.kernel()?,
         })
+    }
+
+    /// Blocks of the dispatch kernel of `shape` that fit on the GPU at once with `cfg`'s
+    /// block.
+    fn dispatch_fit(&self, shape: Shape, cfg: &LaunchConfig<'_>) -> Result<u32> {
+        with_dispatch!(self, shape, f => f.max_coresident_blocks(cfg))
+    }
+
+    /// Enqueues the dispatch of `s` into `to`: in throughput mode the layout (`g[0]`), then
+    /// the dispatch kernel of `s` (`g[1]`, [`Shape::dispatch_path`]).
+    ///
+    /// # Safety
+    /// As the kernels' contracts say: `b` holds the buffers sized for `s`, every PE enqueues
+    /// the same rounds with the same shape and grids, and the dispatch follows the previous
+    /// round's combine on the stream.
+    unsafe fn enqueue_dispatch<'b>(
+        &'b self,
+        to: &Enqueue<'_, 'b>,
+        g: &[LaunchConfig<'static>; 4],
+        b: Bufs,
+        s: Shape,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract; the layout precedes the dispatch of the same round.
+        unsafe {
+            if s.mode == MODE_THROUGHPUT {
+                to.launch(&self.layout, g[0], (b, s))?;
+            }
+            with_dispatch!(self, s, f => to.launch(f, g[1], (b, s)))
+        }
     }
 }
 
@@ -381,7 +437,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         ),
         f => (kernels::LAYOUT_THREADS, f),
     };
-    let df = resident("dispatch", k.dispatch.max_coresident_blocks(&probe))?;
+    let df = resident("dispatch", k.dispatch_fit(shape, &probe))?;
     let ef = resident("experts", k.experts.max_coresident_blocks(&probe))?;
     let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
     let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
@@ -502,12 +558,7 @@ impl<'rt> Moe<'rt> {
         // `round` and `graph`); the buffers are those `Moe::new` sized for this mode and
         // zeroed, the signal words are at round `s.round - 1`, and each kernel follows the
         // previous one on the stream.
-        unsafe {
-            if self.opts.mode == Mode::Throughput {
-                to.launch(&k.layout, g[0], (b, s))?;
-            }
-            to.launch(&k.dispatch, g[1], (b, s))?;
-        }
+        unsafe { k.enqueue_dispatch(&to, g, b, s)? };
         at(1)?;
         // SAFETY: as above.
         unsafe { to.launch(&k.experts, g[2], (b, s))? };

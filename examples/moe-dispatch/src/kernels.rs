@@ -1,6 +1,7 @@
-//! The MoE kernels: [`moe_layout()`], [`moe_dispatch()`], [`moe_experts()`],
-//! [`moe_combine()`]; and for the front ([`crate::host::front`]), [`moe_stage()`] and
-//! [`moe_gather()`].
+//! The MoE kernels: [`moe_layout()`], the dispatch ([`moe_dispatch()`],
+//! [`moe_dispatch_throughput()`], [`moe_dispatch_fp8()`]: a kernel per [`DispatchPath`]),
+//! [`moe_experts()`], [`moe_combine()`]; and for the front ([`crate::host::front`]),
+//! [`moe_stage()`] and [`moe_gather()`].
 //!
 //! # Layout
 //! With `n` PEs, `T` tokens per PE, `H` hidden (a multiple of 8), `E` experts, `K` choices
@@ -143,10 +144,37 @@ pub struct Shape {
     pub dtype: u32,
 }
 
+/// Which dispatch kernel a shape takes ([`Shape::dispatch_path`]). Each path is a kernel of
+/// its own, so that its own registers set its occupancy: the `bf16` dispatches fit in 64
+/// registers, four blocks of 256 threads an SM, where the FP8 dispatch needs 80, three.
+/// (Measured on one H100 at 4096 tokens, on a held stream, against one kernel for all three
+/// at 80 registers: throughput `bf16` 4 % faster, low-latency `bf16` 1 %; BENCHMARKS.md,
+/// seventeenth session.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DispatchPath {
+    /// `bf16`, low-latency mode: [`moe_dispatch()`].
+    LowLatency,
+    /// `bf16`, throughput mode: [`moe_dispatch_throughput()`].
+    Throughput,
+    /// FP8, either mode: [`moe_dispatch_fp8()`].
+    Fp8,
+}
+
 impl Shape {
     /// Whether the dispatch sends FP8.
     pub fn fp8(&self) -> bool {
         self.dtype == DTYPE_FP8
+    }
+
+    /// The dispatch kernel this shape takes.
+    pub fn dispatch_path(&self) -> DispatchPath {
+        if self.fp8() {
+            DispatchPath::Fp8
+        } else if self.mode == MODE_THROUGHPUT {
+            DispatchPath::Throughput
+        } else {
+            DispatchPath::LowLatency
+        }
     }
 
     /// `u16` units of a row as the dispatch sends it: `hidden` `bf16`, or an FP8 row
@@ -1223,22 +1251,20 @@ fn quiet_block(b: Bufs, n: u32) {
     }
 }
 
-/// The dispatch (module documentation).
+/// The dispatch (module documentation) of `path`, which is `s.dispatch_path()`.
 ///
 /// # Safety
 /// See [`moe_dispatch()`].
 #[inline(always)]
-unsafe fn dispatch(b: Bufs, s: Shape) {
+unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
     let tp = s.mode == MODE_THROUGHPUT;
     let n = s.n_pes;
     // SAFETY: the kernel's contract; every thread of the block calls them.
     unsafe {
-        if s.fp8() {
-            send_quantised(b, s);
-        } else if tp {
-            send_warps(b, s);
-        } else {
-            send_held(b, s);
+        match path {
+            DispatchPath::Fp8 => send_quantised(b, s),
+            DispatchPath::Throughput => send_warps(b, s),
+            DispatchPath::LowLatency => send_held(b, s),
         }
     }
     quiet_block(b, n);
@@ -1838,6 +1864,36 @@ unsafe fn combine(b: Bufs, s: Shape) {
     }
 }
 
+/// [`dispatch`] of [`DispatchPath::LowLatency`].
+///
+/// # Safety
+/// See [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn dispatch_low_latency(b: Bufs, s: Shape) {
+    // SAFETY: the caller's contract.
+    unsafe { dispatch(b, s, DispatchPath::LowLatency) }
+}
+
+/// [`dispatch`] of [`DispatchPath::Throughput`].
+///
+/// # Safety
+/// See [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn dispatch_throughput(b: Bufs, s: Shape) {
+    // SAFETY: the caller's contract.
+    unsafe { dispatch(b, s, DispatchPath::Throughput) }
+}
+
+/// [`dispatch`] of [`DispatchPath::Fp8`].
+///
+/// # Safety
+/// See [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn dispatch_fp8(b: Bufs, s: Shape) {
+    // SAFETY: the caller's contract.
+    unsafe { dispatch(b, s, DispatchPath::Fp8) }
+}
+
 /// Declares the kernels: each is `#[shmem_kernel] unsafe fn $name(b: Bufs, s: Shape)`
 /// calling `$body(b, s)` under its own contract.
 macro_rules! kernels {
@@ -1861,15 +1917,31 @@ kernels! {
     /// token (or -1); rounds count up by one per dispatch.
     moe_layout => layout;
 
-    /// Sends every token to the PEs of its experts (both modes; throughput after
-    /// [`moe_layout()`] of the same round). Returns once every PE's tokens for this PE are
-    /// here.
+    /// Sends every token to the PEs of its experts, for shapes whose
+    /// [`Shape::dispatch_path`] is [`DispatchPath::LowLatency`]. Returns once every PE's
+    /// tokens for this PE are here. 64 registers: four blocks of 256 threads an SM.
     ///
     /// # Safety
-    /// As [`moe_layout()`] (any grid size; block 0 waits for the rest of the grid to arrive, so one
-    /// more block must be able to run beside it), `n_pes <= 32`, `top_k <= 16`,
-    /// `hidden` a multiple of 8; the previous round's combine has finished on every PE.
-    moe_dispatch(max_registers = 80) => dispatch;
+    /// As [`moe_layout()`] (any grid size; block 0 waits for the rest of the grid to arrive,
+    /// so one more block must be able to run beside it), `n_pes <= 32`, `top_k <= 16`,
+    /// `hidden` a multiple of 8; the previous round's combine has finished on every PE; `s`
+    /// takes this kernel ([`Shape::dispatch_path`]).
+    moe_dispatch(max_registers = 64) => dispatch_low_latency;
+
+    /// [`moe_dispatch()`] for [`DispatchPath::Throughput`], after [`moe_layout()`] of the
+    /// same round. 64 registers.
+    ///
+    /// # Safety
+    /// As [`moe_dispatch()`].
+    moe_dispatch_throughput(max_registers = 64) => dispatch_throughput;
+
+    /// [`moe_dispatch()`] for [`DispatchPath::Fp8`], either mode (throughput after
+    /// [`moe_layout()`] of the same round). 80 registers: three blocks of 256 threads an SM
+    /// (at 64 it spills).
+    ///
+    /// # Safety
+    /// As [`moe_dispatch()`].
+    moe_dispatch_fp8(max_registers = 80) => dispatch_fp8;
 
     /// The stand-in expert layer: each kept pair's output row (local, no communication).
     ///

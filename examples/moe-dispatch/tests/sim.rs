@@ -5,7 +5,7 @@
 //! signal or quiet in the kernels' protocol would show as stale or missing rows here.
 
 use ::moe_dispatch::kernels::{
-    self as k, Bufs, DTYPE_BF16, DTYPE_FP8, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape,
+    self as k, Bufs, DTYPE_BF16, DTYPE_FP8, DispatchPath, MODE_LOW_LATENCY, MODE_THROUGHPUT, Shape,
 };
 use ::moe_dispatch::reference::{self, Inputs, Received};
 use ::moe_dispatch::routing::{Distribution, route, tokens};
@@ -148,7 +148,14 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
         if mode == MODE_THROUGHPUT {
             launch("layout", k::moe_layout);
         }
-        launch("dispatch", k::moe_dispatch);
+        launch(
+            "dispatch",
+            match s.dispatch_path() {
+                DispatchPath::LowLatency => k::moe_dispatch,
+                DispatchPath::Throughput => k::moe_dispatch_throughput,
+                DispatchPath::Fp8 => k::moe_dispatch_fp8,
+            },
+        );
         launch("experts", k::moe_experts);
         launch("combine", k::moe_combine);
         for pe in 0..n {

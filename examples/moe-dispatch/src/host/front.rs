@@ -245,10 +245,7 @@ impl<'rt> Front<'rt> {
         unsafe {
             to.launch(&k.stage, local[0], (b, s, input))?;
             to.barrier_all()?;
-            if self.config.mode == Mode::Throughput {
-                to.launch(&k.k.layout, g[0], (b, s))?;
-            }
-            to.launch(&k.k.dispatch, g[1], (b, s))?;
+            k.k.enqueue_dispatch(&to, &g, b, s)?;
             to.launch(&k.gather, local[1], (b, s, out))?;
         }
         self.calls.set(self.calls.get() + 1);
