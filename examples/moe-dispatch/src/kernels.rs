@@ -1863,45 +1863,15 @@ unsafe fn combine(b: Bufs, s: Shape) {
     }
 }
 
-/// [`dispatch`] of [`DispatchPath::LowLatency`].
-///
-/// # Safety
-/// See [`moe_dispatch()`].
-#[inline(always)]
-unsafe fn dispatch_low_latency(b: Bufs, s: Shape) {
-    // SAFETY: the caller's contract.
-    unsafe { dispatch(b, s, DispatchPath::LowLatency) }
-}
-
-/// [`dispatch`] of [`DispatchPath::Throughput`].
-///
-/// # Safety
-/// See [`moe_dispatch()`].
-#[inline(always)]
-unsafe fn dispatch_throughput(b: Bufs, s: Shape) {
-    // SAFETY: the caller's contract.
-    unsafe { dispatch(b, s, DispatchPath::Throughput) }
-}
-
-/// [`dispatch`] of [`DispatchPath::Fp8`].
-///
-/// # Safety
-/// See [`moe_dispatch()`].
-#[inline(always)]
-unsafe fn dispatch_fp8(b: Bufs, s: Shape) {
-    // SAFETY: the caller's contract.
-    unsafe { dispatch(b, s, DispatchPath::Fp8) }
-}
-
 /// Declares the kernels: each is `#[shmem_kernel] unsafe fn $name(b: Bufs, s: Shape)`
-/// calling `$body(b, s)` under its own contract.
+/// calling `$body(b, s)`, or `$body(b, s, $arg)`, under its own contract.
 macro_rules! kernels {
-    ($($(#[$doc:meta])* $name:ident $(($($bounds:tt)*))? => $body:ident;)*) => { $(
+    ($($(#[$doc:meta])* $name:ident $(($($bounds:tt)*))? => $body:ident $(($arg:expr))?;)*) => { $(
         $(#[$doc])*
         #[shmem_kernel($($($bounds)*)?)]
         pub unsafe fn $name(b: Bufs, s: Shape) {
             // SAFETY: this kernel's contract.
-            unsafe { $body(b, s) }
+            unsafe { $body(b, s $(, $arg)?) }
         }
     )* };
 }
@@ -1926,14 +1896,14 @@ kernels! {
     /// so one more block must be able to run beside it), `n_pes <= 32`, `top_k <= 16`,
     /// `hidden` a multiple of 8; the previous round's combine has finished on every PE; `s`
     /// takes this kernel ([`Shape::dispatch_path`]).
-    moe_dispatch(max_registers = 72) => dispatch_low_latency;
+    moe_dispatch(max_registers = 72) => dispatch(DispatchPath::LowLatency);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Throughput`], after [`moe_layout()`] of the
     /// same round. 64 registers.
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_throughput(max_registers = 64) => dispatch_throughput;
+    moe_dispatch_throughput(max_registers = 64) => dispatch(DispatchPath::Throughput);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8`], either mode (throughput after
     /// [`moe_layout()`] of the same round). 80 registers: three blocks of 256 threads an SM
@@ -1941,7 +1911,7 @@ kernels! {
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_fp8(max_registers = 80) => dispatch_fp8;
+    moe_dispatch_fp8(max_registers = 80) => dispatch(DispatchPath::Fp8);
 
     /// The stand-in expert layer: each kept pair's output row (local, no communication).
     ///
