@@ -141,11 +141,7 @@ pub fn link(
     let mut ptx_text =
         std::fs::read_to_string(&ptx_path).ctx(|| format!("reading {}", ptx_path.display()))?;
     for m in &metas {
-        let bounds = ptx::EntryBounds {
-            max_threads: m.max_threads,
-            min_blocks: m.min_blocks,
-            max_registers: m.max_registers,
-        };
+        let bounds = m.bounds_for(arch.number());
         if bounds != ptx::EntryBounds::default() {
             ptx_text = ptx::with_entry_bounds(&ptx_text, &m.name, bounds).ok_or_else(|| {
                 Error::Crate(format!(
@@ -160,6 +156,7 @@ pub fn link(
 
     let mut kernels = Vec::new();
     for m in metas {
+        let bounds = m.bounds_for(arch.number());
         let entry = info.entries.iter().find(|e| e.name == m.name);
         let layouts = entry.map(|e| e.params.clone()).unwrap_or_default();
         let params = m
@@ -182,9 +179,9 @@ pub fn link(
             collective: !because.is_empty(),
             collective_because: because,
             params,
-            max_threads: m.max_threads,
-            min_blocks: m.min_blocks,
-            max_registers: m.max_registers,
+            max_threads: bounds.max_threads,
+            min_blocks: bounds.min_blocks,
+            max_registers: bounds.max_registers,
             resources: None,
         });
     }

@@ -1,6 +1,6 @@
 //! Device half: the PTX entry and the metadata record the build reads back.
 
-use crate::parse::Kernel;
+use crate::parse::{Bounds, Kernel};
 use proc_macro2::TokenStream;
 use quote::{ToTokens, format_ident, quote};
 
@@ -34,7 +34,8 @@ pub(crate) fn generate(k: &Kernel) -> TokenStream {
 }
 
 /// `{"name":"ring","params":[{"name":"dst","type":"Sym<i32>"}]}`, plus `"max_threads"`,
-/// `"min_blocks"` and `"max_registers"` when the attribute gives them.
+/// `"min_blocks"` and `"max_registers"` when the attribute gives them, and `"arch"`, a list of
+/// `{"sm":90,...}` with the same keys, for its `sm_NN(...)`.
 pub(crate) fn metadata_json(k: &Kernel) -> String {
     let params: Vec<String> = k
         .params
@@ -47,21 +48,36 @@ pub(crate) fn metadata_json(k: &Kernel) -> String {
             )
         })
         .collect();
-    let mut bounds = String::new();
-    if let Some(t) = k.bounds.max_threads {
-        bounds += &format!(r#","max_threads":{t}"#);
-    }
-    if let Some(b) = k.bounds.min_blocks {
-        bounds += &format!(r#","min_blocks":{b}"#);
-    }
-    if let Some(r) = k.bounds.max_registers {
-        bounds += &format!(r#","max_registers":{r}"#);
+    let mut bounds = bounds_json(&k.bounds.base);
+    if !k.bounds.arch.is_empty() {
+        let arch: Vec<String> = k
+            .bounds
+            .arch
+            .iter()
+            .map(|(sm, b)| format!(r#"{{"sm":{sm}{}}}"#, bounds_json(b)))
+            .collect();
+        bounds += &format!(r#","arch":[{}]"#, arch.join(","));
     }
     format!(
         r#"{{"name":"{}","params":[{}]{bounds}}}"#,
         json_escape(&k.item.sig.ident.to_string()),
         params.join(",")
     )
+}
+
+/// `,"max_threads":N,...`: the bounds `b` gives, each with its leading comma.
+fn bounds_json(b: &Bounds) -> String {
+    let mut out = String::new();
+    for (key, v) in [
+        ("max_threads", b.max_threads),
+        ("min_blocks", b.min_blocks),
+        ("max_registers", b.max_registers),
+    ] {
+        if let Some(v) = v {
+            out += &format!(r#","{key}":{v}"#);
+        }
+    }
+    out
 }
 
 /// A type as a user would write it: `SymSlice<i32>`, not `SymSlice < i32 >`.

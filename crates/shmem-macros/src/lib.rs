@@ -32,7 +32,10 @@ mod parse;
 /// that `M` blocks of `N` threads fit on an SM; a launch with more than `N` threads is an
 /// error); or `max_registers = R` is CUDA's `__maxnreg__(R)` (PTX `.maxnreg`: at most `R`
 /// registers a thread whatever the block size, spilling if it must; `cargo xtask build-ptx`
-/// prints the spills).
+/// prints the spills). `sm_NN(...)` with those arguments replaces them for `sm_NN` and newer
+/// architectures (up to the next `sm_NN(...)`), as CUDA's `#if __CUDA_ARCH__ >= NN0` around
+/// the attribute would: `#[shmem_kernel(max_registers = 72, sm_90(max_registers = 64))]`
+/// builds with 72 registers for `sm_80` and 64 for `sm_90` and `sm_100`.
 #[proc_macro_attribute]
 pub fn shmem_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand(attr.into(), item.into()).into()

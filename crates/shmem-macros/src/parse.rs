@@ -13,7 +13,7 @@ pub(crate) struct Kernel {
 /// `#[shmem_kernel(max_threads = N, min_blocks = M)]`: CUDA's `__launch_bounds__(N, M)`; or
 /// `#[shmem_kernel(max_registers = R)]`: CUDA's `__maxnreg__(R)`.
 #[derive(Default)]
-pub(crate) struct LaunchBounds {
+pub(crate) struct Bounds {
     /// The most threads per block any launch uses (PTX `.maxntid`).
     pub max_threads: Option<u32>,
     /// Blocks that should fit on one SM at once (PTX `.minnctapersm`).
@@ -22,14 +22,30 @@ pub(crate) struct LaunchBounds {
     pub max_registers: Option<u32>,
 }
 
+/// A kernel's [`Bounds`], and those that replace them from an architecture up:
+/// `#[shmem_kernel(max_registers = 72, sm_90(max_registers = 64))]` (CUDA's `#if
+/// __CUDA_ARCH__ >= 900` around the attribute).
+#[derive(Default)]
+pub(crate) struct LaunchBounds {
+    /// For every architecture without an entry in `arch`.
+    pub base: Bounds,
+    /// `(NN, bounds)` for `sm_NN(...)`, in the order given; each for `sm_NN` and newer, up
+    /// to the next one given.
+    pub arch: Vec<(u32, Bounds)>,
+}
+
+/// The bounds arguments the attribute takes, for its error messages.
+const ARGUMENTS: &str = "the arguments are `max_threads` and `min_blocks` (CUDA's \
+     __launch_bounds__), or `max_registers` (CUDA's __maxnreg__), and `sm_NN(...)` with \
+     those for sm_NN and newer";
+
 /// Parses the attribute's arguments.
 fn parse_bounds(attr: TokenStream, errors: &mut Errors) -> LaunchBounds {
     let mut b = LaunchBounds::default();
     if attr.is_empty() {
         return b;
     }
-    let parser =
-        syn::punctuated::Punctuated::<syn::MetaNameValue, syn::Token![,]>::parse_terminated;
+    let parser = syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated;
     let args = match syn::parse::Parser::parse2(parser, attr.clone()) {
         Ok(a) => a,
         Err(_) => {
@@ -41,7 +57,65 @@ fn parse_bounds(attr: TokenStream, errors: &mut Errors) -> LaunchBounds {
             return b;
         }
     };
+    let mut base = Vec::new();
     for arg in &args {
+        match arg {
+            syn::Meta::NameValue(nv) => base.push(nv.clone()),
+            syn::Meta::List(list) => {
+                let key = ident_of(&list.path);
+                let sm = key
+                    .strip_prefix("sm_")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .filter(|n| *n >= 10);
+                let Some(sm) = sm else {
+                    errors.push(
+                        &list.path,
+                        format!("unknown #[shmem_kernel] argument `{key}(...)`: {ARGUMENTS}"),
+                    );
+                    continue;
+                };
+                if b.arch.iter().any(|(n, _)| *n == sm) {
+                    errors.push(&list.path, format!("`{key}(...)` is given twice"));
+                    continue;
+                }
+                let inner = syn::punctuated::Punctuated::<syn::MetaNameValue, syn::Token![,]>::parse_terminated;
+                match list.parse_args_with(inner) {
+                    Ok(pairs) if !pairs.is_empty() => {
+                        let pairs: Vec<_> = pairs.into_iter().collect();
+                        b.arch.push((sm, bounds_of(&pairs, &list.tokens, errors)));
+                    }
+                    _ => errors.push(
+                        list,
+                        format!(
+                            "expected `{key}(max_registers = R)` or `{key}(max_threads = N, \
+                             min_blocks = M)`: the bounds for {key} and newer"
+                        ),
+                    ),
+                }
+            }
+            syn::Meta::Path(path) => errors.push(
+                path,
+                format!(
+                    "#[shmem_kernel] argument `{}` needs a value: {ARGUMENTS}",
+                    ident_of(path)
+                ),
+            ),
+        }
+    }
+    b.base = bounds_of(&base, &attr, errors);
+    b
+}
+
+/// The name of an argument's path (`""` when it is not one identifier).
+fn ident_of(path: &syn::Path) -> String {
+    path.get_ident().map(|i| i.to_string()).unwrap_or_default()
+}
+
+/// One set of bounds from its `key = value` pairs; `all` (the pairs' tokens) carries the
+/// errors about how they combine.
+fn bounds_of(args: &[syn::MetaNameValue], all: &TokenStream, errors: &mut Errors) -> Bounds {
+    let mut b = Bounds::default();
+    for arg in args {
         let value = match &arg.value {
             syn::Expr::Lit(syn::ExprLit {
                 lit: syn::Lit::Int(i),
@@ -49,11 +123,7 @@ fn parse_bounds(attr: TokenStream, errors: &mut Errors) -> LaunchBounds {
             }) => i.base10_parse::<u32>().ok().filter(|v| *v > 0),
             _ => None,
         };
-        let key = arg
-            .path
-            .get_ident()
-            .map(|i| i.to_string())
-            .unwrap_or_default();
+        let key = ident_of(&arg.path);
         match (key.as_str(), value) {
             ("max_threads", Some(v)) if v <= 1024 => b.max_threads = Some(v),
             ("min_blocks", Some(v)) => b.min_blocks = Some(v),
@@ -69,22 +139,20 @@ fn parse_bounds(attr: TokenStream, errors: &mut Errors) -> LaunchBounds {
             ),
             _ => errors.push(
                 &arg.path,
-                format!(
-                    "unknown #[shmem_kernel] argument `{key}`: the arguments are `max_threads` and `min_blocks` (CUDA's __launch_bounds__), or `max_registers` (CUDA's __maxnreg__)"
-                ),
+                format!("unknown #[shmem_kernel] argument `{key}`: {ARGUMENTS}"),
             ),
         }
     }
     if b.max_registers.is_some() && (b.max_threads.is_some() || b.min_blocks.is_some()) {
         errors.push(
-            &attr,
+            all,
             "max_registers (CUDA's __maxnreg__) cannot be combined with max_threads and \
              min_blocks (__launch_bounds__): give one or the other",
         );
     }
     if b.min_blocks.is_some() && b.max_threads.is_none() {
         errors.push(
-            &attr,
+            all,
             "min_blocks needs max_threads, as in __launch_bounds__(N, M)",
         );
     }

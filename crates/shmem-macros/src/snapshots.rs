@@ -72,3 +72,18 @@ fn metadata_record() {
         r#"{"name":"k","params":[{"name":"a","type":"SymSlice<u64>"},{"name":"b","type":"crate::X"}]}"#
     );
 }
+
+#[test]
+fn metadata_record_with_bounds_per_arch() {
+    let item: syn::ItemFn = syn::parse_quote! { pub unsafe fn k(n: u32) {} };
+    let attr = quote!(
+        max_registers = 72,
+        sm_90(max_registers = 64),
+        sm_100(max_threads = 256, min_blocks = 2)
+    );
+    let k = crate::parse::parse(attr, quote!(#item)).unwrap();
+    assert_eq!(
+        crate::device::metadata_json(&k),
+        r#"{"name":"k","params":[{"name":"n","type":"u32"}],"max_registers":72,"arch":[{"sm":90,"max_registers":64},{"sm":100,"max_threads":256,"min_blocks":2}]}"#
+    );
+}

@@ -21,6 +21,15 @@ pub unsafe fn budgeted(n: u32) {
     let _ = n;
 }
 
+/// A register budget for older GPUs, and launch bounds from sm_90 up.
+///
+/// # Safety
+/// None needed.
+#[shmem_kernel(max_registers = 72, sm_90(max_threads = 256, min_blocks = 4))]
+pub unsafe fn budgeted_per_arch(n: u32) {
+    let _ = n;
+}
+
 #[shmem_kernel]
 pub unsafe fn all_kinds(a: SymSlice<f32>, b: Sym<u64>, c: DeviceSlice<i8>, d: DevicePtr<u16>, n: u32, x: f64, t: Team, flag: bool) {
     let _ = (a, b, c, d, n, x, t, flag);

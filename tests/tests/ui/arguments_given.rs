@@ -25,4 +25,19 @@ pub unsafe fn bounds_and_registers(n: u32) {
     let _ = n;
 }
 
+#[shmem_kernel(max_registers = 72, sm_90(max_threads = 256, max_registers = 64))]
+pub unsafe fn arch_bounds_and_registers(n: u32) {
+    let _ = n;
+}
+
+#[shmem_kernel(sm_9x(max_registers = 64), sm_90, sm_80())]
+pub unsafe fn arch_not_named(n: u32) {
+    let _ = n;
+}
+
+#[shmem_kernel(sm_90(max_registers = 64), sm_90(max_registers = 72))]
+pub unsafe fn arch_twice(n: u32) {
+    let _ = n;
+}
+
 fn main() {}
