@@ -8,12 +8,9 @@ use serde::Deserialize;
 pub(crate) struct MetaRecord {
     pub name: String,
     pub params: Vec<MetaParam>,
-    #[serde(default)]
-    pub max_threads: Option<u32>,
-    #[serde(default)]
-    pub min_blocks: Option<u32>,
-    #[serde(default)]
-    pub max_registers: Option<u32>,
+    /// `max_threads`, `min_blocks`, `max_registers`.
+    #[serde(flatten)]
+    pub bounds: EntryBounds,
     /// `sm_NN(...)`: bounds that replace those above from `sm_NN` up.
     #[serde(default)]
     pub arch: Vec<ArchBounds>,
@@ -23,30 +20,19 @@ pub(crate) struct MetaRecord {
 #[derive(Deserialize)]
 pub(crate) struct ArchBounds {
     pub sm: u32,
-    #[serde(default)]
-    pub max_threads: Option<u32>,
-    #[serde(default)]
-    pub min_blocks: Option<u32>,
-    #[serde(default)]
-    pub max_registers: Option<u32>,
+    #[serde(flatten)]
+    pub bounds: EntryBounds,
 }
 
 impl MetaRecord {
     /// The kernel's bounds on compute capability `sm` (`90`): those of the newest
     /// `sm_NN(...)` with `NN <= sm`, else the kernel's own.
     pub fn bounds_for(&self, sm: u32) -> EntryBounds {
-        match self.arch.iter().filter(|a| a.sm <= sm).max_by_key(|a| a.sm) {
-            Some(a) => EntryBounds {
-                max_threads: a.max_threads,
-                min_blocks: a.min_blocks,
-                max_registers: a.max_registers,
-            },
-            None => EntryBounds {
-                max_threads: self.max_threads,
-                min_blocks: self.min_blocks,
-                max_registers: self.max_registers,
-            },
-        }
+        self.arch
+            .iter()
+            .filter(|a| a.sm <= sm)
+            .max_by_key(|a| a.sm)
+            .map_or(self.bounds, |a| a.bounds)
     }
 }
 

@@ -161,7 +161,8 @@ fn param_layout(decl: &str) -> (u32, u32) {
 
 /// The performance directives of an entry: `#[shmem_kernel]`'s launch bounds or register
 /// budget.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
 pub struct EntryBounds {
     /// `.maxntid N, 1, 1`: CUDA's `__launch_bounds__(N)`, which lets ptxas budget registers
     /// for that many threads.
