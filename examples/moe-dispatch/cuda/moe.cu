@@ -294,7 +294,7 @@ __device__ __forceinline__ void load_held(uint4 v[HELD], const uint4 *from, uint
 #pragma unroll
   for (uint32_t j = 0; j < HELD; j++) {
     uint32_t c = held_chunk<PAIRED>(first, j);
-    if (c < chunks) v[j] = from[c];
+    v[j] = c < chunks ? from[c] : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -415,30 +415,47 @@ __device__ __forceinline__ uint32_t group_len(const Shape &s) {
 // send the group's metadata (a warp per (token, destination)) while the threads load the
 // first batch of the group's first row (a warp that sends loads after it); the block
 // synchronises once, then stores the group's rows batch by batch (store(t, first, v) with
-// v = load(t, first)) into every PE they go to whose memory is mapped here. store returns
-// whether some destination of t is not mapped; then, after a barrier, the group's (token,
-// destination) warps call put(t, d, target).
-template <class V, class Load, class Store, class Put>
-__device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Load load, Store store, Put put) {
+// v prepared from fetch(t, first)) into every PE they go to whose memory is mapped here.
+// With AHEAD the next batch's loads are issued before the barrier and while a batch is
+// stored (a batch past the row's end loads nothing). store returns whether some destination
+// of t is not mapped; then, after a barrier, the group's (token, destination) warps call
+// put(t, d, target).
+template <bool AHEAD, class V, class Fetch, class Prepare, class Store, class Put>
+__device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetch fetch, Prepare prepare, Store store,
+                                             Put put) {
   uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
   size_t t_n = s.tokens, h = s.hidden, stride = gridDim.x;
   uint32_t g_n = group_len(s), units = g_n * n, batch = HELD * blockDim.x;
-  uint32_t nb = (uint32_t)((h / 8 + batch - 1) / batch);
+  uint32_t chunks = (uint32_t)(h / 8);
+  uint32_t nb = (chunks + batch - 1) / batch;
   for (size_t t0 = blockIdx.x; t0 < t_n; t0 += g_n * stride) {
     V v;
+    uint4 raw[HELD], next[HELD];
     for (uint32_t u = w; u < units; u += nw) {
       size_t t = t0 + u / n * stride;
       if (t < t_n) send(b, s, t, u % n, lane);
     }
-    load(v, t0, 0);
-    __syncthreads();
     size_t rows = (t_n - t0 + stride - 1) / stride;
     uint32_t steps = (uint32_t)(rows < g_n ? rows : g_n) * nb;
+    auto ahead = [&](uint32_t j) {
+      if (j < steps) fetch(next, t0 + j / nb * stride, j % nb * batch);
+      else fetch(next, t0, chunks);
+    };
+    fetch(raw, t0, 0);
+    prepare(v, raw);
+    if (AHEAD) ahead(1);
+    __syncthreads();
     bool unmapped = false;
     for (uint32_t j = 0;;) {
       unmapped |= store(t0 + j / nb * stride, j % nb * batch, v);
       if (++j == steps) break;
-      load(v, t0 + j / nb * stride, j % nb * batch);
+      if (AHEAD) {
+        prepare(v, next);
+        ahead(j + 1);
+      } else {
+        fetch(raw, t0 + j / nb * stride, j % nb * batch);
+        prepare(v, raw);
+      }
     }
     if (unmapped) {
       __syncthreads();
@@ -462,10 +479,14 @@ struct Held {
 __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
   size_t h = s.hidden;
   uint32_t chunks = h / 8;
-  send_grouped<Held>(
+  send_grouped<false, Held>(
       b, s,
-      [&](Held &v, size_t t, uint32_t first) {
-        load_held<false>(v.v, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks);
+      [&](uint4 raw[HELD], size_t t, uint32_t first) {
+        load_held<false>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks);
+      },
+      [&](Held &v, const uint4 raw[HELD]) {
+#pragma unroll
+        for (uint32_t j = 0; j < HELD; j++) v.v[j] = raw[j];
       },
       [&](size_t t, uint32_t first, const Held &v) {
         return each_mapped(b, s, t, [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks); });
@@ -491,6 +512,13 @@ __device__ __forceinline__ void send_warps(const Bufs &b, const Shape &s) {
   }
 }
 
+// The FP8 dispatch loads its next batch ahead from sm_90 up (as kernels.rs, FP8_AHEAD).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool FP8_AHEAD = true;
+#else
+constexpr bool FP8_AHEAD = false;
+#endif
+
 struct Quantised {
   uint4 q[PAIRS];
   float scale[PAIRS];
@@ -504,13 +532,12 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   size_t h = s.hidden;
   uint32_t chunks = h / 8;
   size_t sent_bytes = h + h / FP8_GROUP * 4;
-  send_grouped<Quantised>(
+  send_grouped<FP8_AHEAD, Quantised>(
       b, s,
-      [&](Quantised &v, size_t t, uint32_t first) {
-        uint4 held[HELD];
-        load_held<true>(held, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks);
-        quantize_held(held, v.q, v.scale);
+      [&](uint4 raw[HELD], size_t t, uint32_t first) {
+        load_held<true>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks);
       },
+      [&](Quantised &v, const uint4 raw[HELD]) { quantize_held(raw, v.q, v.scale); },
       [&](size_t t, uint32_t first, const Quantised &v) {
         bool staged = each_mapped(b, s, t, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first); });
         if (staged) store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first);
