@@ -839,8 +839,8 @@ fn held_chunk<const PAIRED: bool>(first: u32, tid: u32, j: usize, bs: u32) -> u3
 
 /// Loads chunks [`held_chunk`]`(first, tid, j, bs)` (`j < HELD`, those below `chunks`; the
 /// others are zero) of `from`, all issued before any is used, each a predicated load (under
-/// an `if`, each load is a branch, and the FP8 dispatch that loads ahead spilled 8 bytes
-/// more on sm_90).
+/// an `if` each load was a branch, and the FP8 dispatch that loads ahead spilled 4-16 bytes
+/// on sm_90; predicated, it fits its 80 registers).
 ///
 /// # Safety
 /// `from` is valid for `chunks` 16-byte aligned chunks of global memory.
