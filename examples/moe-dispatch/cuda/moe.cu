@@ -39,6 +39,11 @@ enum : uint32_t { LOW_LATENCY = 0, THROUGHPUT = 1 };
 enum : uint32_t { BF16 = 0, FP8 = 1 };
 constexpr size_t FP8_GROUP = 128;
 enum : size_t { LAYOUT_BARRIER = 0, ROW_CURSORS = 2 };
+// Words from one counter of work to the next: each on a 128-byte line of its own (kernels.rs,
+// COUNTER_STRIDE). Counter ROW_CURSORS + d: row slots towards PE d; ROW_CURSORS + n + e: pair
+// slots of expert e.
+constexpr size_t COUNTER_STRIDE = 32;
+__device__ __forceinline__ uint32_t *counter(const Bufs &b, size_t i) { return b.work + i * COUNTER_STRIDE; }
 enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2 };
 
 __device__ __forceinline__ float bf16_to_f32(uint32_t b) { return __uint_as_float(b << 16); }
@@ -243,8 +248,8 @@ __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t,
   // Low latency: the row's and the pairs' slots, both atomics in flight at once.
   uint32_t v = 0, c = 0xffffffffu;
   if (!tp) {
-    if (lane == 0) v = atomicAdd(b.work + ROW_CURSORS + d, 1u);
-    if (dest == d) c = atomicAdd(b.work + pair_cursors + (uint32_t)e, 1u);
+    if (lane == 0) v = atomicAdd(counter(b, ROW_CURSORS + d), 1u);
+    if (dest == d) c = atomicAdd(counter(b, pair_cursors + (uint32_t)e), 1u);
   }
   uint32_t slot;
   if (tp) {
@@ -619,13 +624,13 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   bool put = false;
   for (uint32_t i = tid; i < n * l_n; i += bs) {
     uint32_t src = i / l_n, l = i % l_n;
-    uint32_t c = take(b.work + pair_cursors + me * l_n + l, src, put);
+    uint32_t c = take(counter(b, pair_cursors + me * l_n + l), src, put);
     size_t at = l * n + src;
     b.expert_count[at] = min(c, cap);
     b.expert_offset[at] = (l * n + src) * cap;
   }
   uint32_t r = (tid + bs - (n * l_n) % bs) % bs;
-  if (r < n) b.recv_count[r] = take(b.work + ROW_CURSORS + me, r, put);
+  if (r < n) b.recv_count[r] = take(counter(b, ROW_CURSORS + me), r, put);
   if (put) nvshmem_quiet();
 }
 

@@ -102,11 +102,26 @@ pub const DTYPE_FP8: u32 = 1;
 /// `work[LAYOUT_BARRIER]`, `work[LAYOUT_BARRIER + 1]`: the layout kernel's grid barrier
 /// (arrivals, generation: [`scoped::grid_sync`]).
 pub const LAYOUT_BARRIER: usize = 0;
-/// `work[ROW_CURSORS + d]`: low-latency row slots taken towards PE `d`.
+/// Counter `ROW_CURSORS + d` of `work` ([`counter`]): low-latency row slots taken towards PE
+/// `d`; counter `ROW_CURSORS + n + e`: pair slots taken of expert `e`.
 pub const ROW_CURSORS: usize = 2;
-/// Words of `work`: `2 + n + E` (after the row cursors, one pair cursor per expert).
+/// Words from one counter of `work` to the next: each on a 128-byte line of its own. The
+/// low-latency dispatch takes every slot with an atomic add on its sender's counters, `1 + K`
+/// a token; with the counters packed into three lines, those atomics contended for them.
+/// Measured on one H100 at 4096 tokens, 1 PE: the twin's low-latency dispatch took 0.91
+/// (`bf16`) and 0.90 (FP8) of its time with the counters packed (BENCHMARKS.md, nineteenth
+/// session).
+pub const COUNTER_STRIDE: usize = 32;
+/// Words of `work`: the layout's barrier, then `n + E` counters (after the row cursors, one
+/// pair cursor per expert), [`COUNTER_STRIDE`] words each.
 pub const fn work_len(n_pes: u32, experts: u32) -> usize {
-    ROW_CURSORS + n_pes as usize + experts as usize
+    (ROW_CURSORS + n_pes as usize + experts as usize) * COUNTER_STRIDE
+}
+
+/// Counter `i` of `work` ([`COUNTER_STRIDE`]).
+#[inline(always)]
+fn counter(b: Bufs, i: usize) -> Sym<u32> {
+    b.work.wrapping_add(i * COUNTER_STRIDE)
 }
 
 /// Signal words: `signals[SIG_DISPATCH]` counts dispatch arrivals, `[SIG_COMBINE]` combine
@@ -229,7 +244,7 @@ macro_rules! moe_buffers {
             send_pair: i32 = |d| d.t * d.k;
             /// `T × n`: each token's row slot on each PE (-1: not sent there).
             send_slot: i32 = |d| d.t * d.n;
-            /// [`work_len`] words of counters.
+            /// [`work_len`] words: the layout's barrier and the counters ([`COUNTER_STRIDE`]).
             work: u32 = |d| d.work;
             /// Throughput: `n × (E + n)`: row `s` is PE `s`'s pairs per expert, then rows per PE.
             counts: u32 = |d| d.n * (d.e + d.n);
@@ -761,11 +776,11 @@ unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32) -> i32 {
         let (mut v, mut c) = (0, u32::MAX);
         if !tp {
             if lane == 0 {
-                let cursor = b.work.wrapping_add(ROW_CURSORS + d as usize);
+                let cursor = counter(b, ROW_CURSORS + d as usize);
                 v = scoped::fetch_add_relaxed(Gpu, cursor, 1);
             }
             if dest == d {
-                let cursor = b.work.wrapping_add(ROW_CURSORS + nn + e as usize);
+                let cursor = counter(b, ROW_CURSORS + nn + e as usize);
                 c = scoped::fetch_add_relaxed(Gpu, cursor, 1u32);
             }
         }
@@ -1342,10 +1357,7 @@ unsafe fn pull_counts(b: Bufs, s: Shape) {
         let mut i = tid;
         while i < n * l_n {
             let (src, l) = (i / l_n, i % l_n);
-            let (c, by_put) = take(
-                b.work.wrapping_add(pair_cursors + (me * l_n + l) as usize),
-                src,
-            );
+            let (c, by_put) = take(counter(b, pair_cursors + (me * l_n + l) as usize), src);
             put |= by_put;
             let at = (l * n + src) as usize;
             st(b.expert_count, at, c.min(cap));
@@ -1355,7 +1367,7 @@ unsafe fn pull_counts(b: Bufs, s: Shape) {
         // The row counts on the threads after the pairs' (the first ones when `n L >= bs`).
         let r = (tid + bs - (n * l_n) % bs) % bs;
         if r < n {
-            let (rows, by_put) = take(b.work.wrapping_add(ROW_CURSORS + me as usize), r);
+            let (rows, by_put) = take(counter(b, ROW_CURSORS + me as usize), r);
             put |= by_put;
             st(b.recv_count, r as usize, rows);
         }

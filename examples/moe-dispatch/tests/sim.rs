@@ -68,6 +68,8 @@ fn the_cuda_twin_uses_the_same_constants() {
         work.trim(),
         format!("= {}, ROW_CURSORS = {}", k::LAYOUT_BARRIER, k::ROW_CURSORS)
     );
+    let stride = twin_between("constexpr size_t COUNTER_STRIDE = ", ";");
+    assert_eq!(stride.trim(), k::COUNTER_STRIDE.to_string());
     let arrival = twin_between("constexpr uint64_t ARRIVAL = 1ull << ", ";");
     assert_eq!(1u64 << arrival.trim().parse::<u32>().unwrap(), k::ARRIVAL);
 }
