@@ -102,8 +102,9 @@ pub const DTYPE_FP8: u32 = 1;
 /// `work[LAYOUT_BARRIER]`, `work[LAYOUT_BARRIER + 1]`: the layout kernel's grid barrier
 /// (arrivals, generation: [`scoped::grid_sync`]).
 pub const LAYOUT_BARRIER: usize = 0;
-/// Counter `ROW_CURSORS + d` of `work` ([`counter`]): low-latency row slots taken towards PE
-/// `d`; counter `ROW_CURSORS + n + e`: pair slots taken of expert `e`.
+/// Counter `ROW_CURSORS + d` of `work` (word `(ROW_CURSORS + d) * COUNTER_STRIDE`):
+/// low-latency row slots taken towards PE `d`; counter `ROW_CURSORS + n + e`: pair slots
+/// taken of expert `e`.
 pub const ROW_CURSORS: usize = 2;
 /// Words from one counter of `work` to the next: each on a 128-byte line of its own. The
 /// low-latency dispatch takes every slot with an atomic add on its sender's counters, `1 + K`
