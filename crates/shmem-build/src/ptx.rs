@@ -18,8 +18,12 @@ pub struct PtxInfo {
     pub target: String,
     /// `.visible .entry`s.
     pub entries: Vec<Entry>,
-    /// Names declared `.extern` (unresolved: the driver must provide them).
+    /// Names declared `.extern` (unresolved: the driver must provide them), but for
+    /// [`PtxInfo::dynamic_shared`].
     pub externs: Vec<String>,
+    /// Names declared `.extern .shared` (an unsized array): the dynamic shared memory a
+    /// launch sizes, which the driver places, not a symbol it must find.
+    pub dynamic_shared: Vec<String>,
     /// Names of `.visible .global` variables.
     pub visible_globals: Vec<String>,
     /// Lines in the bodies of `.func` definitions: the code kernels call out of line
@@ -66,6 +70,10 @@ pub fn parse(ptx: &str) -> PtxInfo {
             info.version = v.trim().to_string();
         } else if let Some(t) = line.strip_prefix(".target ") {
             info.target = t.trim().to_string();
+        } else if line.starts_with(".extern .shared") {
+            if let Some(n) = decl_name(line) {
+                info.dynamic_shared.push(n);
+            }
         } else if line.starts_with(".extern") {
             if let Some(n) = decl_name(line) {
                 info.externs.push(n);
@@ -239,6 +247,7 @@ mod tests {
 \t.param .b64 vprintf_param_1
 )
 ;
+.extern .shared .align 16 .b8 gpu_launch_sized_workgroup_mem[];
 .visible .global .align 8 .b8 nvshmemi_device_state_d[1024];
 .visible .global .align 4 .b8 nvshmemi_device_lib_version_d[12] = {3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0};
 .global .align 1 .b8 hidden[4];
@@ -289,6 +298,7 @@ mod tests {
         assert_eq!(info.version, "8.5");
         assert_eq!(info.target, "sm_90");
         assert_eq!(info.externs, vec!["vprintf"]);
+        assert_eq!(info.dynamic_shared, vec!["gpu_launch_sized_workgroup_mem"]);
         assert_eq!(
             info.func_lines, 4,
             "the body of `helper`, its nested block included"

@@ -21,7 +21,7 @@ pub(crate) fn device_only(op: &str) -> ! {
 
 #[cfg(shmem_sim)]
 pub(crate) use crate::sim::device::{
-    ballot, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp,
+    ballot, dynamic_shared, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp,
 };
 /// NVSHMEM's device functions as the simulator implements them (what `crate::sys`
 /// re-exports on the host).
@@ -34,7 +34,8 @@ pub(crate) use crate::sim::{now_ns, wait_bound_ns};
 
 #[cfg(not(shmem_sim))]
 pub(crate) use unsimulated::{
-    ballot, now_ns, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp, wait_bound_ns,
+    ballot, dynamic_shared, now_ns, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp,
+    wait_bound_ns,
 };
 
 /// Without the simulator every device operation reached on the host panics with its name.
@@ -69,6 +70,10 @@ mod unsimulated {
     #[track_caller]
     pub(crate) fn step(op: &str, _poll: bool) {
         device_only(op)
+    }
+    #[track_caller]
+    pub(crate) fn dynamic_shared() -> (*mut u8, u32) {
+        device_only("shared::dynamic")
     }
     /// No kernel runs here, so no wait is bounded.
     pub(crate) fn wait_bound_ns() -> u64 {

@@ -40,6 +40,7 @@
 //! | `nvshmem_barrier_all()`, `nvshmemx_sync_all_block()` | [`coll::barrier_all`]`(Thread)`, [`coll::sync_all`]`(Block)` |
 //! | `nvshmemx_float_sum_reduce_block(team, d, s, n)` | [`coll::reduce`]`(Block, team, Sum, d, s)` |
 //! | `ld.acquire.sys.global.u32` | [`scoped::load_acquire`]`(Sys, p)` |
+//! | `extern __shared__ uint32_t smem[];` (launched with `n` bytes) | [`shared::dynamic`]`::<u32>(len) -> Option<SharedPtr<u32>>` |
 //!
 //! # Memory and safety model
 //!
@@ -54,7 +55,19 @@
 //! GPU target), but device operations panic if executed there.
 
 #![no_std]
-#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
+// `core::intrinsics::gpu`, the one way to the launch-sized shared memory ([`shared`]), sits
+// behind `core_intrinsics`.
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(
+        stdarch_nvptx,
+        asm_experimental_arch,
+        core_intrinsics,
+        gpu_intrinsics,
+        gpu_launch_sized_workgroup_mem
+    )
+)]
 
 #[cfg(not(target_arch = "nvptx64"))]
 mod host;
@@ -72,6 +85,7 @@ pub mod p2p;
 pub mod rma;
 pub mod scope;
 pub mod scoped;
+pub mod shared;
 pub mod signal;
 #[cfg(shmem_sim)]
 pub mod sim;

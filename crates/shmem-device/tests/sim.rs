@@ -489,3 +489,35 @@ fn blocking_puts_of_a_block() {
     assert_eq!(dst.read(0), src);
     assert_eq!(dst.read(1), src);
 }
+
+#[test]
+fn dynamic_shared_memory_is_each_blocks_own() {
+    use shmem_device::scoped::Cta;
+    use shmem_device::shared;
+    use shmem_device::sim::{Shape, World};
+    let seen: Vec<AtomicU32> = (0..3 * 64).map(|_| AtomicU32::new(0)).collect();
+    let world = World::new(1, 1 << 12);
+    world
+        .run_shape(Shape::linear(3, 64).with_shared(64), 11, || {
+            assert_eq!(shared::dynamic_bytes(), 64);
+            assert!(shared::dynamic::<u32>(17).is_none(), "17 words in 64 bytes");
+            let ready = shared::dynamic::<u32>(16).expect("16 words in 64 bytes");
+            let (b, t) = (block_idx_x(), thread_idx_x());
+            if t == 0 {
+                // SAFETY: the block's word 1, before anyone writes it: the fill shows.
+                assert_eq!(unsafe { ready.wrapping_add(1).read() }, 0xa5a5_a5a5);
+                // SAFETY: word 0 is written by thread 0 alone, then read under the acquire.
+                unsafe { scoped::store_release(Cta, ready, b + 1) };
+            } else {
+                // SAFETY: as above.
+                while unsafe { scoped::load_acquire(Cta, ready) } != b + 1 {}
+            }
+            // SAFETY: every thread has seen word 0 (thread 0 wrote it before its release).
+            let v = unsafe { ready.read() };
+            seen[global_idx_x()].store(v, Ordering::Relaxed);
+        })
+        .expect("no deadlock");
+    for (i, v) in seen.iter().enumerate() {
+        assert_eq!(v.load(Ordering::Relaxed), i as u32 / 64 + 1, "thread {i}");
+    }
+}

@@ -17,12 +17,14 @@
 //! | [`barriers`](barriers()) | `barrier_all`, `sync_all`, team `barrier`/`sync` × scopes; team queries | yes |
 //! | `collectives` (crate `collectives-suite-kernels`: NVSHMEM's reductions are slow to compile) | block-scope collectives | yes |
 //! | [`peer_memory`](peer_memory()) | `ptr`, scoped loads/stores/atomics over peer mappings | no (spins on memory) |
+//! | [`block_shared`](block_shared()) | dynamic shared memory: its size, a release/acquire hand-off and atomics at block scope | no |
 //! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
 
 #![no_std]
 
 use shmem_device::prelude::*;
-use shmem_device::scoped::{self, Gpu, Sys};
+use shmem_device::scoped::{self, Cta, Gpu, Sys};
+use shmem_device::shared;
 use shmem_device::types::{AmoExtended, AmoInt, RmaElem, WaitElem};
 use suite_common::*;
 
@@ -534,5 +536,57 @@ pub unsafe fn bounds_check(data: SymSlice<u32>, index: u32) {
     if global_idx_x() == 0 {
         // SAFETY: only thread 0 writes; `write` checks the index against `data.len()`.
         unsafe { data.write(index as usize, 1) };
+    }
+}
+
+/// Words of dynamic shared memory [`block_shared`](block_shared()) is launched with.
+pub const SHARED_WORDS: usize = 64;
+
+/// Dynamic shared memory ([`shared`]), launched with `SHARED_WORDS * 4` bytes; writes four
+/// words a block into `got` (`got.len() >= 4 * blocks`): the size the launch gave, whether
+/// one word more is refused, the words thread 0 handed over that another thread read wrong
+/// (thread 0 writes words `1..SHARED_WORDS`, then releases word 0; the others acquire it,
+/// then read their word), and the block's count of threads (a block-scope add each).
+#[shmem_kernel]
+pub unsafe fn block_shared(got: SymSlice<u32>) {
+    let (b, t) = (block_idx_x() as usize, thread_idx_x() as usize);
+    let Some(words) = shared::dynamic::<u32>(SHARED_WORDS) else {
+        if t == 0 {
+            // SAFETY: this block's words of `got`, written by thread 0 only.
+            unsafe { got.write(4 * b, shared::dynamic_bytes()) };
+        }
+        return;
+    };
+    let (flag, sum) = (words, words.wrapping_add(SHARED_WORDS - 1));
+    // SAFETY: the block's own shared words: thread 0 writes them before the release, the
+    // others read them after the acquire; the last word is only touched by atomics after the
+    // barrier that follows its reset. `got`'s words `4 b ..` are this block's, thread 0's.
+    unsafe {
+        if t == 0 {
+            for i in 1..SHARED_WORDS {
+                words.wrapping_add(i).write((b * 1000 + i) as u32);
+            }
+            scoped::store_release(Cta, flag, 1u32);
+        } else {
+            while scoped::load_acquire(Cta, flag) != 1 {}
+            if t < SHARED_WORDS - 1 && words.wrapping_add(t).read() != (b * 1000 + t) as u32 {
+                scoped::fetch_add(Gpu, got.at(4 * b + 2), 1u32);
+            }
+        }
+        sync_threads();
+        if t == 0 {
+            sum.write(0);
+        }
+        sync_threads();
+        scoped::fetch_add(Cta, sum, 1u32);
+        sync_threads();
+        if t == 0 {
+            got.write(4 * b, shared::dynamic_bytes());
+            got.write(
+                4 * b + 1,
+                u32::from(shared::dynamic::<u32>(SHARED_WORDS + 1).is_none()),
+            );
+            got.write(4 * b + 3, sum.read());
+        }
     }
 }

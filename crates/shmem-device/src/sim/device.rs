@@ -19,6 +19,12 @@ pub(crate) fn sync_threads() {
     super::sync_threads()
 }
 
+/// The calling simulated thread's block's dynamic shared memory and its size in bytes.
+#[track_caller]
+pub(crate) fn dynamic_shared() -> (*mut u8, u32) {
+    super::dynamic_shared().unwrap_or_else(|| device_only("shared::dynamic"))
+}
+
 /// `__syncwarp(mask)` (every live lane of the warp takes part).
 #[track_caller]
 pub(crate) fn sync_warp(_mask: u32) {

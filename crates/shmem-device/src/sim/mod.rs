@@ -111,6 +111,42 @@ struct Engine {
     turn_changed: Vec<Condvar>,
     seed: u64,
     world: Option<Arc<shmem::World>>,
+    /// Every block's dynamic shared memory, `shape.shared_bytes` each (rounded up to 16).
+    shared: SharedMemory,
+}
+
+/// The blocks' dynamic shared memory: written through raw pointers by the simulated threads,
+/// of which only one runs at a time.
+struct SharedMemory {
+    words: Box<[core::cell::UnsafeCell<u128>]>,
+    per_block: usize,
+}
+
+// SAFETY: the cells are only accessed by simulated threads through the pointers `block`
+// returns, and only the thread holding the turn runs (the module's model), so no two
+// threads access them at once.
+unsafe impl Sync for SharedMemory {}
+
+impl SharedMemory {
+    /// `blocks` blocks of `bytes` each, every byte `0xa5` (a read before a write shows).
+    fn new(blocks: usize, bytes: u32) -> Self {
+        let per_block = (bytes as usize).div_ceil(16);
+        let fill = u128::from_ne_bytes([0xa5; 16]);
+        SharedMemory {
+            words: (0..blocks * per_block)
+                .map(|_| core::cell::UnsafeCell::new(fill))
+                .collect(),
+            per_block,
+        }
+    }
+
+    /// The first byte of global block `b`'s memory.
+    fn block(&self, b: usize) -> *mut u8 {
+        self.words
+            .get(b * self.per_block)
+            .map_or(core::ptr::NonNull::<u128>::dangling().as_ptr(), |c| c.get())
+            .cast()
+    }
 }
 
 /// What [`run`] reports when a simulated launch fails.
@@ -149,14 +185,25 @@ pub struct Shape {
     pub grid: (u32, u32, u32),
     /// Threads per block.
     pub block: (u32, u32, u32),
+    /// Bytes of dynamic shared memory per block ([`crate::shared::dynamic`]).
+    pub shared_bytes: u32,
 }
 
 impl Shape {
-    /// `blocks` blocks of `threads` threads, in `x` only.
+    /// `blocks` blocks of `threads` threads, in `x` only, without dynamic shared memory.
     pub fn linear(blocks: u32, threads: u32) -> Shape {
         Shape {
             grid: (blocks, 1, 1),
             block: (threads, 1, 1),
+            shared_bytes: 0,
+        }
+    }
+
+    /// The same shape with `bytes` of dynamic shared memory per block.
+    pub fn with_shared(self, bytes: u32) -> Shape {
+        Shape {
+            shared_bytes: bytes,
+            ..self
         }
     }
     fn volume(d: (u32, u32, u32)) -> u32 {
@@ -386,6 +433,7 @@ pub(crate) fn run_pes<F: Fn() + Sync>(
         turn_changed: (0..n).map(|_| Condvar::new()).collect(),
         seed,
         world,
+        shared: SharedMemory::new(blocks as usize, shape.shared_bytes),
     });
     {
         let mut st = engine.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -495,6 +543,13 @@ pub(crate) fn register(name: &str) -> Option<u32> {
         n if n.starts_with("grid_dim") => pick(c.shape.grid),
         n => panic!("the simulator has no special register `{n}`"),
     })
+}
+
+/// The calling simulated thread's block's dynamic shared memory and its size, if any.
+pub(crate) fn dynamic_shared() -> Option<(*mut u8, u32)> {
+    let c = ctx()?;
+    let block = c.global_block() as usize;
+    Some((c.engine.shared.block(block), c.shape.shared_bytes))
 }
 
 /// The PE of the calling simulated thread, if any (`my_pe()` without a `World`).

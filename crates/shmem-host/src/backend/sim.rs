@@ -746,6 +746,7 @@ impl Backend for SimPe {
         let shape = Shape {
             grid: cfg.grid,
             block: cfg.block,
+            shared_bytes: cfg.shared_mem_bytes,
         };
         let call = args.host_call();
         if let Some(steps) = self.capture.borrow_mut().as_mut() {

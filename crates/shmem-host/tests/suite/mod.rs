@@ -42,6 +42,7 @@ macro_rules! simulated_cases {
             barriers: 1,
             collectives: 1,
             peer_memory: 1,
+            block_shared: 1,
             unequal_allocation_fails_on_every_pe: 2,
             graph_replays_launches_and_barriers: 1,
             teams: 1,
@@ -373,6 +374,41 @@ pub fn peer_memory(rt: &Shmem) {
     if me == 0 {
         assert_eq!(&c[..2], &[n as u64, 2 * n as u64]);
     }
+}
+
+pub fn block_shared(rt: &Shmem) {
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::block_shared>().unwrap();
+    let bytes = (api_suite_kernels::SHARED_WORDS * 4) as u32;
+    let (blocks, threads) = (3u32, 96u32);
+    let got = filled(rt, 4 * blocks as usize, |_| 0u32);
+    // SAFETY: `got` holds four words a block; the launch gives the shared memory it uses.
+    unsafe {
+        k.launch(
+            LaunchConfig::linear(blocks, threads).with_shared_mem(bytes),
+            (&got,),
+        )
+        .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let want: Vec<u32> = (0..blocks).flat_map(|_| [bytes, 1, 0, threads]).collect();
+    assert_eq!(
+        got.to_vec().unwrap(),
+        want,
+        "per block: [bytes given, one word more refused, words read wrong, threads counted]"
+    );
+    // A launch with too little: the kernel sees the size and finds no room.
+    let small = filled(rt, 4, |_| u32::MAX);
+    // SAFETY: as above; the kernel writes only `got[0]` when the memory is too small.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 32).with_shared_mem(16), (&small,))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    assert_eq!(
+        small.to_vec().unwrap(),
+        vec![16, u32::MAX, u32::MAX, u32::MAX]
+    );
 }
 
 pub fn unequal_allocation_fails_on_every_pe(rt: &Shmem) {
