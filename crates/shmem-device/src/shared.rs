@@ -26,6 +26,8 @@
 //!
 //! Memory in it is not initialised: a block sees what the block before it on the same SM
 //! left there (the simulator fills it with `0xa5` bytes, so that a read before a write shows).
+//! So a flag is reset, and the block synchronised, before anyone polls it: without the
+//! reset a block on an H100 read a finished block's flag as set, and that block's words.
 //!
 //! # Safety (common to every `unsafe` function of this module)
 //! The address is within the block's dynamic shared memory and aligned for `T`; accesses

@@ -558,10 +558,17 @@ pub unsafe fn block_shared(got: SymSlice<u32>) {
         return;
     };
     let (flag, sum) = (words, words.wrapping_add(SHARED_WORDS - 1));
-    // SAFETY: the block's own shared words: thread 0 writes them before the release, the
-    // others read them after the acquire; the last word is only touched by atomics after the
-    // barrier that follows its reset. `got`'s words `4 b ..` are this block's, thread 0's.
+    // SAFETY: the block's own shared words: the flag is reset before the barrier (the
+    // memory holds what an earlier block on the SM left: on an H100 a block read a finished
+    // block's flag and words before this reset was here); thread 0 writes the words before
+    // the release, the others read them after the acquire; the last word is only touched by
+    // atomics after the barrier that follows its reset. `got`'s words `4 b ..` are this
+    // block's, thread 0's.
     unsafe {
+        if t == 0 {
+            scoped::store_relaxed(Cta, flag, 0u32);
+        }
+        sync_threads();
         if t == 0 {
             for i in 1..SHARED_WORDS {
                 words.wrapping_add(i).write((b * 1000 + i) as u32);

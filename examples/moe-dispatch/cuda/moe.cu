@@ -287,26 +287,28 @@ __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t,
 // Chunks a thread holds in registers while its block copies a row (send_held).
 constexpr uint32_t HELD = 4;
 
-// Chunk j of the thread's batch at chunk first: first + tid + j * bs, or with PAIRED two
-// adjacent chunks, j / 2 batches of bs pairs apart.
+// Chunk j of the batch at chunk first of copying thread tid of bs: first + tid + j * bs, or
+// with PAIRED two adjacent chunks, j / 2 batches of bs pairs apart.
 template <bool PAIRED>
-__device__ __forceinline__ uint32_t held_chunk(uint32_t first, uint32_t j) {
-  return PAIRED ? first + 2 * (threadIdx.x + j / 2 * blockDim.x) + j % 2 : first + threadIdx.x + j * blockDim.x;
+__device__ __forceinline__ uint32_t held_chunk(uint32_t first, uint32_t j, uint32_t tid, uint32_t bs) {
+  return PAIRED ? first + 2 * (tid + j / 2 * bs) + j % 2 : first + tid + j * bs;
 }
 
 template <bool PAIRED>
-__device__ __forceinline__ void load_held(uint4 v[HELD], const uint4 *from, uint32_t first, uint32_t chunks) {
+__device__ __forceinline__ void load_held(uint4 v[HELD], const uint4 *from, uint32_t first, uint32_t chunks,
+                                          uint32_t tid, uint32_t bs) {
 #pragma unroll
   for (uint32_t j = 0; j < HELD; j++) {
-    uint32_t c = held_chunk<PAIRED>(first, j);
+    uint32_t c = held_chunk<PAIRED>(first, j, tid, bs);
     v[j] = c < chunks ? from[c] : make_uint4(0, 0, 0, 0);
   }
 }
 
-__device__ __forceinline__ void store_held(const uint4 v[HELD], uint4 *to, uint32_t first, uint32_t chunks) {
+__device__ __forceinline__ void store_held(const uint4 v[HELD], uint4 *to, uint32_t first, uint32_t chunks,
+                                           uint32_t tid, uint32_t bs) {
 #pragma unroll
   for (uint32_t j = 0; j < HELD; j++) {
-    uint32_t c = held_chunk<false>(first, j);
+    uint32_t c = held_chunk<false>(first, j, tid, bs);
     if (c < chunks) to[c] = v[j];
   }
 }
@@ -366,13 +368,13 @@ __device__ __forceinline__ void quantize_held(const uint4 v[HELD], uint4 q[PAIRS
 
 // Stores what quantize_held made into the sent row at `to` (h e4m3 bytes, then the scales).
 __device__ __forceinline__ void store_fp8(const uint4 q[PAIRS], const float scale[PAIRS], uint16_t *to, size_t h,
-                                          uint32_t first) {
+                                          uint32_t first, uint32_t tid, uint32_t bs) {
   uint32_t chunks = h / 8;
   uint4 *bytes = reinterpret_cast<uint4 *>(to);
   float *scales = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(to) + h);
 #pragma unroll
   for (uint32_t i = 0; i < PAIRS; i++) {
-    uint32_t c = held_chunk<true>(first, 2 * i);
+    uint32_t c = held_chunk<true>(first, 2 * i, tid, bs);
     if (c < chunks) {
       bytes[c / 2] = q[i];
       if (c % 16 == 0) scales[c / 16] = scale[i];
@@ -443,22 +445,22 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
     size_t rows = (t_n - t0 + stride - 1) / stride;
     uint32_t steps = (uint32_t)(rows < g_n ? rows : g_n) * nb;
     auto ahead = [&](uint32_t j) {
-      if (j < steps) fetch(next, t0 + j / nb * stride, j % nb * batch);
-      else fetch(next, t0, chunks);
+      if (j < steps) fetch(next, t0 + j / nb * stride, j % nb * batch, threadIdx.x, blockDim.x);
+      else fetch(next, t0, chunks, threadIdx.x, blockDim.x);
     };
-    fetch(raw, t0, 0);
+    fetch(raw, t0, 0, threadIdx.x, blockDim.x);
     prepare(v, raw);
     if (AHEAD) ahead(1);
     __syncthreads();
     bool unmapped = false;
     for (uint32_t j = 0;;) {
-      unmapped |= store(t0 + j / nb * stride, j % nb * batch, v);
+      unmapped |= store(t0 + j / nb * stride, j % nb * batch, v, threadIdx.x, blockDim.x);
       if (++j == steps) break;
       if (AHEAD) {
         prepare(v, next);
         ahead(j + 1);
       } else {
-        fetch(raw, t0 + j / nb * stride, j % nb * batch);
+        fetch(raw, t0 + j / nb * stride, j % nb * batch, threadIdx.x, blockDim.x);
         prepare(v, raw);
       }
     }
@@ -486,15 +488,15 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
   uint32_t chunks = h / 8;
   send_grouped<false, Held>(
       b, s,
-      [&](uint4 raw[HELD], size_t t, uint32_t first) {
-        load_held<false>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks);
+      [&](uint4 raw[HELD], size_t t, uint32_t first, uint32_t tid, uint32_t bs) {
+        load_held<false>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks, tid, bs);
       },
       [&](Held &v, const uint4 raw[HELD]) {
 #pragma unroll
         for (uint32_t j = 0; j < HELD; j++) v.v[j] = raw[j];
       },
-      [&](size_t t, uint32_t first, const Held &v) {
-        return each_mapped(b, s, t, [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks); });
+      [&](size_t t, uint32_t first, const Held &v, uint32_t tid, uint32_t bs) {
+        return each_mapped(b, s, t, [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks, tid, bs); });
       },
       [&](size_t t, uint32_t d, uint16_t *target) {
         nvshmemx_putmem_nbi_warp(target, b.x + t * h, h * sizeof(uint16_t), d);
@@ -529,7 +531,80 @@ struct Quantised {
   float scale[PAIRS];
 };
 
-// The FP8 dispatch, both modes (send_grouped): the block loads a row and quantises it in
+// The FP8 dispatch's block per token, its metadata sent ahead (kernels.rs, send_split):
+// warp 0 sends the metadata of the block's tokens one after another and counts them out in
+// shared memory (a release at block scope after each token); the other warps load, quantise
+// and store the rows batch by batch, each row's first store after its token's count (an
+// acquire). The copying threads are numbered from 0 past warp 0. If a row went to a PE
+// whose memory is not mapped, after the block's last row the block's (token, destination)
+// warps put it there.
+constexpr uint32_t META_WARPS = 1;
+template <bool AHEAD, class V, class Fetch, class Prepare, class Store, class Put>
+__device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch fetch, Prepare prepare, Store store,
+                                           Put put) {
+  __shared__ uint32_t ready, unmapped_flag;
+  uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
+  size_t t_n = s.tokens, t0 = blockIdx.x, stride = gridDim.x;
+  uint32_t count = t0 < t_n ? (uint32_t)((t_n - t0 + stride - 1) / stride) : 0;
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_block> out(ready);
+  if (threadIdx.x == 0) {
+    out.store(0, cuda::memory_order_relaxed);
+    unmapped_flag = 0;
+  }
+  __syncthreads();
+  if (w < META_WARPS) {
+    for (uint32_t i = 0; i < count; i++) {
+      for (uint32_t d = 0; d < n; d++) send(b, s, t0 + i * stride, d, lane);
+      __syncwarp();
+      if (lane == 0) out.store(i + 1, cuda::memory_order_release);
+    }
+  } else {
+    uint32_t rank = threadIdx.x - META_WARPS * 32, threads = blockDim.x - META_WARPS * 32;
+    uint32_t chunks = (uint32_t)(s.hidden / 8), batch = HELD * threads;
+    uint32_t nb = (chunks + batch - 1) / batch, steps = count * nb;
+    bool unmapped = false;
+    if (steps > 0) {
+      V v;
+      uint4 raw[HELD], next[HELD];
+      auto ahead = [&](uint32_t j) {
+        if (j < steps) fetch(next, t0 + j / nb * stride, j % nb * batch, rank, threads);
+        else fetch(next, t0, chunks, rank, threads);
+      };
+      fetch(raw, t0, 0, rank, threads);
+      if (AHEAD) ahead(1);
+      for (uint32_t j = 0;;) {
+        size_t t = t0 + j / nb * stride;
+        uint32_t first = j % nb * batch;
+        prepare(v, raw);
+        if (first == 0)
+          while (out.load(cuda::memory_order_acquire) <= j / nb) {
+          }
+        unmapped |= store(t, first, v, rank, threads);
+        if (++j == steps) break;
+        if (AHEAD) {
+#pragma unroll
+          for (uint32_t k = 0; k < HELD; k++) raw[k] = next[k];
+          ahead(j + 1);
+        } else {
+          fetch(raw, t0 + j / nb * stride, j % nb * batch, rank, threads);
+        }
+      }
+    }
+    if (unmapped && rank == 0) unmapped_flag = 1;
+  }
+  __syncthreads();
+  if (unmapped_flag) {
+    for (uint32_t u = w; u < count * n; u += nw) {
+      size_t t = t0 + u / n * stride;
+      uint32_t d = u % n;
+      uint16_t *peer, *at = target(b, s, t, d, peer);
+      if (at && !peer) put(t, d, at);
+    }
+  }
+}
+
+// The FP8 dispatch, both modes (send_split in low-latency mode, send_grouped in
+// throughput mode): the block loads a row and quantises it in
 // registers, then stores the e4m3 row into each PE it goes to whose memory is mapped here.
 // Only when a destination is not mapped does it also write the row into its staging row,
 // which a warp then puts there.
@@ -537,20 +612,25 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   size_t h = s.hidden;
   uint32_t chunks = h / 8;
   size_t sent_bytes = h + h / FP8_GROUP * 4;
-  send_grouped<FP8_AHEAD, Quantised>(
-      b, s,
-      [&](uint4 raw[HELD], size_t t, uint32_t first) {
-        load_held<true>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks);
-      },
-      [&](Quantised &v, const uint4 raw[HELD]) { quantize_held(raw, v.q, v.scale); },
-      [&](size_t t, uint32_t first, const Quantised &v) {
-        bool staged = each_mapped(b, s, t, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first); });
-        if (staged) store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first);
-        return staged;
-      },
-      [&](size_t t, uint32_t d, uint16_t *target) {
-        nvshmemx_putmem_nbi_warp(target, b.comb_stage + t * h, sent_bytes, d);
-      });
+  auto fetch = [&](uint4 raw[HELD], size_t t, uint32_t first, uint32_t rank, uint32_t threads) {
+    load_held<true>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks, rank, threads);
+  };
+  auto prepare = [&](Quantised &v, const uint4 raw[HELD]) { quantize_held(raw, v.q, v.scale); };
+  auto store = [&](size_t t, uint32_t first, const Quantised &v, uint32_t rank, uint32_t threads) {
+    bool staged =
+        each_mapped(b, s, t, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first, rank, threads); });
+    if (staged) store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first, rank, threads);
+    return staged;
+  };
+  auto put = [&](size_t t, uint32_t d, uint16_t *target) {
+    nvshmemx_putmem_nbi_warp(target, b.comb_stage + t * h, sent_bytes, d);
+  };
+  // The split pays in low-latency mode, where the metadata waits for atomics; in throughput
+  // mode it took 2-3 % more time (kernels.rs, send_quantised).
+  if (s.mode == THROUGHPUT)
+    send_grouped<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
+  else
+    send_split<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
 }
 
 // Completes the block's puts, p's and AMOs for its thread 0 (every thread calls it). When

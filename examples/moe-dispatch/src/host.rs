@@ -216,6 +216,14 @@ impl Options {
                 self.threads
             ));
         }
+        let path = self.shape(n).dispatch_path();
+        if self.threads < path.min_threads() {
+            return bad(format!(
+                "the {path:?} dispatch needs at least {} threads per block, not {}",
+                path.min_threads(),
+                self.threads
+            ));
+        }
         if self.rounds == 0 || self.blocks == Some(0) {
             return bad("at least one round and one block".into());
         }
@@ -437,7 +445,11 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         ),
         f => (kernels::LAYOUT_THREADS, f),
     };
-    let df = resident("dispatch", k.dispatch_fit(shape, &probe))?;
+    let dispatch_shared = shape.dispatch_path().shared_bytes();
+    let df = resident(
+        "dispatch",
+        k.dispatch_fit(shape, &probe.with_shared_mem(dispatch_shared)),
+    )?;
     let ef = resident("experts", k.experts.max_coresident_blocks(&probe))?;
     let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
     let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
@@ -458,7 +470,9 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         // PEs: cooperative, for the CUDA C++ twin too (the Rust manifest says so itself);
         // experts is local.
         LaunchConfig::linear(layout.div_ceil(lth / 32).clamp(1, lf), lth).with_cooperative(true),
-        LaunchConfig::linear(fit(df, dispatch), th).with_cooperative(true),
+        LaunchConfig::linear(fit(df, dispatch), th)
+            .with_shared_mem(dispatch_shared)
+            .with_cooperative(true),
         LaunchConfig::linear(ef, th).with_cooperative(false),
         LaunchConfig::linear(fit(cf, combine), th).with_cooperative(true),
     ])

@@ -36,9 +36,11 @@
 //!   expert, the rest dropped and counted. [`moe_dispatch()`] then only copies, a warp per
 //!   (token, destination).
 //! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token as the
-//!   low-latency `bf16` dispatch does (in throughput mode `W / n` tokens at a time with `W`
-//!   warps a block, one barrier for them all), which quantises the row in registers and
-//!   stores the `e4m3` row straight into every PE it goes to.
+//!   low-latency `bf16` dispatch does, which quantises the row in registers and stores the
+//!   `e4m3` row straight into every PE it goes to. In low-latency mode the block's first warp
+//!   sends the metadata of all its tokens ahead while the other warps copy, each row once
+//!   its metadata is out (a count in block-shared memory); in throughput mode `W / n` tokens
+//!   at a time with `W` warps a block, one barrier for them all.
 //!
 //! # Completion
 //! A block's puts are complete before its thread 0 signals: one `quiet` after a barrier
@@ -70,7 +72,7 @@ use shmem_device::fp8::{bf16x2_amax, e4m3_to_f32, e4m3x2_from_f32};
 use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
 use shmem_device::rma::Chunk;
-use shmem_device::scoped::{self, Gpu};
+use shmem_device::scoped::{self, Cta, Gpu};
 
 /// Runs `$body` with `$i` bound to each of the listed constants, written out rather than
 /// looped: LLVM keeps an array indexed by a loop variable in local memory (measured: 1.75x
@@ -173,6 +175,25 @@ pub enum DispatchPath {
     Throughput,
     /// FP8, either mode: [`moe_dispatch_fp8()`].
     Fp8,
+}
+
+impl DispatchPath {
+    /// Bytes of dynamic shared memory its kernel takes a block.
+    pub fn shared_bytes(self) -> u32 {
+        match self {
+            DispatchPath::Fp8 => FP8_SHARED_BYTES,
+            DispatchPath::LowLatency | DispatchPath::Throughput => 0,
+        }
+    }
+
+    /// The fewest threads a block of its kernel may have: the FP8 dispatch's first warp
+    /// sends the metadata while the others copy.
+    pub fn min_threads(self) -> u32 {
+        match self {
+            DispatchPath::Fp8 => (META_WARPS + 1) * 32,
+            DispatchPath::LowLatency | DispatchPath::Throughput => 32,
+        }
+    }
 }
 
 impl Shape {
@@ -957,6 +978,40 @@ fn quantize_held(v: &[Chunk; HELD]) -> ([Chunk; PAIRS], [f32; PAIRS]) {
     (q, scale)
 }
 
+/// What the block-per-token dispatches do to a batch between loading and storing it
+/// ([`send_grouped`], [`send_split`]): nothing ([`AsLoaded`]) or quantise it ([`Quantise`]).
+/// A trait with inlined methods rather than a closure: the FP8 kernel calls it from both
+/// dispatches, and as a closure (or a function item) called from four places LLVM kept it
+/// out of line on sm_80, the batch through the stack (112 bytes).
+trait Prepare: Copy {
+    /// The prepared batch.
+    type V;
+    /// Every thread of the warp calls it (the quantisation shuffles).
+    fn prepare(self, raw: [Chunk; HELD]) -> Self::V;
+}
+
+/// The batch as loaded (the `bf16` dispatch).
+#[derive(Clone, Copy)]
+struct AsLoaded;
+impl Prepare for AsLoaded {
+    type V = [Chunk; HELD];
+    #[inline(always)]
+    fn prepare(self, raw: [Chunk; HELD]) -> Self::V {
+        raw
+    }
+}
+
+/// The batch quantised ([`quantize_held`], loaded `PAIRED`).
+#[derive(Clone, Copy)]
+struct Quantise;
+impl Prepare for Quantise {
+    type V = ([Chunk; PAIRS], [f32; PAIRS]);
+    #[inline(always)]
+    fn prepare(self, raw: [Chunk; HELD]) -> Self::V {
+        quantize_held(&raw)
+    }
+}
+
 /// Stores what [`quantize_held`] made of the pairs at chunk `first` into the sent row at
 /// `to` (`h` `e4m3` bytes, then one `f32` scale per group); the thread of a group's first
 /// pair stores the scale.
@@ -1040,21 +1095,23 @@ fn group_len(s: Shape) -> u32 {
 /// [`group_len`] in low-latency mode.
 const LOW_LATENCY_GROUP: u32 = 2;
 
-/// Whether the FP8 dispatch loads its next batch ahead ([`send_grouped`]'s `AHEAD`): from
+/// Whether the FP8 dispatch loads its next batch ahead ([`send_grouped`]'s and
+/// [`send_split`]'s `AHEAD`): from
 /// sm_90 up, where it fits the kernel's 80 registers (at 80 on sm_80 ptxas spills 8 bytes),
 /// and on the simulator, which tests the path. On one H100 the FP8 dispatch took 3-5 % less
 /// time with it at 512 and 4096 tokens, either mode; the `bf16` one, loading the group's
 /// second row ahead, 2-10 % more (it then needs 80 registers, three blocks an SM).
 const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90"));
 
-/// The block-per-token dispatches, both `dtype`s. The block takes its tokens
+/// The block-per-token dispatches but the low-latency FP8 one ([`send_split`]): the
+/// low-latency `bf16` dispatch and the throughput FP8 one. The block takes its tokens
 /// (`block_idx_x()` and on by `grid_dim_x()`) [`group_len`] at a time. Its warps send the
 /// group's metadata ([`send`], a warp per (token, destination)), while the threads load the
-/// first batch of the group's first row (`fetch(t, 0)`; a warp that sends loads after it:
-/// held across the metadata, the chunks would not fit the kernel's registers); the block
-/// synchronises once, and then stores the group's rows batch by batch (`store(t, first, v)`
-/// with `v = prepare(fetch(t, first))`, [`HELD`] chunks a thread a batch) into every PE they
-/// go to whose memory is mapped here. With `AHEAD` the next batch's loads are issued before
+/// first batch of the group's first row (`fetch(t, 0, tid, bs)`; a warp that sends loads
+/// after it: held across the metadata, the chunks would not fit the kernel's registers); the
+/// block synchronises once, and then stores the group's rows batch by batch (`store(t,
+/// first, v, tid, bs)` with `v = prep.prepare(fetch(t, first, tid, bs))`, [`HELD`] chunks a
+/// thread a batch) into every PE they go to whose memory is mapped here. With `AHEAD` the next batch's loads are issued before
 /// the barrier and before each batch is stored, so that they are in flight meanwhile (a
 /// batch past the last is fetched at the row's end, which loads nothing). `store` returns
 /// whether some destination of `t` is not mapped; then, after a barrier, the group's (token,
@@ -1062,20 +1119,23 @@ const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = 
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it. `fetch` (with `t < T`, and
-/// `first` a batch of the row or the row's end), `prepare` and `store` are called by every
+/// `first` a batch of the row or the row's end), `prep` and `store` are called by every
 /// thread of the block, `put` by whole warps, with `t < T` (`store` and `put` after
 /// `send_slot[t]` is complete); `store`'s result is the same in every thread.
 #[inline(always)]
-unsafe fn send_grouped<const AHEAD: bool, V>(
+unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
     b: Bufs,
     s: Shape,
-    mut fetch: impl FnMut(usize, u32) -> [Chunk; HELD],
-    mut prepare: impl FnMut([Chunk; HELD]) -> V,
-    mut store: impl FnMut(usize, u32, &V) -> bool,
+    mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
+    prep: P,
+    mut store: impl FnMut(usize, u32, &P::V, u32, u32) -> bool,
     mut put: impl FnMut(usize, u32, Sym<u16>),
 ) {
     let (n, t_n) = (s.n_pes, s.tokens as usize);
     let (w, nw, lane) = (warp_id(), warps_per_block(), lane_id());
+    let (tid, bs) = (thread_idx_x(), block_dim_x());
+    let mut fetch = |t, first| fetch(t, first, tid, bs);
+    let mut store = |t, first, v: &P::V| store(t, first, v, tid, bs);
     let (g_n, stride) = (group_len(s), grid_dim_x() as usize);
     let units = g_n * n;
     let batch = HELD as u32 * block_dim_x();
@@ -1089,7 +1149,7 @@ unsafe fn send_grouped<const AHEAD: bool, V>(
     let mut t0 = block_idx_x() as usize;
     while t0 < t_n {
         // SAFETY: every thread of the block runs the same groups, so it calls `sync_threads`,
-        // `fetch`, `prepare` and `store` together, and each warp `send` and `put` whole; `t < T`,
+        // `fetch`, `prep` and `store` together, and each warp `send` and `put` whole; `t < T`,
         // `d < n`; `send_slot[t]` is complete after the first barrier (the caller's
         // contract).
         unsafe {
@@ -1105,7 +1165,7 @@ unsafe fn send_grouped<const AHEAD: bool, V>(
             let at = |j: u32| (t0 + (j / nb) as usize * stride, j % nb * batch);
             // Past the last step: a batch past the row's end, which loads nothing.
             let ahead = |j: u32| if j < steps { at(j) } else { (t0, chunks) };
-            let mut v = prepare(fetch(t0, 0));
+            let mut v = prep.prepare(fetch(t0, 0));
             // With `AHEAD`, the next step's loads are in flight while this one is stored.
             let mut next = if AHEAD {
                 let (t, first) = ahead(1);
@@ -1123,7 +1183,7 @@ unsafe fn send_grouped<const AHEAD: bool, V>(
                 if j == steps {
                     break;
                 }
-                v = prepare(if AHEAD {
+                v = prep.prepare(if AHEAD {
                     next
                 } else {
                     let (t, first) = at(j);
@@ -1159,7 +1219,6 @@ unsafe fn send_grouped<const AHEAD: bool, V>(
 #[inline(always)]
 unsafe fn send_held(b: Bufs, s: Shape) {
     let h = s.hidden as usize;
-    let (tid, bs) = (thread_idx_x(), block_dim_x());
     let chunks = (h / 8) as u32;
     let row = |t: usize| b.x.as_ptr().wrapping_add(t * h);
     // SAFETY: as `send_grouped` says: `t < T`, and `send_slot[t]` complete at `store`; the
@@ -1169,9 +1228,9 @@ unsafe fn send_held(b: Bufs, s: Shape) {
         send_grouped::<false, _>(
             b,
             s,
-            |t, first| load_held::<false>(row(t).cast::<Chunk>(), first, chunks, tid, bs),
-            |v| v,
-            |t, first, held| {
+            |t, first, tid, bs| load_held::<false>(row(t).cast::<Chunk>(), first, chunks, tid, bs),
+            AsLoaded,
+            |t, first, held, tid, bs| {
                 each_mapped(b, s, t, |peer| {
                     store_held(held, peer.cast(), first, chunks, tid, bs)
                 })
@@ -1222,50 +1281,188 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
     }
 }
 
-/// The FP8 dispatch, both modes ([`send_grouped`]): the block loads a row and quantises it in
+/// Warps of a block that send the metadata in [`send_split`]: the first; the others copy.
+const META_WARPS: u32 = 1;
+
+/// Bytes of dynamic shared memory [`moe_dispatch_fp8()`] takes ([`send_split`]): the count
+/// of the block's tokens whose metadata is out, and whether a row goes to a PE whose memory
+/// is not mapped here.
+pub const FP8_SHARED_BYTES: u32 = 8;
+
+/// The FP8 dispatch's block per token, its metadata sent ahead: warp 0 sends the metadata of
+/// the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one token after another
+/// ([`send`], a token's destinations in turn), and counts them out in block-shared memory
+/// (a release at block scope after each token). Meanwhile the other warps load, quantise and
+/// store the rows, batch by batch as [`send_grouped`] does, waiting before a row's first
+/// store for its token's count (an acquire): the atomics and `p`s of the metadata overlap
+/// the copy instead of standing before it in every group. The copying threads are numbered
+/// from 0 past warp 0 (`tid - 32` of `bs - 32`, what `fetch` and `store` are given). With
+/// `AHEAD` the next batch's loads are issued before each batch is stored. `store` returns
+/// whether some destination of `t` is not mapped; if any did, after the block's last row
+/// the block's (token, destination) warps call `put(t, d, at)` to send the row to `at` on
+/// `d`.
+///
+/// Measured on one H100 at 1 PE, held (BENCHMARKS.md, twentieth session), against
+/// [`send_grouped`], where every thread copies but waits for each group's metadata: the
+/// low-latency FP8 dispatch 0.91 of its time at 4096 tokens (39.3 against 43.0 µs) and
+/// 0.90-0.93 at 128; the throughput one 1.02-1.03 (its metadata waits for no atomics), which
+/// keeps [`send_grouped`]. (With 224 copying threads a 7168-value row is one batch of
+/// [`HELD`] chunks a thread; with 256 an eighth of the threads had none.)
+///
+/// # Safety
+/// See [`moe_dispatch()`]; every thread of the block calls it, the block has more than one
+/// warp and [`FP8_SHARED_BYTES`] of dynamic shared memory. `fetch` (with `t < T`, and
+/// `first` a batch of the row or the row's end), `prep` and `store` are called by every
+/// copying thread, `put` by whole warps, with `t < T` (`store` after `send_slot[t]` is
+/// complete, `put` after every store); `store`'s result is the same in every thread.
+#[inline(always)]
+unsafe fn send_split<const AHEAD: bool, P: Prepare>(
+    b: Bufs,
+    s: Shape,
+    mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
+    prep: P,
+    mut store: impl FnMut(usize, u32, &P::V, u32, u32) -> bool,
+    mut put: impl FnMut(usize, u32, Sym<u16>),
+) {
+    let (n, t_n) = (s.n_pes, s.tokens as usize);
+    let (w, nw, lane, tid, bs) = (
+        warp_id(),
+        warps_per_block(),
+        lane_id(),
+        thread_idx_x(),
+        block_dim_x(),
+    );
+    let (t0, stride) = (block_idx_x() as usize, grid_dim_x() as usize);
+    let count = t_n.saturating_sub(t0).div_ceil(stride) as u32;
+    let token = |i: u32| t0 + i as usize * stride;
+    // The count of tokens out, then the flag of an unmapped destination.
+    let Some(ready) = shmem_device::shared::dynamic::<u32>(2) else {
+        // The launch gave too little shared memory: the host's bug, stopped here.
+        core::panic!("moe_dispatch_fp8 needs FP8_SHARED_BYTES of dynamic shared memory")
+    };
+    let unmapped_flag = ready.wrapping_add(1);
+    // SAFETY: for the whole function: the two words are this block's, written before the
+    // barrier by thread 0 only, then by the scoped operations; `t < T` and `d < n` for every
+    // `send`, `fetch`, `store` and `put`; each warp calls `send` and `put` whole; the copying
+    // warps read `send_slot[t]` only after the acquire of the count that warp 0 released
+    // after `send(t, ..)` for every destination (its lanes ordered by `sync_warp` before).
+    unsafe {
+        if tid == 0 {
+            scoped::store_relaxed(Cta, ready, 0u32);
+            scoped::store_relaxed(Cta, unmapped_flag, 0u32);
+        }
+        sync_threads();
+        if w < META_WARPS {
+            for i in 0..count {
+                for d in 0..n {
+                    send(b, s, token(i), d, lane);
+                }
+                sync_warp(u32::MAX);
+                if lane == 0 {
+                    scoped::store_release(Cta, ready, i + 1);
+                }
+            }
+        } else {
+            let (rank, threads) = (tid - META_WARPS * 32, bs - META_WARPS * 32);
+            let chunks = s.hidden / 8;
+            let batch = HELD as u32 * threads;
+            let nb = chunks.div_ceil(batch);
+            let steps = count * nb;
+            let at = |j: u32| (token(j / nb), j % nb * batch);
+            // Past the last step: a batch past the row's end, which loads nothing.
+            let ahead = |j: u32| if j < steps { at(j) } else { (t0, chunks) };
+            let mut unmapped = false;
+            if steps > 0 {
+                let mut raw = fetch(t0, 0, rank, threads);
+                let mut next = if AHEAD {
+                    let (t, first) = ahead(1);
+                    fetch(t, first, rank, threads)
+                } else {
+                    [Chunk([0; 4]); HELD]
+                };
+                let mut j = 0;
+                loop {
+                    let (t, first) = at(j);
+                    let v = prep.prepare(raw);
+                    if first == 0 {
+                        while scoped::load_acquire(Cta, ready) <= j / nb {}
+                    }
+                    unmapped |= store(t, first, &v, rank, threads);
+                    j += 1;
+                    if j == steps {
+                        break;
+                    }
+                    raw = if AHEAD {
+                        let (t, first) = ahead(j + 1);
+                        core::mem::replace(&mut next, fetch(t, first, rank, threads))
+                    } else {
+                        let (t, first) = at(j);
+                        fetch(t, first, rank, threads)
+                    };
+                }
+            }
+            if unmapped && rank == 0 {
+                scoped::store_relaxed(Cta, unmapped_flag, 1u32);
+            }
+        }
+        sync_threads();
+        if scoped::load_relaxed(Cta, unmapped_flag) != 0 {
+            let mut u = w;
+            while u < count * n {
+                let (t, d) = (token(u / n), u % n);
+                if let Some((at, None)) = target(b, s, t, d) {
+                    put(t, d, at);
+                }
+                u += nw;
+            }
+        }
+    }
+}
+
+/// The FP8 dispatch, both modes ([`send_split`] in low-latency mode, [`send_grouped`] in
+/// throughput mode): the block loads a row and quantises it in
 /// registers ([`quantize_held`]), then stores the `e4m3` row into each PE it goes to whose
 /// memory is mapped here. Only when a destination is not mapped does the block also write
 /// the row into its staging row (row `t` of `comb_stage`), which a warp then puts there.
 ///
 /// # Safety
-/// See [`moe_dispatch()`]; every thread of the block calls it.
+/// See [`moe_dispatch_fp8()`]; every thread of the block calls it.
 #[inline(always)]
 unsafe fn send_quantised(b: Bufs, s: Shape) {
     let h = s.hidden as usize;
-    let (tid, bs) = (thread_idx_x(), block_dim_x());
     let chunks = (h / 8) as u32;
     let stage = |t: usize| b.comb_stage.as_ptr().wrapping_add(t * h);
-    // SAFETY: as `send_grouped` says: `t < T`, and `send_slot[t]` complete at `store`; every
-    // thread calls `load`, so the shuffles run in whole warps; the row's slot on `d` is this
-    // token's alone, and the peer address is in `recv_x`'s bounds there; row `t` of
+    // SAFETY: as `send_split` says: `t < T`, and `send_slot[t]` complete at `store`; every
+    // copying thread calls `load`, so the shuffles run in whole warps; the row's slot on `d`
+    // is this token's alone, and the peer address is in `recv_x`'s bounds there; row `t` of
     // `comb_stage` is this block's until the dispatch's `quiet`, and complete at `put` (after
-    // `send_grouped`'s barrier) (module documentation).
+    // `send_split`'s barrier) (module documentation).
     unsafe {
-        send_grouped::<FP8_AHEAD, _>(
-            b,
-            s,
-            |t, first| {
-                let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
-                load_held::<true>(from, first, chunks, tid, bs)
-            },
-            |v| quantize_held(&v),
-            |t, first, q| {
-                let staged = each_mapped(b, s, t, |peer| store_fp8(q, peer, h, first, tid, bs));
-                if staged {
-                    store_fp8(q, stage(t), h, first, tid, bs);
-                }
-                staged
-            },
-            |t, d, at| {
-                let len = s.sent_row();
-                put_nbi(
-                    Warp,
-                    SymSlice::from_raw_parts(at.as_ptr(), len),
-                    DeviceSlice::from_raw_parts(stage(t), len),
-                    d as i32,
-                )
-            },
-        );
+        let fetch = |t: usize, first, rank, threads| {
+            let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
+            load_held::<true>(from, first, chunks, rank, threads)
+        };
+        let store = |t: usize, first, q: &_, rank, threads| {
+            let staged = each_mapped(b, s, t, |peer| store_fp8(q, peer, h, first, rank, threads));
+            if staged {
+                store_fp8(q, stage(t), h, first, rank, threads);
+            }
+            staged
+        };
+        let put = |t: usize, d: u32, at: Sym<u16>| {
+            let len = s.sent_row();
+            put_nbi(
+                Warp,
+                SymSlice::from_raw_parts(at.as_ptr(), len),
+                DeviceSlice::from_raw_parts(stage(t), len),
+                d as i32,
+            )
+        };
+        if s.mode == MODE_THROUGHPUT {
+            send_grouped::<FP8_AHEAD, _>(b, s, fetch, Quantise, store, put);
+        } else {
+            send_split::<FP8_AHEAD, _>(b, s, fetch, Quantise, store, put);
+        }
     }
 }
 

@@ -134,8 +134,9 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             mode,
             dtype: c.dtype,
         };
-        let launch = |what: &str, kernel: unsafe fn(Bufs, Shape)| {
-            w.run(2, 64, seed * 10 + u64::from(round), || {
+        let launch = |what: &str, kernel: unsafe fn(Bufs, Shape), shared: u32| {
+            let grid = shmem_device::sim::Shape::linear(2, 64).with_shared(shared);
+            w.run_shape(grid, seed * 10 + u64::from(round), || {
                 // SAFETY: every PE launches the kernels of a round in order, with the shape
                 // and buffers they document (all simulated threads are co-resident).
                 unsafe { kernel(hd.bufs(), s) }
@@ -148,7 +149,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             });
         };
         if mode == MODE_THROUGHPUT {
-            launch("layout", k::moe_layout);
+            launch("layout", k::moe_layout, 0);
         }
         launch(
             "dispatch",
@@ -157,9 +158,10 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
                 DispatchPath::Throughput => k::moe_dispatch_throughput,
                 DispatchPath::Fp8 => k::moe_dispatch_fp8,
             },
+            s.dispatch_path().shared_bytes(),
         );
-        launch("experts", k::moe_experts);
-        launch("combine", k::moe_combine);
+        launch("experts", k::moe_experts, 0);
+        launch("combine", k::moe_combine, 0);
         for pe in 0..n {
             let got = Received {
                 recv_count: hd.recv_count.read(pe),
@@ -332,7 +334,8 @@ fn the_host_driver_runs_on_simulated_pes() {
             let mut o = Options::new(16, "/nonexistent".into());
             (o.hidden, o.experts, o.top_k, o.threads, o.blocks) = (32, 8, 3, 32, Some(2));
             if dtype == Dtype::Fp8 {
-                (o.hidden, o.dtype) = (128, dtype);
+                // A warp sends the metadata while the others copy: two warps at least.
+                (o.hidden, o.dtype, o.threads) = (128, dtype, 64);
             }
             (o.rounds, o.warmup, o.verify) = (1, 1, true);
             (o.mode, o.capacity) = (mode, capacity);
