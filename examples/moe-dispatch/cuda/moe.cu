@@ -421,8 +421,9 @@ __device__ __forceinline__ uint32_t group_len(const Shape &s) {
 // The block-per-token dispatches: the block takes its tokens group_len at a time. Its warps
 // send the group's metadata (a warp per (token, destination)) while the threads load the
 // first batch of the group's first row (a warp that sends loads after it); the block
-// synchronises once, then stores the group's rows batch by batch (store(t, first, v) with
-// v prepared from fetch(t, first)) into every PE they go to whose memory is mapped here.
+// synchronises once (low-latency mode), then stores the group's rows batch by batch
+// (store(t, first, v) with v prepared from fetch(t, first)) into every PE they go to whose
+// memory is mapped here.
 // With AHEAD the next batch's loads are issued before the barrier and while a batch is
 // stored (a batch past the row's end loads nothing). store returns whether some destination
 // of t is not mapped; then, after a barrier, the group's (token, destination) warps call
@@ -451,7 +452,9 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
     fetch(raw, t0, 0, threadIdx.x, blockDim.x);
     prepare(v, raw);
     if (AHEAD) ahead(1);
-    __syncthreads();
+    // The rows wait for the group's slots in low-latency mode only (send takes them there;
+    // in throughput mode the layout kernel wrote them).
+    if (s.mode != THROUGHPUT) __syncthreads();
     bool unmapped = false;
     for (uint32_t j = 0;;) {
       unmapped |= store(t0 + j / nb * stride, j % nb * batch, v, threadIdx.x, blockDim.x);

@@ -1109,7 +1109,8 @@ const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = 
 /// group's metadata ([`send`], a warp per (token, destination)), while the threads load the
 /// first batch of the group's first row (`fetch(t, 0, tid, bs)`; a warp that sends loads
 /// after it: held across the metadata, the chunks would not fit the kernel's registers); the
-/// block synchronises once, and then stores the group's rows batch by batch (`store(t,
+/// block synchronises once (in low-latency mode, where `send` takes the slots), and then
+/// stores the group's rows batch by batch (`store(t,
 /// first, v, tid, bs)` with `v = prep.prepare(fetch(t, first, tid, bs))`, [`HELD`] chunks a
 /// thread a batch) into every PE they go to whose memory is mapped here. With `AHEAD` the next batch's loads are issued before
 /// the barrier and before each batch is stored, so that they are in flight meanwhile (a
@@ -1118,7 +1119,8 @@ const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = 
 /// destination) warps call `put(t, d, at)` to send the row to `at` on `d`.
 ///
 /// # Safety
-/// See [`moe_dispatch()`]; every thread of the block calls it. `fetch` (with `t < T`, and
+/// See [`moe_dispatch()`]; every thread of the block calls it; in throughput mode after
+/// [`moe_layout()`] of the round, which wrote `send_slot`. `fetch` (with `t < T`, and
 /// `first` a batch of the row or the row's end), `prep` and `store` are called by every
 /// thread of the block, `put` by whole warps, with `t < T` (`store` and `put` after
 /// `send_slot[t]` is complete); `store`'s result is the same in every thread.
@@ -1173,7 +1175,13 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
             } else {
                 [Chunk([0; 4]); HELD]
             };
-            sync_threads();
+            // The rows wait for the group's slots: `send` takes them in low-latency mode; in
+            // throughput mode the layout kernel wrote them, and the rows go at once (one H100,
+            // the FP8 throughput dispatch: 0.4-2.5 % less time; BENCHMARKS.md, twentieth
+            // session).
+            if s.mode != MODE_THROUGHPUT {
+                sync_threads();
+            }
             let mut unmapped = false;
             let mut j = 0;
             loop {
