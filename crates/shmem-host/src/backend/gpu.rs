@@ -129,6 +129,40 @@ impl Drop for StartGuard {
     }
 }
 
+/// How long [`open_context`] waits for an MPS server that is not ready.
+const MPS_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A context on GPU `device`. Under MPS, a server that is restarting after a client's fault
+/// (a kernel that trapped in the process before) refuses new clients for a moment
+/// (`CUDA_ERROR_MPS_SERVER_NOT_READY`, seen between two GPU tests on an H100): that one error
+/// is retried for up to [`MPS_READY_WAIT`], then reported as what it is.
+fn open_context(device: usize) -> Result<std::sync::Arc<CudaContext>> {
+    let start = std::time::Instant::now();
+    loop {
+        match CudaContext::new(device) {
+            Ok(ctx) => return Ok(ctx),
+            Err(DriverError(sys::CUresult::CUDA_ERROR_MPS_SERVER_NOT_READY))
+                if start.elapsed() < MPS_READY_WAIT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e @ DriverError(sys::CUresult::CUDA_ERROR_MPS_SERVER_NOT_READY)) => {
+                return Err(Error::Cuda(format!(
+                    "cannot open GPU {device}: {e}: the MPS server did not accept clients \
+                     within {} s (is it restarting after a fault?)",
+                    MPS_READY_WAIT.as_secs()
+                )));
+            }
+            Err(e) => {
+                return Err(Error::Cuda(format!(
+                    "cannot open GPU {device}: {e} (is the NVIDIA driver installed and the GPU \
+                     visible?)"
+                )));
+            }
+        }
+    }
+}
+
 impl Gpu {
     /// Starts NVSHMEM on GPU `device`.
     pub(crate) fn start(device: usize, how: Start<'_>) -> Result<Gpu> {
@@ -147,11 +181,7 @@ impl Gpu {
                 unsafe { std::env::set_var(var, path) };
             }
         }
-        let ctx = CudaContext::new(device).map_err(|e| {
-            Error::Cuda(format!(
-                "cannot open GPU {device}: {e} (is the NVIDIA driver installed and the GPU visible?)"
-            ))
-        })?;
+        let ctx = open_context(device)?;
         ctx.bind_to_thread()?;
         // SAFETY: this GPU's context is current; NVSHMEM is not running (RUNNING).
         unsafe {
