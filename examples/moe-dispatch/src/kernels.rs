@@ -1292,9 +1292,9 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
 /// Warps of a block that send the metadata in [`send_split`]: the first; the others copy.
 const META_WARPS: u32 = 1;
 
-/// Bytes of dynamic shared memory [`moe_dispatch_fp8()`] takes ([`send_split`]): the count
-/// of the block's tokens whose metadata is out, and whether a row goes to a PE whose memory
-/// is not mapped here.
+/// Bytes of dynamic shared memory [`moe_dispatch_fp8()`] takes: its first warp sends the
+/// metadata ahead and counts the block's tokens out there; the other word says whether a row
+/// goes to a PE whose memory is not mapped here.
 pub const FP8_SHARED_BYTES: u32 = 8;
 
 /// The FP8 dispatch's block per token, its metadata sent ahead: warp 0 sends the metadata of
