@@ -164,6 +164,7 @@ const API: &[(&str, bool)] = &[
     ("ordering", true),
     ("barriers", true),
     ("peer_memory", false),
+    ("block_shared", false),
     ("bounds_check", false),
 ];
 const COLL: &[(&str, bool)] = &[("collectives", true)];
