@@ -11,6 +11,7 @@
 //! | [`Sym<T>`] / [`SymSlice<T>`] | symmetric heap, same offset on every PE | yes |
 //! | [`DevicePtr<T>`] / [`DeviceSlice<T>`] | this GPU's global memory (cudaMalloc, a non-symmetric buffer) | no, local side only |
 //! | [`PeerPtr<T>`] / [`PeerSlice<T>`] | another PE's symmetric object, mapped into this GPU's address space (NVLink / same node), from [`crate::ptr`] | loads and stores, not NVSHMEM calls |
+//! | [`SharedPtr<T>`] | the calling block's shared memory, from [`crate::shared::dynamic`] | no, this block only |
 //!
 //! Offsets are in elements of `T`, never bytes. Slices carry their length, and the
 //! operations that take two slices check that the lengths agree.
@@ -321,6 +322,16 @@ pub struct PeerPtr<T> {
     _t: PhantomData<*mut T>,
 }
 pointer_common!(PeerPtr, "a peer-mapped");
+
+/// A pointer into the calling block's shared memory, from [`crate::shared::dynamic`]. It
+/// means nothing to another block (the same address there is that block's memory) and
+/// nothing after the block has finished.
+#[repr(transparent)]
+pub struct SharedPtr<T> {
+    ptr: *mut T,
+    _t: PhantomData<*mut T>,
+}
+pointer_common!(SharedPtr, "a block-shared");
 
 /// A range of another PE's symmetric object mapped for loads and stores, from [`crate::ptr_slice`].
 #[repr(C)]

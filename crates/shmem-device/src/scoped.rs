@@ -19,7 +19,7 @@
 //! [`PeerPtr`] from [`crate::ptr`] whose PE is still alive). Mixing these
 //! operations with plain (non-atomic) accesses to the same word concurrently is a data race.
 
-use crate::mem::{DevicePtr, PeerPtr, Sym};
+use crate::mem::{DevicePtr, PeerPtr, SharedPtr, Sym};
 
 /// A memory-model scope. Implemented by [`Cta`], [`Gpu`], [`Sys`].
 pub trait MemScope: Copy + sealed::Sealed {
@@ -63,6 +63,12 @@ impl<T> ScopedTarget<T> for DevicePtr<T> {
     }
 }
 impl<T> ScopedTarget<T> for PeerPtr<T> {
+    #[inline(always)]
+    fn addr(self) -> *mut T {
+        self.as_ptr()
+    }
+}
+impl<T> ScopedTarget<T> for SharedPtr<T> {
     #[inline(always)]
     fn addr(self) -> *mut T {
         self.as_ptr()

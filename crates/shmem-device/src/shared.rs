@@ -29,71 +29,13 @@
 //! So a flag is reset, and the block synchronised, before anyone polls it: without the
 //! reset a block on an H100 read a finished block's flag as set, and that block's words.
 //!
-//! # Safety (common to every `unsafe` function of this module)
+//! # Safety of accesses through a [`SharedPtr`]
 //! The address is within the block's dynamic shared memory and aligned for `T`; accesses
 //! from several threads of the block are ordered by a barrier ([`crate::sync_threads`]) or by
 //! the scoped operations ([`crate::scoped`], scope [`Cta`](crate::scoped::Cta)), or they are a
 //! data race.
 
-use crate::scoped::ScopedTarget;
-
-/// A pointer into the calling block's shared memory. It means nothing to another block (the
-/// same address there is that block's memory) and nothing after the block has finished.
-#[derive(Debug)]
-pub struct SharedPtr<T> {
-    p: *mut T,
-}
-
-impl<T> Clone for SharedPtr<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for SharedPtr<T> {}
-
-impl<T> SharedPtr<T> {
-    /// The generic address.
-    #[inline(always)]
-    pub fn as_ptr(self) -> *mut T {
-        self.p
-    }
-
-    /// The pointer `i` elements on (wrapping arithmetic: in bounds only if the block's memory
-    /// reaches there).
-    #[inline(always)]
-    pub fn wrapping_add(self, i: usize) -> Self {
-        SharedPtr {
-            p: self.p.wrapping_add(i),
-        }
-    }
-
-    /// Reads the element (a plain load).
-    ///
-    /// # Safety
-    /// See the [module documentation](self#safety-common-to-every-unsafe-function-of-this-module).
-    #[inline(always)]
-    pub unsafe fn read(self) -> T {
-        // SAFETY: the caller's contract.
-        unsafe { self.p.read() }
-    }
-
-    /// Writes the element (a plain store).
-    ///
-    /// # Safety
-    /// See the [module documentation](self#safety-common-to-every-unsafe-function-of-this-module).
-    #[inline(always)]
-    pub unsafe fn write(self, v: T) {
-        // SAFETY: the caller's contract.
-        unsafe { self.p.write(v) }
-    }
-}
-
-impl<T> ScopedTarget<T> for SharedPtr<T> {
-    #[inline(always)]
-    fn addr(self) -> *mut T {
-        self.p
-    }
-}
+pub use crate::mem::SharedPtr;
 
 /// The alignment [`dynamic`] guarantees: CUDA aligns dynamic shared memory to 16 bytes.
 pub const ALIGN: usize = 16;
@@ -134,5 +76,7 @@ pub fn dynamic<T>(len: usize) -> Option<SharedPtr<T>> {
     let p = core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<u128>().cast::<T>();
     #[cfg(not(target_arch = "nvptx64"))]
     let p = crate::host::dynamic_shared().0.cast::<T>();
-    Some(SharedPtr { p })
+    // SAFETY: the start of this block's dynamic shared memory, `need` bytes of it given by
+    // the launch and aligned for `T` (`ALIGN`): a block-shared address of `len` `T`s.
+    Some(unsafe { SharedPtr::from_raw(p) })
 }
