@@ -1101,6 +1101,10 @@ const LOW_LATENCY_GROUP: u32 = 2;
 /// and on the simulator, which tests the path. On one H100 the FP8 dispatch took 3-5 % less
 /// time with it at 512 and 4096 tokens, either mode; the `bf16` one, loading the group's
 /// second row ahead, 2-10 % more (it then needs 80 registers, three blocks an SM).
+///
+/// Holding the batches in flight in shared memory instead, 2 or 3 batches ahead with
+/// `cp.async` (no registers held), took 1.34-1.39 times as long at 4096 tokens (the twin's
+/// low-latency FP8 dispatch on one H100; BENCHMARKS.md, twenty-first session).
 const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90"));
 
 /// The block-per-token dispatches but the low-latency FP8 one ([`send_split`]): the
