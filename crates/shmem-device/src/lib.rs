@@ -78,6 +78,7 @@ pub mod amo;
 pub mod bound;
 pub mod coll;
 pub mod fp8;
+pub mod hint;
 pub mod kernel;
 pub mod mem;
 pub mod order;
