@@ -58,6 +58,7 @@
 //! the sum over PEs, in PE order (so every PE has the same bits), to `stats[1 + check]`.
 
 use core::ops::{Add, Mul};
+use shmem_device::hint;
 use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
 use shmem_device::rma::Chunk;
@@ -86,6 +87,22 @@ pub struct Slab {
 // GPU, and every bit pattern is a valid value.
 unsafe impl KernelParam for Slab {
     const KIND: ParamKind = ParamKind::Scalar;
+}
+
+impl Slab {
+    /// The same slab, every field through [`hint::opaque`]: LLVM recomputes what it
+    /// derives from the fields where they are used instead of holding it across a loop.
+    #[inline(always)]
+    fn opaque(self) -> Self {
+        Slab {
+            nx: hint::opaque(self.nx),
+            rows: hint::opaque(self.rows),
+            top_pe: hint::opaque(self.top_pe),
+            bottom_pe: hint::opaque(self.bottom_pe),
+            top_rows: hint::opaque(self.top_rows),
+            n_pes: hint::opaque(self.n_pes),
+        }
+    }
 }
 
 /// The element types of the solver.
@@ -279,11 +296,28 @@ struct Bufs<T> {
 
 /// [`iterate`]'s `ROLE`: the block decides at run time whether it is an edge block.
 const ANY: u8 = 0;
-/// [`iterate`]'s `ROLE`: the caller knows this is an edge block (block 0, or block 1 of a
-/// slab of at least 2 rows).
+/// [`iterate`]'s `ROLE`: an edge block of a persistent loop that decides its direction at
+/// run time (block 0 of a one-row slab sends both ways; on sm_100 blocks 0 and 1), its
+/// inputs through [`hint::opaque`] ([`ONE_WAY_LOOPS`]).
 const EDGE: u8 = 1;
 /// [`iterate`]'s `ROLE`: the caller knows this is not an edge block.
 const INTERIOR: u8 = 2;
+/// [`iterate`]'s `ROLE`: block 0 of a slab of at least 2 rows: the first row, sent up.
+const TOP: u8 = 3;
+/// [`iterate`]'s `ROLE`: block 1 of a slab of at least 2 rows: the last row, sent down.
+const BOTTOM: u8 = 4;
+
+/// Whether the persistent kernels' blocks 0 and 1 run loops of one direction each
+/// ([`TOP`], [`BOTTOM`]) rather than the [`EDGE`] loop.
+///
+/// LLVM hoists the put's addresses out of an edge block's loop and keeps them in registers
+/// for the loop's whole life. A loop that sends one way fits them in its 64 registers on
+/// sm_80 and sm_90, and is the faster (1024² at 2 PEs under MPS, BENCHMARKS.md). A loop
+/// that may send both ways spills them (20-24 bytes on sm_90), so [`EDGE`] takes the slab
+/// and the signal array through [`hint::opaque`] each iteration and computes the addresses
+/// where they are used: no spills anywhere. On sm_100 the one-way loops spill 20-28 bytes
+/// (12 with `opaque`), so there blocks 0 and 1 run [`EDGE`].
+const ONE_WAY_LOOPS: bool = !cfg!(all(target_arch = "nvptx64", target_feature = "sm_100"));
 
 /// Whether this block updates and sends an edge row (module documentation).
 #[inline(always)]
@@ -304,20 +338,18 @@ unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, che
     let (a, a_new) = (b.a.as_ptr().cast_const(), b.a_new.as_ptr());
     let mut acc = 0.0f64;
     let edge = match ROLE {
-        EDGE => true,
+        EDGE | TOP | BOTTOM => true,
         INTERIOR => false,
         _ => is_edge_block(s),
     };
     if edge {
-        let sync = b.sync.as_ptr();
-        // SAFETY: the caller's contract; an edge block.
-        acc = unsafe {
-            if ROLE == EDGE {
-                edge_block_out_of_line(a, a_new, sync, s, epoch, check)
-            } else {
-                edge_block(a, a_new, sync, s, epoch, check)
-            }
+        let (sync, s) = if ROLE == EDGE {
+            (hint::opaque(b.sync.as_ptr()), s.opaque())
+        } else {
+            (b.sync.as_ptr(), s)
         };
+        // SAFETY: the caller's contract; an edge block, of this `ROLE`.
+        acc = unsafe { edge_block::<T, ROLE>(a, a_new, sync, s, epoch, check) };
     } else if blk >= 2 && rows > 2 {
         // (Block 1 of a one-row slab has nothing to do: it is neither an edge block nor
         // an interior one. The CPU simulator found `blk - 2` underflowing here.)
@@ -349,32 +381,16 @@ unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, che
     acc
 }
 
-/// [`edge_block`] as a call, for the persistent kernels' edge blocks (inlined in their
-/// loop, its put and waits still spilled; as a call, the loop holds nothing across it).
-///
-/// # Safety
-/// As [`edge_block`].
-#[inline(never)]
-unsafe fn edge_block_out_of_line<T: Real>(
-    a: *const T,
-    a_new: *mut T,
-    sync: *mut u64,
-    s: Slab,
-    epoch: u64,
-    check: bool,
-) -> f64 {
-    // SAFETY: the caller's contract.
-    unsafe { edge_block(a, a_new, sync, s, epoch, check) }
-}
-
 /// The edge block's part of an iteration (block 0: the first row, block 1: the last):
-/// wait for the neighbours' halos, update the row, send it with its signal.
+/// wait for the neighbours' halos, update the row, send it with its signal. `ROLE`
+/// [`TOP`] or [`BOTTOM`] fixes the block's direction at compile time (the persistent
+/// loops), any other decides from the block index.
 ///
 /// # Safety
-/// As [`iterate`], on block 0 or 1 (with at least 2 rows for block 1); `sync` is the
-/// 3-word symmetric signal array.
+/// As [`iterate`], on block 0 or 1 (with at least 2 rows for block 1, and `ROLE` matching
+/// the block); `sync` is the 3-word symmetric signal array.
 #[inline(always)]
-unsafe fn edge_block<T: Real>(
+unsafe fn edge_block<T: Real, const ROLE: u8>(
     a: *const T,
     a_new: *mut T,
     sync: *mut u64,
@@ -390,9 +406,14 @@ unsafe fn edge_block<T: Real>(
     let mut acc = 0.0f64;
     // An edge block: the first row (block 0) or the last (block 1, or block 0 when the
     // slab has one row).
-    let row = if blk == 0 { 1 } else { rows };
-    let to_top = blk == 0 && s.top_pe >= 0;
-    let to_bottom = (blk == 1 || rows == 1) && s.bottom_pe >= 0;
+    let (first, last) = match ROLE {
+        TOP => (true, false),
+        BOTTOM => (false, true),
+        _ => (blk == 0, blk == 1 || rows == 1),
+    };
+    let row = if first { 1 } else { rows };
+    let to_top = first && s.top_pe >= 0;
+    let to_bottom = last && s.bottom_pe >= 0;
     if tid == 0 {
         // SAFETY: `sync` is symmetric with 3 words; the neighbours set these words.
         unsafe {
@@ -511,16 +532,18 @@ unsafe fn step<T: Real>(b: Bufs<T>, s: Slab, epoch: u64, check: i32) {
 /// The kernels' contract: see [`persistent_f32()`].
 #[inline(always)]
 unsafe fn persistent<T: Real>(b: Bufs<T>, s: Slab, iters: u32, check_every: u32) {
-    // The edge blocks and the others run separate loops: in one loop the edge rows' waits
-    // and puts and the interior rows' stencil were live together and spilled (80 to 124
-    // bytes at the 64 registers of two 512-thread blocks per SM; `ptxas -v` now reports
-    // none).
+    // Each kind of block runs a loop of its own: in one loop the edge rows' waits and puts
+    // and the interior rows' stencil were live together and spilled (80 to 124 bytes at
+    // the 64 registers of two 512-thread blocks per SM). The edge row is inline in its
+    // loop: as a call (no spills, a 24-byte frame) it cost 0.3-0.5 us an iteration at
+    // 1024² under MPS, a call in the twin's loop as much (BENCHMARKS.md).
     // SAFETY: the kernels' contract; the role matches the block.
     unsafe {
-        if is_edge_block(s) {
-            persistent_loop::<T, EDGE>(b, s, iters, check_every)
-        } else {
-            persistent_loop::<T, INTERIOR>(b, s, iters, check_every)
+        match (block_idx_x(), s.rows >= 2) {
+            (0, true) if ONE_WAY_LOOPS => persistent_loop::<T, TOP>(b, s, iters, check_every),
+            (1, true) if ONE_WAY_LOOPS => persistent_loop::<T, BOTTOM>(b, s, iters, check_every),
+            _ if is_edge_block(s) => persistent_loop::<T, EDGE>(b, s, iters, check_every),
+            _ => persistent_loop::<T, INTERIOR>(b, s, iters, check_every),
         }
     }
 }
