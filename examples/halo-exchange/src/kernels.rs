@@ -536,7 +536,7 @@ unsafe fn persistent<T: Real>(b: Bufs<T>, s: Slab, iters: u32, check_every: u32)
     // and the interior rows' stencil were live together and spilled (80 to 124 bytes at
     // the 64 registers of two 512-thread blocks per SM). The edge row is inline in its
     // loop: as a call (no spills, a 24-byte frame) it cost 0.3-0.5 us an iteration at
-    // 1024² under MPS, a call in the twin's loop as much (BENCHMARKS.md).
+    // 1024² under MPS (1 us in the twin, BENCHMARKS.md).
     // SAFETY: the kernels' contract; the role matches the block.
     unsafe {
         match (block_idx_x(), s.rows >= 2) {
