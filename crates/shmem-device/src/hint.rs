@@ -74,7 +74,7 @@ impl<T> sealed::Sealed for *mut T {}
 impl<T> Opaque for *mut T {
     #[inline(always)]
     fn opaque(self) -> Self {
-        self.with_addr((self.addr()).opaque())
+        self.with_addr(self.addr().opaque())
     }
 }
 
@@ -82,7 +82,7 @@ impl<T> sealed::Sealed for *const T {}
 impl<T> Opaque for *const T {
     #[inline(always)]
     fn opaque(self) -> Self {
-        self.with_addr((self.addr()).opaque())
+        self.with_addr(self.addr().opaque())
     }
 }
 
