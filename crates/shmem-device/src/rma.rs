@@ -134,46 +134,72 @@ impl Chunk {
     );
 }
 
+/// A predicated 16-byte load from global memory with the load qualifiers `$qual` (after
+/// `ld.global`): `@p ld.global$qual.v4.u32`, zeros when the predicate is false.
+macro_rules! load_global_if {
+    ($(#[$doc:meta])* $name:ident, $qual:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        #[cfg_attr(shmem_sim, track_caller)]
+        pub unsafe fn $name(live: bool, p: *const Chunk) -> Chunk {
+            #[cfg(target_arch = "nvptx64")]
+            {
+                let (a, b, c, d): (u32, u32, u32, u32);
+                // SAFETY: the caller's contract; the asm reads the 16 bytes at `p` only when
+                // `live`.
+                unsafe {
+                    core::arch::asm!(
+                        concat!(
+                            "{{ .reg .pred q; .reg .u64 g; setp.ne.u32 q, {live}, 0; cvta.to.global.u64 g, {p}; \
+                             mov.b32 {a}, 0; mov.b32 {b}, 0; mov.b32 {c}, 0; mov.b32 {d}, 0; \
+                             @q ld.global", $qual, ".v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}"
+                        ),
+                        live = in(reg32) u32::from(live),
+                        p = in(reg64) p,
+                        a = out(reg32) a,
+                        b = out(reg32) b,
+                        c = out(reg32) c,
+                        d = out(reg32) d,
+                        options(readonly, nostack, preserves_flags)
+                    )
+                };
+                Chunk([a, b, c, d])
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            if live {
+                // SAFETY: the caller's contract.
+                unsafe { p.read() }
+            } else {
+                Chunk([0; 4])
+            }
+        }
+    };
+}
+
 impl Chunk {
-    /// [`Chunk::load_global`] if `live`, else zeros without touching `p`: one predicated load
-    /// (`@p ld.global.v4.u32`), as nvcc emits for `live ? *p : zero`. Loads under an `if`
-    /// compile to a branch around each (the asm cannot be speculated), which keeps ptxas from
-    /// issuing a group of them back to back.
-    ///
-    /// # Safety
-    /// If `live`: as [`Chunk::load_global`].
-    #[inline(always)]
-    #[cfg_attr(shmem_sim, track_caller)]
-    pub unsafe fn load_global_if(live: bool, p: *const Chunk) -> Chunk {
-        #[cfg(target_arch = "nvptx64")]
-        {
-            let (a, b, c, d): (u32, u32, u32, u32);
-            // SAFETY: the caller's contract; the asm reads the 16 bytes at `p` only when
-            // `live`.
-            unsafe {
-                core::arch::asm!(
-                    "{{ .reg .pred q; .reg .u64 g; setp.ne.u32 q, {live}, 0; cvta.to.global.u64 g, {p}; \
-                     mov.b32 {a}, 0; mov.b32 {b}, 0; mov.b32 {c}, 0; mov.b32 {d}, 0; \
-                     @q ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
-                    live = in(reg32) u32::from(live),
-                    p = in(reg64) p,
-                    a = out(reg32) a,
-                    b = out(reg32) b,
-                    c = out(reg32) c,
-                    d = out(reg32) d,
-                    options(readonly, nostack, preserves_flags)
-                )
-            };
-            Chunk([a, b, c, d])
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        if live {
-            // SAFETY: the caller's contract.
-            unsafe { p.read() }
-        } else {
-            Chunk([0; 4])
-        }
-    }
+    load_global_if!(
+        /// [`Chunk::load_global`] if `live`, else zeros without touching `p`: one predicated
+        /// load (`@p ld.global.v4.u32`), as nvcc emits for `live ? *p : zero`. Loads under an
+        /// `if` compile to a branch around each (the asm cannot be speculated), which keeps
+        /// ptxas from issuing a group of them back to back.
+        ///
+        /// # Safety
+        /// If `live`: as [`Chunk::load_global`].
+        load_global_if,
+        ""
+    );
+    load_global_if!(
+        /// [`Chunk::load_global_if`] for data read once: the line is not kept in L1
+        /// (`ld.global.L1::no_allocate`; L2 keeps it as usual). For rows that a warp reads
+        /// whole, once. Measured on one H100 (BENCHMARKS.md, twenty-third session): the MoE
+        /// combine at 512 tokens took 0.84 of the time with it; the low-latency dispatch,
+        /// whose lanes read pairs of chunks (the second from L1), took 1.1 times as long.
+        ///
+        /// # Safety
+        /// If `live`: as [`Chunk::load_global`].
+        load_global_once_if,
+        ".L1::no_allocate"
+    );
 }
 
 /// Copies `bytes` from `src` to `dst` with the threads of scope `S` when both are 16-byte
