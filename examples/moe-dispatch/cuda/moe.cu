@@ -16,6 +16,7 @@
 
 struct Shape {
   uint32_t tokens, hidden, experts, top_k, n_pes, capacity, round, mode, dtype;
+  uint32_t read_once;  // 1: the combine reads the expert rows not kept in L1 (as in Rust)
 };
 
 struct Bufs {
@@ -781,9 +782,20 @@ extern "C" __global__ void moe_experts(Bufs b, Shape s) {
 constexpr size_t SEGMENT_CHUNKS = 2;  // chunks per lane and row in a unit (512 bf16)
 constexpr size_t ROW_GROUP = 2;       // rows loaded together before the first add
 
+// A 16-byte load of data read once: not kept in L1 (Chunk::load_global_once_if in Rust).
+__device__ __forceinline__ uint4 load_once(const uint4 *p) {
+  uint4 v;
+  asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 // Loads chunks c0 + 32 j + lane (j < SEGMENT_CHUNKS, below `chunks`) of every non-null row
-// (all loads first), then adds them in row order, times their weights, to acc:
-// acc = acc + w * y, or acc = w * y for the first row while *fresh (then cleared).
+// (all loads first; with ONCE not kept in L1), then adds them in row order, times their
+// weights, to acc: acc = acc + w * y, or acc = w * y for the first row while *fresh (then
+// cleared).
+template <bool ONCE>
 __device__ __forceinline__ void accumulate(float acc[SEGMENT_CHUNKS][8],
                                            const uint4 *const rows[ROW_GROUP],
                                            const float w[ROW_GROUP], uint32_t c0, uint32_t chunks,
@@ -795,7 +807,8 @@ __device__ __forceinline__ void accumulate(float acc[SEGMENT_CHUNKS][8],
 #pragma unroll
     for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
       uint32_t c = c0 + 32 * (uint32_t)j + lane;
-      v[i][j] = rows[i] && c < chunks ? rows[i][c] : make_uint4(0, 0, 0, 0);
+      bool live = rows[i] && c < chunks;
+      v[i][j] = !live ? make_uint4(0, 0, 0, 0) : ONCE ? load_once(rows[i] + c) : rows[i][c];
     }
 #pragma unroll
   for (size_t i = 0; i < ROW_GROUP; i++) {
@@ -824,8 +837,8 @@ __device__ __forceinline__ void store_segment(float acc[SEGMENT_CHUNKS][8], uint
   }
 }
 
-// 64 registers: four blocks of 256 threads an SM (as the Rust kernel's max_registers).
-extern "C" __global__ void __maxnreg__(64) moe_combine(Bufs b, Shape s) {
+// The combine, reading the expert rows with accumulate<ONCE> (s.read_once picks it).
+template <bool ONCE> __device__ __forceinline__ void combine_reading(Bufs b, Shape s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t k_n = s.top_k, t_n = s.tokens, h = s.hidden;
   uint32_t l_n = s.experts / n;
@@ -871,7 +884,7 @@ extern "C" __global__ void __maxnreg__(64) moe_combine(Bufs b, Shape s) {
         ws[i] = __shfl_sync(0xffffffffu, w, k + i);
         rows[i] = pk >= 0 ? reinterpret_cast<const uint4 *>(b.expert_y + pk * h) : nullptr;
       }
-      accumulate(acc, rows, ws, c0, chunks, fresh);
+      accumulate<ONCE>(acc, rows, ws, c0, chunks, fresh);
     }
     store_segment(acc, reinterpret_cast<uint4 *>(dst), c0, chunks);
     if (staged) {
@@ -909,8 +922,16 @@ extern "C" __global__ void __maxnreg__(64) moe_combine(Bufs b, Shape s) {
           rows[i] = reinterpret_cast<const uint4 *>(d == me ? out : b.comb_recv + (d * t_n + t) * h);
         }
       }
-      accumulate(acc, rows, ones, c0, chunks, fresh);
+      accumulate<false>(acc, rows, ones, c0, chunks, fresh);
     }
     store_segment(acc, reinterpret_cast<uint4 *>(out), c0, chunks);
   }
+}
+
+// 64 registers: four blocks of 256 threads an SM (as the Rust kernel's max_registers).
+extern "C" __global__ void __maxnreg__(64) moe_combine(Bufs b, Shape s) {
+  if (s.read_once)
+    combine_reading<true>(b, s);
+  else
+    combine_reading<false>(b, s);
 }

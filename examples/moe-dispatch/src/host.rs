@@ -242,6 +242,19 @@ impl Options {
         Ok(())
     }
 
+    /// The kernels' shape on `rt`'s GPU: [`Options::shape`] with [`Shape::read_once`] set
+    /// for its L2 cache ([`Shape::for_l2`]; never under the simulator, which has none).
+    pub(crate) fn gpu_shape(&self, rt: &Shmem) -> Result<Shape> {
+        let s = self.shape(rt.n_pes() as u32);
+        if rt.is_simulated() {
+            return Ok(s);
+        }
+        let l2 = rt.context()?.attribute(
+            shmem_host::cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+        )?;
+        Ok(s.for_l2(l2.max(0) as u64))
+    }
+
     /// The kernels' shape for `n` PEs (round 0: [`Moe::round`] counts from 1).
     fn shape(&self, n: u32) -> Shape {
         Shape {
@@ -254,6 +267,7 @@ impl Options {
             round: 0,
             mode: self.mode.code(),
             dtype: self.dtype.code(),
+            read_once: 0,
         }
     }
 }
@@ -511,7 +525,7 @@ impl<'rt> Moe<'rt> {
     pub fn new(rt: &'rt Shmem, opts: &Options) -> Result<Moe<'rt>> {
         let (me, n) = (rt.my_pe() as u32, rt.n_pes() as u32);
         opts.check(n)?;
-        let shape = opts.shape(n);
+        let shape = opts.gpu_shape(rt)?;
         let r = routing::route(
             opts.seed,
             me,

@@ -160,7 +160,20 @@ pub struct Shape {
     /// What the dispatch sends: [`DTYPE_BF16`] or [`DTYPE_FP8`] (then `hidden` is a
     /// multiple of 128). The combine sends `bf16` either way.
     pub dtype: u32,
+    /// 1: the combine reads the expert rows with [`Chunk::load_global_once_if`] (not kept
+    /// in L1); 0: with plain loads. The host sets it when the rows take at most
+    /// [`READ_ONCE_L2S`] times the GPU's L2 cache ([`Shape::for_l2`]).
+    pub read_once: u32,
 }
+
+/// Up to how many L2 caches' worth of expert rows ([`Shape::expert_row_bytes`]) the combine
+/// reads them with [`Chunk::load_global_once_if`]. Measured on one H100 (50 MiB of L2; 64
+/// experts, hidden 7168, top-8, 1 PE, held stream; BENCHMARKS.md, twenty-third session): a
+/// round (dispatch and combine) with those loads took 0.97-0.99 of the time with plain ones
+/// at 128 tokens (0.3 L2s of rows), 0.88 at 512 (1.1), 0.94 at 1024 (2.2), 0.99 at 2048
+/// (4.5) and 1.02 at 4096 (9.0), where the combine took the same time and the dispatch
+/// after it 4 µs more.
+pub const READ_ONCE_L2S: u64 = 3;
 
 /// Which dispatch kernel a shape takes ([`Shape::dispatch_path`]). Each path is a kernel of
 /// its own, so that its own registers set its occupancy: the throughput `bf16` dispatch fits
@@ -200,6 +213,22 @@ impl Shape {
     /// Whether the dispatch sends FP8.
     pub fn fp8(&self) -> bool {
         self.dtype == DTYPE_FP8
+    }
+
+    /// Bytes of expert rows the combine reads on a PE when every pair is kept: `T · K · H`
+    /// `bf16` values (its tokens' share of every PE's pairs).
+    pub fn expert_row_bytes(&self) -> u64 {
+        u64::from(self.tokens) * u64::from(self.top_k) * u64::from(self.hidden) * 2
+    }
+
+    /// This shape with [`Shape::read_once`] set for a GPU with `l2_bytes` of L2 cache: when
+    /// the expert rows take at most [`READ_ONCE_L2S`] of it.
+    pub fn for_l2(self, l2_bytes: u64) -> Shape {
+        let once = self.expert_row_bytes() <= READ_ONCE_L2S * l2_bytes;
+        Shape {
+            read_once: u32::from(once),
+            ..self
+        }
     }
 
     /// The dispatch kernel this shape takes.
@@ -1904,14 +1933,15 @@ const _: () = assert!(
 type Acc = [[f32; 8]; SEGMENT_CHUNKS];
 
 /// Loads chunks `c0 + 32 j + lane` (`j < SEGMENT_CHUNKS`, those below `chunks`) of every
-/// non-null row of `rows` (all loads issued first), then adds them in row order, each times
-/// its weight, to `acc`: `acc = acc + w * y`, or `acc = w * y` for the first row while
-/// `*fresh` (which it then clears).
+/// non-null row of `rows` (all loads issued first; with `ONCE`, not kept in L1:
+/// [`Chunk::load_global_once_if`]), then adds them in row order, each times its weight, to
+/// `acc`: `acc = acc + w * y`, or `acc = w * y` for the first row while `*fresh` (which it
+/// then clears).
 ///
 /// # Safety
 /// Every non-null row is in global memory with `chunks` readable chunks.
 #[inline(always)]
-unsafe fn accumulate(
+unsafe fn accumulate<const ONCE: bool>(
     acc: &mut Acc,
     rows: [*const Chunk; ROW_GROUP],
     w: [f32; ROW_GROUP],
@@ -1928,7 +1958,14 @@ unsafe fn accumulate(
             let c = c0 + 32 * j as u32 + lane;
             // SAFETY: loaded only for a row that is there and `c < chunks` (the caller's
             // contract).
-            v[i][j] = unsafe { Chunk::load_global_if(live && c < chunks, row.wrapping_add(32 * j)) };
+            v[i][j] = unsafe {
+                let (live, p) = (live && c < chunks, row.wrapping_add(32 * j));
+                if ONCE {
+                    Chunk::load_global_once_if(live, p)
+                } else {
+                    Chunk::load_global_if(live, p)
+                }
+            };
         });
     });
     each_row!(i => {
@@ -1962,12 +1999,28 @@ unsafe fn store_segment(acc: &Acc, row: *mut Chunk, c0: u32, chunks: u32) {
     });
 }
 
-/// The combine (module documentation).
+/// The combine (module documentation), its expert rows read as [`Shape::read_once`] says.
 ///
 /// # Safety
 /// See [`moe_combine()`].
 #[inline(always)]
 unsafe fn combine(b: Bufs, s: Shape) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if s.read_once != 0 {
+            combine_reading::<true>(b, s)
+        } else {
+            combine_reading::<false>(b, s)
+        }
+    }
+}
+
+/// [`combine`], reading the expert rows with [`accumulate`]`::<ONCE>`.
+///
+/// # Safety
+/// See [`moe_combine()`].
+#[inline(always)]
+unsafe fn combine_reading<const ONCE: bool>(b: Bufs, s: Shape) {
     let (me, n) = (my_pe() as u32, s.n_pes);
     let (k_n, t_n, l_n, h) = (
         s.top_k as usize,
@@ -2040,7 +2093,7 @@ unsafe fn combine(b: Bufs, s: Shape) {
                         rows[i] = b.expert_y.as_ptr().add(pk as u32 as usize * h).cast();
                     }
                 });
-                accumulate(&mut acc, rows, ws, c0, chunks, &mut fresh);
+                accumulate::<ONCE>(&mut acc, rows, ws, c0, chunks, &mut fresh);
                 k += ROW_GROUP;
             }
             store_segment(&acc, out.cast(), c0, chunks);
@@ -2109,7 +2162,7 @@ unsafe fn combine(b: Bufs, s: Shape) {
                         .cast();
                     }
                 });
-                accumulate(&mut acc, rows, [1.0; ROW_GROUP], c0, chunks, &mut fresh);
+                accumulate::<false>(&mut acc, rows, [1.0; ROW_GROUP], c0, chunks, &mut fresh);
             }
             store_segment(&acc, out.cast(), c0, chunks);
         }

@@ -366,6 +366,7 @@ mod tests {
             round: 1,
             mode: MODE_THROUGHPUT,
             dtype: crate::kernels::DTYPE_BF16,
+            read_once: 0,
         };
         let src = (0..3)
             .map(|pe| Inputs {

@@ -135,6 +135,7 @@ fn call(
             Dtype::Bf16 => moe_dispatch::kernels::DTYPE_BF16,
             Dtype::Fp8 => moe_dispatch::kernels::DTYPE_FP8,
         },
+        read_once: 0,
     };
     let kept: Vec<bool> = r.topk.iter().map(|&e| e >= 0).collect();
     let want = reference::combine(&Inputs { x, routing: r }, &kept, &shape);

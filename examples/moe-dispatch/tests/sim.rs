@@ -55,6 +55,48 @@ fn the_cuda_twin_names_every_buffer_in_order() {
     assert_eq!(names, k::BUFFER_NAMES);
 }
 
+/// The twin's `Shape` has the Rust one's fields, in its order (the kernels take it by
+/// value: a field missing on one side shifts every later one). The pattern names every
+/// field, so a new one fails to compile here until it is listed.
+#[test]
+fn the_cuda_twin_shape_has_every_field_in_order() {
+    let _every_field = |s: Shape| {
+        let Shape {
+            tokens: _,
+            hidden: _,
+            experts: _,
+            top_k: _,
+            n_pes: _,
+            capacity: _,
+            round: _,
+            mode: _,
+            dtype: _,
+            read_once: _,
+        } = s;
+    };
+    let rust = [
+        "tokens",
+        "hidden",
+        "experts",
+        "top_k",
+        "n_pes",
+        "capacity",
+        "round",
+        "mode",
+        "dtype",
+        "read_once",
+    ];
+    assert_eq!(std::mem::size_of::<Shape>(), 4 * rust.len());
+    let twin: Vec<&str> = twin_between("struct Shape {", "};")
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .flat_map(|l| l.trim().trim_start_matches("uint32_t").split([',', ';']))
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .collect();
+    assert_eq!(twin, rust);
+}
+
 /// The twin's constants that the Rust kernels' buffers and signals depend on: its layout
 /// scans in units of [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK) tokens (the host driver sizes
 /// `scratch` for them), its `work` words are where the Rust kernels' are, and a grid's
@@ -107,6 +149,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
         round: 0,
         mode,
         dtype: c.dtype,
+        read_once: 0,
     }
     .lens();
     let hd = Held::alloc(&w, &lens);
@@ -133,6 +176,8 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             round,
             mode,
             dtype: c.dtype,
+            // Both of the combine's loads, a round each.
+            read_once: round % 2,
         };
         let launch = |what: &str, kernel: unsafe fn(Bufs, Shape), shared: u32| {
             let grid = shmem_device::sim::Shape::linear(2, 64).with_shared(shared);

@@ -132,7 +132,7 @@ impl<'rt> Front<'rt> {
         opts.check(n)?;
         let shape = Shape {
             round: 1,
-            ..opts.shape(n)
+            ..opts.gpu_shape(rt)?
         };
         let held = Held::alloc(rt, &shape.lens(), false)?;
         // The kernels' counters start at zero and return there by themselves.
