@@ -189,11 +189,14 @@ impl Chunk {
         ""
     );
     load_global_if!(
-        /// [`Chunk::load_global_if`] for data read once: the line is not kept in L1
-        /// (`ld.global.L1::no_allocate`; L2 keeps it as usual). For rows that a warp reads
-        /// whole, once. Measured on one H100 (BENCHMARKS.md, twenty-third session): the MoE
-        /// combine at 512 tokens took 0.84 of the time with it; the low-latency dispatch,
-        /// whose lanes read pairs of chunks (the second from L1), took 1.1 times as long.
+        /// [`Chunk::load_global_if`] for data read once: the line is not allocated in L1
+        /// (`ld.global.L1::no_allocate`, SASS `LDG.E.NA.128`). Measured on one H100
+        /// (BENCHMARKS.md, twenty-third session): the MoE combine took 0.84-0.86 of the
+        /// time with it at 512 tokens, where its 59 MB of rows are about the L2's size; the
+        /// FP8 dispatch 0.97-0.99 at 4096 tokens. But in the `bf16` dispatch it took 1 µs
+        /// more, and the kernel after a combine that read 470 MB this way took 4 µs more:
+        /// measure before using it. (`.cs` and `.lu` loads did the same; `.cg`, which
+        /// skips L1 as well, did nothing.)
         ///
         /// # Safety
         /// If `live`: as [`Chunk::load_global`].

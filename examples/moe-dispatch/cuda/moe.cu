@@ -295,13 +295,25 @@ __device__ __forceinline__ uint32_t held_chunk(uint32_t first, uint32_t j, uint3
   return PAIRED ? first + 2 * (tid + j / 2 * bs) + j % 2 : first + tid + j * bs;
 }
 
+// A 16-byte load of data read once, not kept in L1, if live, else zeros: one predicated
+// load (Chunk::load_global_once_if in Rust; a generic address of global memory is its global
+// address, so the load takes `p` as it is).
+__device__ __forceinline__ uint4 load_once_if(bool live, const uint4 *p) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  asm("{ .reg .pred q; setp.ne.u32 q, %5, 0; @q ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4]; }"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "l"(p), "r"((uint32_t)live));
+  return v;
+}
+
+// The held chunks of a batch (PAIRED: the FP8 dispatch's, read once, not kept in L1).
 template <bool PAIRED>
 __device__ __forceinline__ void load_held(uint4 v[HELD], const uint4 *from, uint32_t first, uint32_t chunks,
                                           uint32_t tid, uint32_t bs) {
 #pragma unroll
   for (uint32_t j = 0; j < HELD; j++) {
     uint32_t c = held_chunk<PAIRED>(first, j, tid, bs);
-    v[j] = c < chunks ? from[c] : make_uint4(0, 0, 0, 0);
+    v[j] = PAIRED ? load_once_if(c < chunks, from + c) : c < chunks ? from[c] : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -782,15 +794,6 @@ extern "C" __global__ void moe_experts(Bufs b, Shape s) {
 constexpr size_t SEGMENT_CHUNKS = 2;  // chunks per lane and row in a unit (512 bf16)
 constexpr size_t ROW_GROUP = 2;       // rows loaded together before the first add
 
-// A 16-byte load of data read once: not kept in L1 (Chunk::load_global_once_if in Rust).
-__device__ __forceinline__ uint4 load_once(const uint4 *p) {
-  uint4 v;
-  asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // Loads chunks c0 + 32 j + lane (j < SEGMENT_CHUNKS, below `chunks`) of every non-null row
 // (all loads first; with ONCE not kept in L1), then adds them in row order, times their
 // weights, to acc: acc = acc + w * y, or acc = w * y for the first row while *fresh (then
@@ -808,7 +811,7 @@ __device__ __forceinline__ void accumulate(float acc[SEGMENT_CHUNKS][8],
     for (size_t j = 0; j < SEGMENT_CHUNKS; j++) {
       uint32_t c = c0 + 32 * (uint32_t)j + lane;
       bool live = rows[i] && c < chunks;
-      v[i][j] = !live ? make_uint4(0, 0, 0, 0) : ONCE ? load_once(rows[i] + c) : rows[i][c];
+      v[i][j] = ONCE ? load_once_if(live, rows[i] + c) : live ? rows[i][c] : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
   for (size_t i = 0; i < ROW_GROUP; i++) {
