@@ -580,30 +580,36 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
     uint32_t nb = (chunks + batch - 1) / batch, steps = count * nb;
     bool unmapped = false;
     if (steps > 0) {
-      V v;
-      uint4 raw[HELD], next[HELD];
-      auto ahead = [&](uint32_t j) {
-        if (j < steps) fetch(next, t0 + j / nb * stride, j % nb * batch, rank, threads);
-        else fetch(next, t0, chunks, rank, threads);
+      // Batch j into `to` (past the last step, the row's end, which loads nothing).
+      auto ahead = [&](uint4 (&to)[HELD], uint32_t j) {
+        if (j < steps) fetch(to, t0 + j / nb * stride, j % nb * batch, rank, threads);
+        else fetch(to, t0, chunks, rank, threads);
       };
-      fetch(raw, t0, 0, rank, threads);
-      if (AHEAD) ahead(1);
-      for (uint32_t j = 0;;) {
+      // Step j: batch j, held in `held`, prepared and stored; `held` then takes the next
+      // batch this thread loads, j + 2 with AHEAD (b2 holds j + 1), else j + 1. With AHEAD
+      // two batches are in flight in registers of their own, two steps a loop iteration
+      // (kernels.rs, send_split).
+      auto step = [&](uint32_t j, uint4 (&held)[HELD]) {
         size_t t = t0 + j / nb * stride;
         uint32_t first = j % nb * batch;
-        prepare(v, raw);
+        V v;
+        prepare(v, held);
         if (first == 0)
           while (out.load(cuda::memory_order_acquire) <= j / nb) {
           }
         unmapped |= store(t, first, v, rank, threads);
-        if (++j == steps) break;
-        if (AHEAD) {
-#pragma unroll
-          for (uint32_t k = 0; k < HELD; k++) raw[k] = next[k];
-          ahead(j + 1);
-        } else {
-          fetch(raw, t0 + j / nb * stride, j % nb * batch, rank, threads);
-        }
+        if (AHEAD) ahead(held, j + 2);
+        else if (j + 1 < steps) ahead(held, j + 1);
+        return j + 1 < steps;
+      };
+      uint4 a[HELD], b2[HELD];
+      fetch(a, t0, 0, rank, threads);
+      uint32_t j = 0;
+      if (AHEAD) {
+        ahead(b2, 1);
+        while (step(j, a) && step(j + 1, b2)) j += 2;
+      } else {
+        while (step(j, a)) j++;
       }
     }
     if (unmapped && rank == 0) unmapped_flag = 1;

@@ -1346,7 +1346,10 @@ pub const FP8_SHARED_BYTES: u32 = 8;
 /// store for its token's count (an acquire): the atomics and `p`s of the metadata overlap
 /// the copy instead of standing before it in every group. The copying threads are numbered
 /// from 0 past warp 0 (`tid - 32` of `bs - 32`, what `fetch` and `store` are given). With
-/// `AHEAD` the next batch's loads are issued before each batch is stored. `store` returns
+/// `AHEAD` two batches are in flight while a thread quantises and stores a third: after
+/// step `j`'s store its registers take batch `j + 2` (on one H100, 0.96-0.97 of the time at
+/// 4096 tokens against one batch in flight, the same at 128 and 512; BENCHMARKS.md,
+/// twenty-fourth session). `store` returns
 /// whether some destination of `t` is not mapped; if any did, after the block's last row
 /// the block's (token, destination) warps call `put(t, d, at)` to send the row to `at` on
 /// `d`.
@@ -1382,7 +1385,9 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
         block_dim_x(),
     );
     let (t0, stride) = (block_idx_x() as usize, grid_dim_x() as usize);
-    let count = t_n.saturating_sub(t0).div_ceil(stride) as u32;
+    // The block's tokens, from its first.
+    let count_from = |t0: usize| t_n.saturating_sub(t0).div_ceil(stride) as u32;
+    let count = count_from(t0);
     let token = |i: u32| t0 + i as usize * stride;
     // The count of tokens out, then the flag of an unmapped destination.
     let Some(ready) = shmem_device::shared::dynamic::<u32>(2) else {
@@ -1422,32 +1427,43 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
             let ahead = |j: u32| if j < steps { at(j) } else { (t0, chunks) };
             let mut unmapped = false;
             if steps > 0 {
-                let mut raw = fetch(t0, 0, rank, threads);
-                let mut next = if AHEAD {
+                let mut a = fetch(t0, 0, rank, threads);
+                let mut b = if AHEAD {
                     let (t, first) = ahead(1);
                     fetch(t, first, rank, threads)
                 } else {
                     [Chunk([0; 4]); HELD]
                 };
-                let mut j = 0;
-                loop {
+                // Step `j`: batch `j`, held in `batch`, prepared and stored; `batch` then takes
+                // the next batch this thread loads, `j + 2` with `AHEAD` (`b` holds `j + 1`),
+                // else `j + 1`.
+                let mut step = |j: u32, batch: &mut [Chunk; HELD]| {
                     let (t, first) = at(j);
-                    let v = prep.prepare(raw);
+                    let v = prep.prepare(*batch);
                     if first == 0 {
                         while scoped::load_acquire(Cta, ready) <= j / nb {}
                     }
                     unmapped |= store(t, first, &v, rank, threads);
-                    j += 1;
-                    if j == steps {
-                        break;
+                    let (t, first) = ahead(j + if AHEAD { 2 } else { 1 });
+                    *batch = fetch(t, first, rank, threads);
+                    j + 1 < steps
+                };
+                let mut j = 0;
+                if AHEAD {
+                    // Two batches in flight, each in registers of its own: two steps a loop
+                    // iteration. Refilled through one variable instead (the next batch moved
+                    // into the current one, then loaded anew), the loop had one batch in
+                    // flight: ptxas issued the new loads and copied their registers at once,
+                    // so that every step waited for the batch it had just loaded, a third of
+                    // the kernel's stall samples (`ncu`, BENCHMARKS.md, twenty-fourth
+                    // session).
+                    while step(j, &mut a) && step(j + 1, &mut b) {
+                        j += 2;
                     }
-                    raw = if AHEAD {
-                        let (t, first) = ahead(j + 1);
-                        core::mem::replace(&mut next, fetch(t, first, rank, threads))
-                    } else {
-                        let (t, first) = at(j);
-                        fetch(t, first, rank, threads)
-                    };
+                } else {
+                    while step(j, &mut a) {
+                        j += 1;
+                    }
                 }
             }
             if unmapped && rank == 0 {
@@ -1456,6 +1472,8 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
         }
         sync_threads();
         if scoped::load_relaxed(Cta, unmapped_flag) != 0 {
+            // Counted again rather than kept across the copy, where its register spilled.
+            let count = count_from(shmem_device::hint::opaque(t0));
             let mut u = w;
             while u < count * n {
                 let (t, d) = (token(u / n), u % n);
