@@ -1348,7 +1348,7 @@ pub const FP8_SHARED_BYTES: u32 = 8;
 /// from 0 past warp 0 (`tid - 32` of `bs - 32`, what `fetch` and `store` are given). With
 /// `AHEAD` two batches are in flight while a thread quantises and stores a third: after
 /// step `j`'s store its registers take batch `j + 2` (on one H100, 0.96-0.97 of the time at
-/// 4096 tokens against one batch in flight, the same at 128 and 512; BENCHMARKS.md,
+/// 4096 tokens against one batch in flight, 1.00-1.02 at 128 and 512; BENCHMARKS.md,
 /// twenty-fourth session). `store` returns
 /// whether some destination of `t` is not mapped; if any did, after the block's last row
 /// the block's (token, destination) warps call `put(t, d, at)` to send the row to `at` on
