@@ -586,7 +586,7 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
         else fetch(to, t0, chunks, rank, threads);
       };
       // Step j: batch j, held in `held`, prepared and stored; `held` then takes the next
-      // batch this thread loads, j + 2 with AHEAD (b2 holds j + 1), else j + 1. With AHEAD
+      // batch this thread loads, j + 2 with AHEAD (the other holds j + 1), else j + 1. With AHEAD
       // two batches are in flight in registers of their own, two steps a loop iteration
       // (kernels.rs, send_split).
       auto step = [&](uint32_t j, uint4 (&held)[HELD]) {
@@ -602,14 +602,14 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
         else if (j + 1 < steps) ahead(held, j + 1);
         return j + 1 < steps;
       };
-      uint4 a[HELD], b2[HELD];
-      fetch(a, t0, 0, rank, threads);
+      uint4 even[HELD], odd[HELD];  // the batches of even and of odd steps
+      fetch(even, t0, 0, rank, threads);
       uint32_t j = 0;
       if (AHEAD) {
-        ahead(b2, 1);
-        while (step(j, a) && step(j + 1, b2)) j += 2;
+        ahead(odd, 1);
+        while (step(j, even) && step(j + 1, odd)) j += 2;
       } else {
-        while (step(j, a)) j++;
+        while (step(j, even)) j++;
       }
     }
     if (unmapped && rank == 0) unmapped_flag = 1;

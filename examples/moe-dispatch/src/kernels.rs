@@ -1427,16 +1427,18 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
             let ahead = |j: u32| if j < steps { at(j) } else { (t0, chunks) };
             let mut unmapped = false;
             if steps > 0 {
-                let mut a = fetch(t0, 0, rank, threads);
-                let mut b = if AHEAD {
+                // The batches of even and of odd steps.
+                let mut even = fetch(t0, 0, rank, threads);
+                let mut odd = if AHEAD {
                     let (t, first) = ahead(1);
                     fetch(t, first, rank, threads)
                 } else {
                     [Chunk([0; 4]); HELD]
                 };
                 // Step `j`: batch `j`, held in `batch`, prepared and stored; `batch` then takes
-                // the next batch this thread loads, `j + 2` with `AHEAD` (`b` holds `j + 1`),
-                // else `j + 1`.
+                // the next batch this thread loads, `j + 2` with `AHEAD` (the other holds
+                // `j + 1`), else `j + 1` (none past the last step).
+                let more = |j: u32| j + 1 < steps;
                 let mut step = |j: u32, batch: &mut [Chunk; HELD]| {
                     let (t, first) = at(j);
                     let v = prep.prepare(*batch);
@@ -1444,9 +1446,11 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                         while scoped::load_acquire(Cta, ready) <= j / nb {}
                     }
                     unmapped |= store(t, first, &v, rank, threads);
-                    let (t, first) = ahead(j + if AHEAD { 2 } else { 1 });
-                    *batch = fetch(t, first, rank, threads);
-                    j + 1 < steps
+                    if AHEAD || more(j) {
+                        let (t, first) = ahead(j + if AHEAD { 2 } else { 1 });
+                        *batch = fetch(t, first, rank, threads);
+                    }
+                    more(j)
                 };
                 let mut j = 0;
                 if AHEAD {
@@ -1457,11 +1461,11 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                     // so that every step waited for the batch it had just loaded, a third of
                     // the kernel's stall samples (`ncu`, BENCHMARKS.md, twenty-fourth
                     // session).
-                    while step(j, &mut a) && step(j + 1, &mut b) {
+                    while step(j, &mut even) && step(j + 1, &mut odd) {
                         j += 2;
                     }
                 } else {
-                    while step(j, &mut a) {
+                    while step(j, &mut even) {
                         j += 1;
                     }
                 }
