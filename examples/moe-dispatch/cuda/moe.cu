@@ -41,7 +41,7 @@ enum : uint32_t { BF16 = 0, FP8 = 1 };
 constexpr size_t FP8_GROUP = 128;
 enum : size_t { LAYOUT_BARRIER = 0, ROW_CURSORS = 2 };
 // Words from one counter of work to the next: each on a 128-byte line of its own (kernels.rs,
-// COUNTER_STRIDE). Counter ROW_CURSORS + d: row slots towards PE d; ROW_CURSORS + n + e: pair
+// COUNTER_STRIDE). Counter ROW_CURSORS + d: rows sent towards PE d; ROW_CURSORS + n + e: pair
 // slots of expert e.
 constexpr size_t COUNTER_STRIDE = 32;
 __device__ __forceinline__ uint32_t *counter(const Bufs &b, size_t i) { return b.work + i * COUNTER_STRIDE; }
@@ -230,7 +230,9 @@ __device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv)
 
 // Sends token t's metadata to PE d if any of its experts is there (one warp): its source
 // index, weights and pairs, and each pair's slot; send_slot[t][d] then holds the row's slot on
-// d (-1: not sent there), which it also returns to every lane. The caller sends the row.
+// d (-1: not sent there), which it also returns to every lane. The caller sends the row. In
+// low-latency mode the slot is t, and where the token does not go to d this marks row t from
+// here on d as empty (source index -1).
 __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint32_t lane) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
@@ -243,23 +245,24 @@ __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t,
   uint32_t dest = e >= 0 ? (uint32_t)e / l_n : 0xffffffffu;
   if (d == 0 && mine && e < 0) b.send_pair[t * k_n + lane] = -2;
   if (__ballot_sync(0xffffffffu, dest == d) == 0) {
-    if (!tp && lane == 0) b.send_slot[t * n + d] = -1;
+    if (!tp && lane == 0) {
+      b.send_slot[t * n + d] = -1;
+      nvshmem_int_p(b.recv_src + (size_t)(me * (uint32_t)t_n + (uint32_t)t), -1, d);
+    }
     return -1;
   }
-  // Low latency: the row's and the pairs' slots, both atomics in flight at once.
-  uint32_t v = 0, c = 0xffffffffu;
+  // Low latency: the pairs' slots from atomics; the row's is the token's own, and the rows
+  // sent to d are counted (a reduction: nothing waits for it).
+  uint32_t c = 0xffffffffu;
   if (!tp) {
-    if (lane == 0) v = atomicAdd(counter(b, ROW_CURSORS + d), 1u);
+    if (lane == 0) {
+      atomicAdd(counter(b, ROW_CURSORS + d), 1u);
+      b.send_slot[t * n + d] = (int32_t)t;
+    }
     if (dest == d) c = atomicAdd(counter(b, pair_cursors + (uint32_t)e), 1u);
   }
-  uint32_t slot;
-  if (tp) {
-    slot = (uint32_t)b.send_slot[t * n + d];
-  } else {
-    if (lane == 0) b.send_slot[t * n + d] = (int32_t)v;
-    slot = __shfl_sync(0xffffffffu, v, 0);
-  }
-  size_t row = me * t_n + slot;
+  uint32_t slot = tp ? (uint32_t)b.send_slot[t * n + d] : (uint32_t)t;
+  size_t row = (size_t)(me * (uint32_t)t_n + slot);  // rows fit in 32 bits (the host checks)
   int32_t pair = -1;
   if (dest == d) {
     uint32_t eu = (uint32_t)e;
@@ -405,14 +408,36 @@ __device__ __forceinline__ uint16_t *target(const Bufs &b, const Shape &s, size_
   return at;
 }
 
+// Low latency: this lane's choice of token t (its expert; -1 from lane K on), which
+// each_mapped takes; throughput: -1 (not read).
+__device__ __forceinline__ int32_t choice(const Bufs &b, const Shape &s, size_t t, uint32_t lane) {
+  return s.mode == THROUGHPUT || lane >= s.top_k ? -1 : b.topk[t * s.top_k + lane];
+}
+
+// How a copying thread finds the PEs token t's row goes to (kernels.rs, Placed): from
+// send_slot[t], complete (slots), or in low-latency mode from the routing, this lane's choice e
+// of t (whole warps).
+struct Placed {
+  bool slots;
+  int32_t e;
+};
+
 // Calls f(peer) with the address here of token t's row on each PE it goes to whose memory is
-// mapped here; returns whether it goes to some PE whose memory is not.
+// mapped here; returns whether it goes to some PE whose memory is not. With slots, where
+// send_slot says (target); else row t of this PE's region on every PE its experts are on,
+// from the routing (a ballot a PE), so that the row waits for none of the metadata.
 template <class F>
-__device__ __forceinline__ bool each_mapped(const Bufs &b, const Shape &s, size_t t, F f) {
+__device__ __forceinline__ bool each_mapped(const Bufs &b, const Shape &s, size_t t, Placed by, F f) {
   bool unmapped = false;
+  uint32_t dest = by.e >= 0 ? (uint32_t)by.e / (s.experts / s.n_pes) : 0xffffffffu;
   for (uint32_t d = 0; d < s.n_pes; d++) {
     uint16_t *peer;
-    if (!target(b, s, t, d, peer)) continue;
+    if (by.slots) {
+      if (!target(b, s, t, d, peer)) continue;
+    } else {
+      if (!__ballot_sync(0xffffffffu, dest == d)) continue;
+      peer = (uint16_t *)nvshmem_ptr(b.recv_x + ((size_t)nvshmem_my_pe() * s.tokens + t) * s.hidden, d);
+    }
     if (peer)
       f(peer);
     else
@@ -433,12 +458,11 @@ __device__ __forceinline__ uint32_t group_len(const Shape &s) {
 
 // The block-per-token dispatches: the block takes its tokens group_len at a time. Its warps
 // send the group's metadata (a warp per (token, destination)) while the threads load the
-// first batch of the group's first row (a warp that sends loads after it); the block
-// synchronises once (low-latency mode), then stores the group's rows batch by batch
-// (store(t, first, v) with v prepared from fetch(t, first)) into every PE they go to whose
-// memory is mapped here.
-// With AHEAD the next batch's loads are issued before the barrier and while a batch is
-// stored (a batch past the row's end loads nothing). store returns whether some destination
+// first batch of the group's first row (a warp that sends loads after it), then store the
+// group's rows batch by batch (store(t, first, v) with v prepared from fetch(t, first)) into
+// every PE they go to whose memory is mapped here, where send_slot says; in low-latency mode
+// after a barrier, as send writes send_slot there (kernels.rs, send_grouped). With AHEAD the next batch's loads are issued while a batch is stored (a
+// batch past the row's end loads nothing). store returns whether some destination
 // of t is not mapped; then, after a barrier, the group's (token, destination) warps call
 // put(t, d, target).
 template <bool AHEAD, class V, class Fetch, class Prepare, class Store, class Put>
@@ -465,12 +489,12 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
     fetch(raw, t0, 0, threadIdx.x, blockDim.x);
     prepare(v, raw);
     if (AHEAD) ahead(1);
-    // The rows wait for the group's slots in low-latency mode only (send takes them there;
+    // The rows wait for the group's slots in low-latency mode only (send writes them there;
     // in throughput mode the layout kernel wrote them).
     if (s.mode != THROUGHPUT) __syncthreads();
     bool unmapped = false;
     for (uint32_t j = 0;;) {
-      unmapped |= store(t0 + j / nb * stride, j % nb * batch, v, threadIdx.x, blockDim.x);
+      unmapped |= store(t0 + j / nb * stride, j % nb * batch, v, Placed{true, -1}, threadIdx.x, blockDim.x);
       if (++j == steps) break;
       if (AHEAD) {
         prepare(v, next);
@@ -511,8 +535,9 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
 #pragma unroll
         for (uint32_t j = 0; j < HELD; j++) v.v[j] = raw[j];
       },
-      [&](size_t t, uint32_t first, const Held &v, uint32_t tid, uint32_t bs) {
-        return each_mapped(b, s, t, [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks, tid, bs); });
+      [&](size_t t, uint32_t first, const Held &v, Placed by, uint32_t tid, uint32_t bs) {
+        return each_mapped(b, s, t, by,
+                           [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks, tid, bs); });
       },
       [&](size_t t, uint32_t d, uint16_t *target) {
         nvshmemx_putmem_nbi_warp(target, b.x + t * h, h * sizeof(uint16_t), d);
@@ -547,33 +572,28 @@ struct Quantised {
   float scale[PAIRS];
 };
 
-// The FP8 dispatch's block per token, its metadata sent ahead (kernels.rs, send_split):
-// warp 0 sends the metadata of the block's tokens one after another and counts them out in
-// shared memory (a release at block scope after each token); the other warps load, quantise
-// and store the rows batch by batch, each row's first store after its token's count (an
-// acquire). The copying threads are numbered from 0 past warp 0. If a row went to a PE
-// whose memory is not mapped, after the block's last row the block's (token, destination)
-// warps put it there.
+// The FP8 dispatch's block per token (low latency), its metadata sent alongside (kernels.rs,
+// send_split): warp 0 sends the metadata of the block's tokens one after another; the other
+// warps load, quantise and store the rows batch by batch, waiting for none of it (each_mapped
+// finds a row's PEs from the routing). The copying threads are numbered from 0 past warp 0.
+// If a row went to a PE whose memory is not mapped, after the block's last row the block's
+// (token, destination) warps put it there.
 constexpr uint32_t META_WARPS = 1;
 template <bool AHEAD, class V, class Fetch, class Prepare, class Store, class Put>
 __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch fetch, Prepare prepare, Store store,
                                            Put put) {
-  __shared__ uint32_t ready, unmapped_flag;
+  __shared__ uint32_t unmapped_flag;
   uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
   size_t t_n = s.tokens, t0 = blockIdx.x, stride = gridDim.x;
-  uint32_t count = t0 < t_n ? (uint32_t)((t_n - t0 + stride - 1) / stride) : 0;
-  cuda::atomic_ref<uint32_t, cuda::thread_scope_block> out(ready);
-  if (threadIdx.x == 0) {
-    out.store(0, cuda::memory_order_relaxed);
-    unmapped_flag = 0;
-  }
+  // The block's tokens, from its first.
+  auto count_from = [&](size_t t0) { return t0 < t_n ? (uint32_t)((t_n - t0 + stride - 1) / stride) : 0u; };
+  uint32_t count = count_from(t0);
+  if (threadIdx.x == 0) unmapped_flag = 0;
   __syncthreads();
   if (w < META_WARPS) {
-    for (uint32_t i = 0; i < count; i++) {
-      for (uint32_t d = 0; d < n; d++) send(b, s, t0 + i * stride, d, lane);
-      __syncwarp();
-      if (lane == 0) out.store(i + 1, cuda::memory_order_release);
-    }
+    // (Looped by token rather than by count, which spilled here.)
+    for (size_t t = t0; t < t_n; t += stride)
+      for (uint32_t d = 0; d < n; d++) send(b, s, t, d, lane);
   } else {
     uint32_t rank = threadIdx.x - META_WARPS * 32, threads = blockDim.x - META_WARPS * 32;
     uint32_t chunks = (uint32_t)(s.hidden / 8), batch = HELD * threads;
@@ -589,15 +609,14 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
       // batch this thread loads, j + 2 with AHEAD (the other holds j + 1), else j + 1. With AHEAD
       // two batches are in flight in registers of their own, two steps a loop iteration
       // (kernels.rs, send_split).
+      int32_t e = -1;  // this lane's choice of the row's token, loaded at its first batch
       auto step = [&](uint32_t j, uint4 (&held)[HELD]) {
         size_t t = t0 + j / nb * stride;
         uint32_t first = j % nb * batch;
+        if (first == 0) e = choice(b, s, t, lane);
         V v;
         prepare(v, held);
-        if (first == 0)
-          while (out.load(cuda::memory_order_acquire) <= j / nb) {
-          }
-        unmapped |= store(t, first, v, rank, threads);
+        unmapped |= store(t, first, v, Placed{false, e}, rank, threads);
         if (AHEAD) ahead(held, j + 2);
         else if (j + 1 < steps) ahead(held, j + 1);
         return j + 1 < steps;
@@ -616,6 +635,10 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
   }
   __syncthreads();
   if (unmapped_flag) {
+    // Counted again rather than kept across the copy, where it spilled (as in kernels.rs).
+    size_t first = t0;
+    asm volatile("" : "+l"(first));
+    uint32_t count = count_from(first);
     for (uint32_t u = w; u < count * n; u += nw) {
       size_t t = t0 + u / n * stride;
       uint32_t d = u % n;
@@ -638,9 +661,9 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
     load_held<true>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks, rank, threads);
   };
   auto prepare = [&](Quantised &v, const uint4 raw[HELD]) { quantize_held(raw, v.q, v.scale); };
-  auto store = [&](size_t t, uint32_t first, const Quantised &v, uint32_t rank, uint32_t threads) {
+  auto store = [&](size_t t, uint32_t first, const Quantised &v, Placed by, uint32_t rank, uint32_t threads) {
     bool staged =
-        each_mapped(b, s, t, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first, rank, threads); });
+        each_mapped(b, s, t, by, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first, rank, threads); });
     if (staged) store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first, rank, threads);
     return staged;
   };
@@ -863,10 +886,12 @@ template <bool ONCE> __device__ __forceinline__ void combine_reading(Bufs b, Sha
     // j + 1): peer stores and local ones at the same time.
     uint32_t v = u / segs32, src = (me + 1 + v % n) % n, j = v / n;
     size_t r = (size_t)src * t32 + j, c0 = (size_t)(u % segs32) * per_seg;
-    // The row's source index is loaded together with the count (in bounds either way): both
-    // decide whether the row is there (a received row's source index is never negative).
+    // Whether the row is there: in throughput mode the rows are packed below the count; in
+    // low-latency mode row j is token j's, its source index -1 when it did not come. The
+    // source index is loaded together with the count (in bounds either way): both decide.
     int32_t ts = b.recv_src[r];
-    if (j >= b.recv_count[src] || ts < 0) continue;
+    uint32_t count = b.recv_count[src];
+    if ((ts < 0) | (s.mode == THROUGHPUT && j >= count)) continue;
     size_t t = ts;
     int32_t pair = mine ? b.recv_pair[r * k_n + lane] : -1;
     float w = mine ? b.recv_w[r * k_n + lane] : 0.0f;

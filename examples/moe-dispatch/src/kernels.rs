@@ -11,7 +11,10 @@
 //!   written there once, as row `j` of the region of its source `s`: received row
 //!   `r = s * T + j` of `recv_x` (`n × T × H`), with its source index in `recv_src[r]`, its
 //!   weights in `recv_w[r][k]` and, for each choice `k` whose expert is on `d`, the *pair*
-//!   index in `recv_pair[r][k]` (-1 for other PEs' experts and dropped pairs);
+//!   index in `recv_pair[r][k]` (-1 for other PEs' experts and dropped pairs); `recv_count[s]`
+//!   is the number of rows from `s`. In throughput mode `j` counts the tokens sent there, so
+//!   the rows are packed below the count; in low-latency mode `j = t`, the token's own index,
+//!   and a row from `s` whose token did not come holds source index -1;
 //! - a pair (token, local expert) has one slot of `expert_rows` (holding the received row
 //!   `r`) and one output row of `expert_y`. The pairs of local expert `l` from source `s`
 //!   are `expert_offset[l * n + s] ..` `+ expert_count[l * n + s]`: per local expert, the
@@ -20,8 +23,9 @@
 //!   the expert's PE (-1 dropped, -2 no expert).
 //!
 //! # Modes
-//! - **Low latency** ([`MODE_LOW_LATENCY`]): one kernel. Rows and pairs take slots with atomic
-//!   adds on the *sender's* counters, so nothing waits before sending. Pairs of `(l, s)` have
+//! - **Low latency** ([`MODE_LOW_LATENCY`]): one kernel. A row's slot is its token's index and
+//!   pairs take slots with atomic adds on the *sender's* counters, so nothing waits before
+//!   sending, and the rows wait for no atomic. Pairs of `(l, s)` have
 //!   fixed slots `(l * n + s) * C ..` with `C = capacity`; a pair beyond `C` is dropped and
 //!   counted in `dropped`. Each receiver reads the counts from the senders' counters once
 //!   every block has arrived (Completion). A block
@@ -105,12 +109,12 @@ pub const DTYPE_FP8: u32 = 1;
 /// (arrivals, generation: [`scoped::grid_sync`]).
 pub const LAYOUT_BARRIER: usize = 0;
 /// Counter `ROW_CURSORS + d` of `work` (word `(ROW_CURSORS + d) * COUNTER_STRIDE`):
-/// low-latency row slots taken towards PE `d`; counter `ROW_CURSORS + n + e`: pair slots
-/// taken of expert `e`.
+/// low-latency rows sent towards PE `d`; counter `ROW_CURSORS + n + e`: pair slots taken of
+/// expert `e`.
 pub const ROW_CURSORS: usize = 2;
 /// Words from one counter of `work` to the next: each on a 128-byte line of its own. The
-/// low-latency dispatch takes every slot with an atomic add on its sender's counters, `1 + K`
-/// a token; with the counters packed into three lines, those atomics contended for them.
+/// low-latency dispatch adds to its sender's counters `1 + K` times a token (the row count,
+/// the pairs' slots); with the counters packed into three lines, those atomics contended for them.
 /// Measured on one H100 at 4096 tokens, 1 PE: the twin's low-latency dispatch took 0.91
 /// (`bf16`) and 0.90 (FP8) of its time with the counters packed (BENCHMARKS.md, nineteenth
 /// session).
@@ -790,7 +794,8 @@ unsafe fn layout(b: Bufs, s: Shape) {
 /// Sends token `t`'s metadata to PE `d` if any of its experts is there (one warp): its source
 /// index, weights and pairs, and each pair's slot in the expert's list. `send_slot[t][d]`
 /// then holds the row's slot on `d` (-1: not sent there), which it also returns to every
-/// lane; the caller sends the row.
+/// lane; the caller sends the row. In low-latency mode the slot is `t`, and where the token
+/// does not go to `d` this marks row `t` from here on `d` as empty (its source index -1).
 ///
 /// # Safety
 /// `t < T`, `d < n`; the whole warp calls it; the buffers and round as in
@@ -820,15 +825,17 @@ unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32) -> i32 {
         if ballot(dest == d) == 0 {
             if !tp && lane == 0 {
                 st(b.send_slot, t * nn + d as usize, -1);
+                p(b.recv_src.wrapping_add(me as usize * t_n + t), -1, d as i32);
             }
             return -1;
         }
-        // Low latency: the row's and the pairs' slots, both atomics in flight at once.
-        let (mut v, mut c) = (0, u32::MAX);
+        // Low latency: the pairs' slots from atomics; the row's is the token's own, and the
+        // rows sent to `d` are counted (a reduction: nothing waits for it).
+        let mut c = u32::MAX;
         if !tp {
             if lane == 0 {
-                let cursor = counter(b, ROW_CURSORS + d as usize);
-                v = scoped::fetch_add_relaxed(Gpu, cursor, 1);
+                scoped::add_relaxed(Gpu, counter(b, ROW_CURSORS + d as usize), 1u32);
+                st(b.send_slot, t * nn + d as usize, t as i32);
             }
             if dest == d {
                 let cursor = counter(b, ROW_CURSORS + nn + e as usize);
@@ -838,10 +845,7 @@ unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32) -> i32 {
         let slot = if tp {
             ld(b.send_slot, t * nn + d as usize) as u32
         } else {
-            if lane == 0 {
-                st(b.send_slot, t * nn + d as usize, v as i32);
-            }
-            shfl_idx(v, 0)
+            t as u32
         };
         let row = me as usize * t_n + slot as usize;
         let mut pair = -1i32;
@@ -1094,17 +1098,68 @@ unsafe fn target(b: Bufs, s: Shape, t: usize, d: u32) -> Option<(Sym<u16>, Optio
     row_at(b, s, slot).map(|at| (at, ptr(at, d as i32)))
 }
 
-/// Calls `f(peer)` with the address here of token `t`'s row on each PE it goes to whose
-/// memory is mapped here ([`target`]); returns whether it goes to some PE whose memory is not.
+/// In low-latency mode, this lane's choice of token `t` (its expert; -1 from lane `K` on),
+/// which [`each_mapped`] takes; in throughput mode -1 (not read).
 ///
 /// # Safety
-/// As [`target`].
+/// `t < T`; the buffers as in [`moe_dispatch()`].
 #[inline(always)]
-unsafe fn each_mapped(b: Bufs, s: Shape, t: usize, mut f: impl FnMut(*mut u16)) -> bool {
+unsafe fn choice(b: Bufs, s: Shape, t: usize, lane: u32) -> i32 {
+    let k_n = s.top_k as usize;
+    if s.mode == MODE_THROUGHPUT || lane as usize >= k_n {
+        -1
+    } else {
+        // SAFETY: `t < T` and `lane < K`.
+        unsafe { ld(b.topk, t * k_n + lane as usize) }
+    }
+}
+
+/// How a copying thread finds the PEs token `t`'s row goes to ([`each_mapped`]).
+#[derive(Clone, Copy)]
+enum Placed {
+    /// From `send_slot[t]`, complete: the layout's, or `send`'s before a barrier.
+    Slots,
+    /// In low-latency mode, from the routing, without waiting for `send`: this lane's
+    /// [`choice`] of `t`. Whole warps (a ballot a PE).
+    Choice(i32),
+}
+
+/// Calls `f(peer)` with the address here of token `t`'s row on each PE it goes to whose
+/// memory is mapped here; returns whether it goes to some PE whose memory is not. With
+/// [`Placed::Slots`], where `send_slot` says ([`target`]). With [`Placed::Choice`], in
+/// low-latency mode, where a row is row `t` of its source's region on every PE it goes to:
+/// the PEs follow from the routing, so the row waits for none of the metadata, whose atomics
+/// another warp sends meanwhile ([`send_split`]).
+///
+/// # Safety
+/// As [`target`] with [`Placed::Slots`]; with [`Placed::Choice`] in low-latency mode, `t < T`
+/// and the whole warp calls it.
+#[inline(always)]
+unsafe fn each_mapped(
+    b: Bufs,
+    s: Shape,
+    t: usize,
+    by: Placed,
+    mut f: impl FnMut(*mut u16),
+) -> bool {
     let mut unmapped = false;
     for d in 0..s.n_pes {
-        // SAFETY: the caller's contract.
-        match unsafe { target(b, s, t, d) } {
+        let to = match by {
+            // SAFETY: the caller's contract.
+            Placed::Slots => unsafe { target(b, s, t, d) },
+            Placed::Choice(e) => {
+                let dest = if e >= 0 {
+                    e as u32 / (s.experts / s.n_pes)
+                } else {
+                    u32::MAX
+                };
+                (ballot(dest == d) != 0)
+                    .then(|| row_at(b, s, t as i32))
+                    .flatten()
+                    .map(|at| (at, ptr(at, d as i32)))
+            }
+        };
+        match to {
             Some((_, Some(peer))) => f(peer.as_ptr()),
             Some((_, None)) => unmapped = true,
             None => {}
@@ -1150,12 +1205,12 @@ const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = 
 /// group's metadata ([`send`], a warp per (token, destination)), while the threads load the
 /// first batch of the group's first row (`fetch(t, 0, tid, bs)`; a warp that sends loads
 /// after it: held across the metadata, the chunks would not fit the kernel's registers); the
-/// block synchronises once (in low-latency mode, where `send` takes the slots), and then
-/// stores the group's rows batch by batch (`store(t,
-/// first, v, tid, bs)` with `v = prep.prepare(fetch(t, first, tid, bs))`, [`HELD`] chunks a
-/// thread a batch) into every PE they go to whose memory is mapped here. With `AHEAD` the next batch's loads are issued before
-/// the barrier and before each batch is stored, so that they are in flight meanwhile (a
-/// batch past the last is fetched at the row's end, which loads nothing). `store` returns
+/// block synchronises once (in low-latency mode, where `send` writes the slots), and then
+/// stores the group's rows batch by batch (`store(t, first, v, Placed::Slots, tid, bs)` with
+/// `v = prep.prepare(fetch(t, first, tid, bs))`, [`HELD`] chunks a thread a batch) into every
+/// PE they go to whose memory is mapped here. With `AHEAD` the next batch's loads are issued
+/// before the barrier and before each batch is stored, so that they are in flight meanwhile
+/// (a batch past the last is fetched at the row's end, which loads nothing). `store` returns
 /// whether some destination of `t` is not mapped; then, after a barrier, the group's (token,
 /// destination) warps call `put(t, d, at)` to send the row to `at` on `d`.
 ///
@@ -1163,22 +1218,22 @@ const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = 
 /// See [`moe_dispatch()`]; every thread of the block calls it; in throughput mode after
 /// [`moe_layout()`] of the round, which wrote `send_slot`. `fetch` (with `t < T`, and
 /// `first` a batch of the row or the row's end), `prep` and `store` are called by every
-/// thread of the block, `put` by whole warps, with `t < T` (`store` and `put` after
-/// `send_slot[t]` is complete); `store`'s result is the same in every thread.
+/// thread of the block, `put` by whole warps, with `t < T` (`put` after `send_slot[t]` is
+/// complete); `store`'s result is the same in every thread.
 #[inline(always)]
 unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
     b: Bufs,
     s: Shape,
     mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
     prep: P,
-    mut store: impl FnMut(usize, u32, &P::V, u32, u32) -> bool,
+    mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
     mut put: impl FnMut(usize, u32, Sym<u16>),
 ) {
     let (n, t_n) = (s.n_pes, s.tokens as usize);
     let (w, nw, lane) = (warp_id(), warps_per_block(), lane_id());
     let (tid, bs) = (thread_idx_x(), block_dim_x());
     let mut fetch = |t, first| fetch(t, first, tid, bs);
-    let mut store = |t, first, v: &P::V| store(t, first, v, tid, bs);
+    let mut store = |t, first, v: &P::V| store(t, first, v, Placed::Slots, tid, bs);
     let (g_n, stride) = (group_len(s), grid_dim_x() as usize);
     let units = g_n * n;
     let batch = HELD as u32 * block_dim_x();
@@ -1193,8 +1248,8 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
     while t0 < t_n {
         // SAFETY: every thread of the block runs the same groups, so it calls `sync_threads`,
         // `fetch`, `prep` and `store` together, and each warp `send` and `put` whole; `t < T`,
-        // `d < n`; `send_slot[t]` is complete after the first barrier (the caller's
-        // contract).
+        // `d < n`; `send_slot[t]` is complete after the barrier before `put` (the caller's
+        // contract in throughput mode, `send` in low-latency mode).
         unsafe {
             let mut u = w;
             while u < units {
@@ -1216,10 +1271,12 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
             } else {
                 [Chunk([0; 4]); HELD]
             };
-            // The rows wait for the group's slots: `send` takes them in low-latency mode; in
-            // throughput mode the layout kernel wrote them, and the rows go at once (one H100,
-            // the FP8 throughput dispatch: 0.4-2.5 % less time; BENCHMARKS.md, twentieth
-            // session).
+            // In low-latency mode the rows wait for the group's `send`s, which write
+            // `send_slot`. (Found from the routing instead, without the barrier, the `bf16`
+            // dispatch took 1.02-1.03 of the time at 512 and 4096 tokens on one H100;
+            // BENCHMARKS.md, twenty-fifth session.) In throughput mode the layout kernel
+            // wrote them, and the rows go at once (one H100, the FP8 throughput dispatch:
+            // 0.4-2.5 % less time; BENCHMARKS.md, twentieth session).
             if s.mode != MODE_THROUGHPUT {
                 sync_threads();
             }
@@ -1279,8 +1336,8 @@ unsafe fn send_held(b: Bufs, s: Shape) {
             s,
             |t, first, tid, bs| load_held::<false>(row(t).cast::<Chunk>(), first, chunks, tid, bs),
             AsLoaded,
-            |t, first, held, tid, bs| {
-                each_mapped(b, s, t, |peer| {
+            |t, first, held, by, tid, bs| {
+                each_mapped(b, s, t, by, |peer| {
                     store_held(held, peer.cast(), first, chunks, tid, bs)
                 })
             },
@@ -1333,26 +1390,23 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
 /// Warps of a block that send the metadata in [`send_split`]: the first; the others copy.
 const META_WARPS: u32 = 1;
 
-/// Bytes of dynamic shared memory [`moe_dispatch_fp8()`] takes: its first warp sends the
-/// metadata ahead and counts the block's tokens out there; the other word says whether a row
-/// goes to a PE whose memory is not mapped here.
-pub const FP8_SHARED_BYTES: u32 = 8;
+/// Bytes of dynamic shared memory [`moe_dispatch_fp8()`] takes: a word that says whether a
+/// row goes to a PE whose memory is not mapped here.
+pub const FP8_SHARED_BYTES: u32 = 4;
 
-/// The FP8 dispatch's block per token, its metadata sent ahead: warp 0 sends the metadata of
-/// the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one token after another
-/// ([`send`], a token's destinations in turn), and counts them out in block-shared memory
-/// (a release at block scope after each token). Meanwhile the other warps load, quantise and
-/// store the rows, batch by batch as [`send_grouped`] does, waiting before a row's first
-/// store for its token's count (an acquire): the atomics and `p`s of the metadata overlap
-/// the copy instead of standing before it in every group. The copying threads are numbered
-/// from 0 past warp 0 (`tid - 32` of `bs - 32`, what `fetch` and `store` are given). With
-/// `AHEAD` two batches are in flight while a thread quantises and stores a third: after
-/// step `j`'s store its registers take batch `j + 2` (on one H100, 0.96-0.97 of the time at
-/// 4096 tokens against one batch in flight, 1.00-1.02 at 128 and 512; BENCHMARKS.md,
-/// twenty-fourth session). `store` returns
-/// whether some destination of `t` is not mapped; if any did, after the block's last row
-/// the block's (token, destination) warps call `put(t, d, at)` to send the row to `at` on
-/// `d`.
+/// The FP8 dispatch's block per token (low-latency mode), its metadata sent alongside: warp 0
+/// sends the metadata of the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one
+/// token after another ([`send`], a token's destinations in turn), while the other warps
+/// load, quantise and store the rows, batch by batch as [`send_grouped`] does. A row waits
+/// for none of the metadata: it goes to row `t` of this PE's region on every PE it goes to,
+/// which the copying warps find from the routing ([`each_mapped`]). The copying threads are
+/// numbered from 0 past warp 0 (`tid - 32` of `bs - 32`, what `fetch` and `store` are
+/// given). With `AHEAD` two batches are in flight while a thread quantises and stores a
+/// third: after step `j`'s store its registers take batch `j + 2` (on one H100, 0.96-0.97
+/// of the time at 4096 tokens against one batch in flight, 1.00-1.02 at 128 and 512;
+/// BENCHMARKS.md, twenty-fourth session). `store` returns whether some destination of `t`
+/// is not mapped; if any did, after the block's last row the block's (token, destination)
+/// warps call `put(t, d, at)` to send the row to `at` on `d`.
 ///
 /// Measured on one H100 at 1 PE, held (BENCHMARKS.md, twentieth session), against
 /// [`send_grouped`], where every thread copies but waits for each group's metadata: the
@@ -1365,15 +1419,15 @@ pub const FP8_SHARED_BYTES: u32 = 8;
 /// See [`moe_dispatch()`]; every thread of the block calls it, the block has more than one
 /// warp and [`FP8_SHARED_BYTES`] of dynamic shared memory. `fetch` (with `t < T`, and
 /// `first` a batch of the row or the row's end), `prep` and `store` are called by every
-/// copying thread, `put` by whole warps, with `t < T` (`store` after `send_slot[t]` is
-/// complete, `put` after every store); `store`'s result is the same in every thread.
+/// copying thread, `put` by whole warps, with `t < T` (`put` after every store);
+/// `store`'s result is the same in every thread.
 #[inline(always)]
 unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     b: Bufs,
     s: Shape,
     mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
     prep: P,
-    mut store: impl FnMut(usize, u32, &P::V, u32, u32) -> bool,
+    mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
     mut put: impl FnMut(usize, u32, Sym<u16>),
 ) {
     let (n, t_n) = (s.n_pes, s.tokens as usize);
@@ -1389,31 +1443,29 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     let count_from = |t0: usize| t_n.saturating_sub(t0).div_ceil(stride) as u32;
     let count = count_from(t0);
     let token = |i: u32| t0 + i as usize * stride;
-    // The count of tokens out, then the flag of an unmapped destination.
-    let Some(ready) = shmem_device::shared::dynamic::<u32>(2) else {
+    // The flag of an unmapped destination.
+    let Some(unmapped_flag) = shmem_device::shared::dynamic::<u32>(1) else {
         // The launch gave too little shared memory: the host's bug, stopped here.
         core::panic!("moe_dispatch_fp8 needs FP8_SHARED_BYTES of dynamic shared memory")
     };
-    let unmapped_flag = ready.wrapping_add(1);
-    // SAFETY: for the whole function: the two words are this block's, written before the
-    // barrier by thread 0 only, then by the scoped operations; `t < T` and `d < n` for every
-    // `send`, `fetch`, `store` and `put`; each warp calls `send` and `put` whole; the copying
-    // warps read `send_slot[t]` only after the acquire of the count that warp 0 released
-    // after `send(t, ..)` for every destination (its lanes ordered by `sync_warp` before).
+    // SAFETY: for the whole function: the word is this block's, written before the barrier
+    // by thread 0 only, then by the scoped operations; `t < T` and `d < n` for every `send`,
+    // `choice`, `fetch`, `store` and `put`; each warp calls `send`, `store` (whose ballots
+    // need whole warps) and `put` whole; `put` reads `send_slot[t]` after the barrier that
+    // follows warp 0's `send`s.
     unsafe {
         if tid == 0 {
-            scoped::store_relaxed(Cta, ready, 0u32);
             scoped::store_relaxed(Cta, unmapped_flag, 0u32);
         }
         sync_threads();
         if w < META_WARPS {
             for i in 0..count {
+                // The counters' address taken afresh each token: hoisted out of the loop, an
+                // address derived from it spilled (4 bytes at 80 registers on sm_90).
+                let work = Sym::from_raw(shmem_device::hint::opaque(b.work.as_ptr()));
+                let b = Bufs { work, ..b };
                 for d in 0..n {
                     send(b, s, token(i), d, lane);
-                }
-                sync_warp(u32::MAX);
-                if lane == 0 {
-                    scoped::store_release(Cta, ready, i + 1);
                 }
             }
         } else {
@@ -1439,13 +1491,15 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                 // the next batch this thread loads, `j + 2` with `AHEAD` (the other holds
                 // `j + 1`), else `j + 1` (none past the last step).
                 let more = |j: u32| j + 1 < steps;
+                // This lane's choice of the row's token, loaded at its first batch.
+                let mut e = -1;
                 let mut step = |j: u32, batch: &mut [Chunk; HELD]| {
                     let (t, first) = at(j);
-                    let v = prep.prepare(*batch);
                     if first == 0 {
-                        while scoped::load_acquire(Cta, ready) <= j / nb {}
+                        e = choice(b, s, t, lane);
                     }
-                    unmapped |= store(t, first, &v, rank, threads);
+                    let v = prep.prepare(*batch);
+                    unmapped |= store(t, first, &v, Placed::Choice(e), rank, threads);
                     if AHEAD || more(j) {
                         let (t, first) = ahead(j + if AHEAD { 2 } else { 1 });
                         *batch = fetch(t, first, rank, threads);
@@ -1513,8 +1567,10 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
             let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
             load_held::<true>(from, first, chunks, rank, threads)
         };
-        let store = |t: usize, first, q: &_, rank, threads| {
-            let staged = each_mapped(b, s, t, |peer| store_fp8(q, peer, h, first, rank, threads));
+        let store = |t: usize, first, q: &_, by, rank, threads| {
+            let staged = each_mapped(b, s, t, by, |peer| {
+                store_fp8(q, peer, h, first, rank, threads)
+            });
             if staged {
                 store_fp8(q, stage(t), h, first, rank, threads);
             }
@@ -2083,12 +2139,13 @@ unsafe fn combine_reading<const ONCE: bool>(b: Bufs, s: Shape) {
         // before on this stream); segment `c0` of slot `(me, t)` of the source's
         // `comb_recv` (of row `t` of `out` for this PE's own rows) is this warp's.
         unsafe {
-            // The row's source index is loaded together with the count (it is in bounds
-            // either way), not after it: both decide whether the row is there (a received
-            // row's source index is never negative), so the compiler cannot sink the load
-            // past the test.
-            let t = ld(b.recv_src, r);
-            if j >= ld(b.recv_count, src as usize) || t < 0 {
+            // Whether the row is there: in throughput mode the rows are packed below the
+            // count; in low-latency mode row `j` is token `j`'s, its source index -1 when it
+            // did not come (`send`). The source index is loaded together with the count (it
+            // is in bounds either way), not after it: both decide (a received row's source
+            // index is never negative), so the compiler cannot sink the load past the test.
+            let (t, count) = (ld(b.recv_src, r), ld(b.recv_count, src as usize));
+            if (t < 0) | (s.mode == MODE_THROUGHPUT && j >= count) {
                 continue;
             }
             let t = t as usize;

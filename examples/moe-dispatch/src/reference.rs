@@ -85,7 +85,9 @@ impl DispatchReport {
 /// nothing else arrived; every kept pair has one slot in its (expert, source) range that
 /// points back at its row; the pairs dropped for capacity are exactly as many as the
 /// capacity implies (and in throughput mode, exactly the last ones in source and token
-/// order).
+/// order). Rows from a source are packed in token order in throughput mode; in low-latency
+/// mode token `t`'s row is row `t` of its source's region, and the others hold source
+/// index -1.
 pub fn check_dispatch(me: u32, s: &Shape, sources: &[Inputs], got: &Received) -> DispatchReport {
     let (n, t_n, h, k_n) = (
         s.n_pes as usize,
@@ -120,9 +122,18 @@ pub fn check_dispatch(me: u32, s: &Shape, sources: &[Inputs], got: &Received) ->
         }
         let mut seen = vec![false; t_n];
         let mut last_t = -1i64;
-        for j in 0..count.min(t_n) {
+        for j in 0..if tp { count.min(t_n) } else { t_n } {
             let row = src * t_n + j;
             let t = got.recv_src[row];
+            if !tp && t == -1 {
+                continue;
+            }
+            if !tp && t != j as i32 {
+                rep.problem(format!(
+                    "low latency: row {row} holds PE {src}'s token {t}, not its own token {j}"
+                ));
+                continue;
+            }
             if t < 0 || t as usize >= t_n {
                 rep.problem(format!("row {row}: source token {t} out of range"));
                 continue;
@@ -301,10 +312,13 @@ pub fn compare(got: &[u16], want: &[u16]) -> (usize, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::MODE_LOW_LATENCY;
     use crate::routing::{Distribution, route, tokens};
 
-    /// A CPU dispatch in throughput mode's packed order: what PE `me` should hold.
+    /// A CPU dispatch: what PE `me` should hold, its rows packed in token order (throughput
+    /// mode) or at their tokens' indices (low latency), the pairs packed.
     fn simulate(me: u32, s: &Shape, src: &[Inputs]) -> Received {
+        let packed = s.mode == MODE_THROUGHPUT;
         let (n, t_n, h, k_n) = (
             s.n_pes as usize,
             s.tokens as usize,
@@ -314,7 +328,7 @@ mod tests {
         let l_n = s.experts / s.n_pes;
         let mut g = Received {
             recv_count: vec![0; n],
-            recv_src: vec![0; n * t_n],
+            recv_src: vec![if packed { 0 } else { -1 }; n * t_n],
             recv_pair: vec![-1; n * t_n * k_n],
             recv_w: vec![0.0; n * t_n * k_n],
             recv_x: vec![0; n * t_n * h],
@@ -330,7 +344,7 @@ mod tests {
                 if destinations(ids, l_n) & (1 << me) == 0 {
                     continue;
                 }
-                let row = si * t_n + g.recv_count[si] as usize;
+                let row = si * t_n + if packed { g.recv_count[si] as usize } else { t };
                 g.recv_count[si] += 1;
                 g.recv_src[row] = t as i32;
                 g.recv_x[row * h..(row + 1) * h].copy_from_slice(&inp.x[t * h..(t + 1) * h]);
@@ -355,7 +369,7 @@ mod tests {
         g
     }
 
-    fn setup(dist: Distribution) -> (Shape, Vec<Inputs>) {
+    fn setup(dist: Distribution, mode: u32) -> (Shape, Vec<Inputs>) {
         let s = Shape {
             tokens: 40,
             hidden: 16,
@@ -364,7 +378,7 @@ mod tests {
             n_pes: 3,
             capacity: 1000,
             round: 1,
-            mode: MODE_THROUGHPUT,
+            mode,
             dtype: crate::kernels::DTYPE_BF16,
             read_once: 0,
         };
@@ -384,51 +398,65 @@ mod tests {
             Distribution::Skewed,
             Distribution::Sparse,
         ] {
-            let (s, src) = setup(dist);
-            for me in 0..3 {
-                let rep = check_dispatch(me, &s, &src, &simulate(me, &s, &src));
-                assert!(
-                    rep.problems.is_empty(),
-                    "{dist:?} PE {me}: {:?}",
-                    rep.problems
-                );
-                assert!(rep.rows > 0 && rep.pairs > 0 && rep.dropped == 0);
+            for mode in [MODE_THROUGHPUT, MODE_LOW_LATENCY] {
+                let (s, src) = setup(dist, mode);
+                for me in 0..3 {
+                    let rep = check_dispatch(me, &s, &src, &simulate(me, &s, &src));
+                    assert!(
+                        rep.problems.is_empty(),
+                        "{dist:?} mode {mode} PE {me}: {:?}",
+                        rep.problems
+                    );
+                    assert!(rep.rows > 0 && rep.pairs > 0 && rep.dropped == 0);
+                }
             }
         }
     }
 
     #[test]
     fn every_kind_of_mistake_is_caught() {
-        let (s, src) = setup(Distribution::Uniform);
-        let good = simulate(1, &s, &src);
-        let caught = |g: &Received, what: &str| {
-            let rep = check_dispatch(1, &s, &src, g);
-            assert!(!rep.problems.is_empty(), "{what} not caught");
-        };
-        let mut g = good.clone();
-        g.recv_x[5] ^= 1;
-        caught(&g, "a flipped bit");
-        let mut g = good.clone();
-        g.recv_src[1] = g.recv_src[0];
-        caught(&g, "a token twice");
-        let mut g = good.clone();
-        g.recv_count[0] -= 1;
-        caught(&g, "a token missing");
-        let mut g = good.clone();
-        let p = g.recv_pair.iter().position(|&p| p >= 0).unwrap();
-        g.recv_pair[p] = -1;
-        caught(&g, "a silently dropped pair");
-        let mut g = good.clone();
-        g.expert_rows.swap(0, 1);
-        caught(&g, "a pair pointing at the wrong row");
-        let mut g = good;
-        g.recv_w[0] += 1.0;
-        caught(&g, "a wrong weight");
+        for mode in [MODE_THROUGHPUT, MODE_LOW_LATENCY] {
+            let (s, src) = setup(Distribution::Uniform, mode);
+            let good = simulate(1, &s, &src);
+            let caught = |g: &Received, what: &str| {
+                let rep = check_dispatch(1, &s, &src, g);
+                assert!(!rep.problems.is_empty(), "mode {mode}: {what} not caught");
+            };
+            // The first two rows that arrived (in low-latency mode rows may be empty).
+            let arrived = |g: &Received| {
+                let mut rows = (0..g.recv_src.len()).filter(|&r| g.recv_src[r] >= 0);
+                (rows.next().unwrap(), rows.next().unwrap())
+            };
+            let (r0, r1) = arrived(&good);
+            let (h, k_n) = (s.hidden as usize, s.top_k as usize);
+            let mut g = good.clone();
+            g.recv_x[r0 * h + 5] ^= 1;
+            caught(&g, "a flipped bit");
+            let mut g = good.clone();
+            g.recv_src[r1] = g.recv_src[r0];
+            caught(&g, "a token twice");
+            let mut g = good.clone();
+            g.recv_count[0] -= 1;
+            caught(&g, "a token missing");
+            let mut g = good.clone();
+            g.recv_src[r0] = -1;
+            caught(&g, "a row marked empty");
+            let mut g = good.clone();
+            let p = g.recv_pair.iter().position(|&p| p >= 0).unwrap();
+            g.recv_pair[p] = -1;
+            caught(&g, "a silently dropped pair");
+            let mut g = good.clone();
+            g.expert_rows.swap(0, 1);
+            caught(&g, "a pair pointing at the wrong row");
+            let mut g = good;
+            g.recv_w[r0 * k_n] += 1.0;
+            caught(&g, "a wrong weight");
+        }
     }
 
     #[test]
     fn combine_adds_destinations_in_order_and_skips_dropped_pairs() {
-        let (s, src) = setup(Distribution::Uniform);
+        let (s, src) = setup(Distribution::Uniform, MODE_THROUGHPUT);
         let all = vec![true; 40 * 3];
         let full = combine(&src[0], &all, &s);
         let mut some = all.clone();
