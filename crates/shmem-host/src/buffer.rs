@@ -301,8 +301,9 @@ impl<T> Registered<'_, '_, T> {
 
 impl<T> Drop for Registered<'_, '_, T> {
     fn drop(&mut self) {
-        if let Ok(gpu) = self.rt.gpu() {
-            let _ = self.rt.synchronize();
+        if let Ok(gpu) = self.rt.gpu()
+            && gpu.settle()
+        {
             // SAFETY: registered in `Shmem::register_buffer`, once; this PE's work is done.
             let _ = unsafe { gpu.nv.buffer_unregister(self.ptr.cast()) };
         }

@@ -189,6 +189,13 @@ pub fn cluster_bootstrap(
 /// Collective calls ([`Shmem::alloc`], [`Shmem::barrier_all`], [`Shmem::sync_all`], their
 /// on-stream forms, [`Shmem::min_max`], loading modules and launching collective kernels)
 /// are made by every PE, in the same order.
+///
+/// A kernel that stops on the GPU (a panic, which traps; a wait past its bound) leaves this
+/// PE's CUDA context unusable. The first wait that sees it returns the error (an event's
+/// included); from then on the calls that need NVSHMEM or the context return errors, and
+/// dropping buffers, modules, teams and the runtime skips NVSHMEM's calls that would wait on
+/// the device or on other PEs forever, so the process ends with the error instead of
+/// hanging (the launcher then stops the other PEs).
 pub struct Shmem {
     pub(crate) backend: Box<dyn Backend>,
     pe: PeInfo,

@@ -109,3 +109,79 @@ fn a_timed_out_pe_fails_the_job_quickly() {
         "startup plus the 2 s bound took {took:.1} s"
     );
 }
+
+/// A kernel traps on a held stream ([`Shmem::hold`]) and the program finds out from an
+/// event, as a timing loop does: every later call that needs the context fails with an
+/// error, and dropping the program's buffers, team, module and runtime ends, so that the
+/// process exits (a rank that crashes is an error, never a hang). The runner checks that
+/// the job ends well within the launcher's bound; each PE's part is below.
+#[test]
+fn a_trapped_kernel_fails_calls_and_drops() {
+    use shmem_host::launcher::{LaunchSpec, launch};
+    use shmem_host::{LaunchConfig, StreamRef};
+    const NAME: &str = "a_trapped_kernel_fails_calls_and_drops";
+    if std::env::var("SHMEM_GPU_TESTS").as_deref() != Ok("1") {
+        eprintln!("skipped {NAME}: set SHMEM_GPU_TESTS=1 on a machine with GPUs");
+        return;
+    }
+    if shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
+        let rt = Shmem::init().expect("NVSHMEM starts");
+        let me = rt.my_pe();
+        let data = rt.alloc::<u32>(4).unwrap();
+        let team = rt
+            .team_world()
+            .split_strided(0, 1, rt.n_pes())
+            .unwrap()
+            .expect("every PE is in the split");
+        let m = rt
+            .load_module(&suite::ptx_dir(), "api-suite-kernels")
+            .unwrap();
+        let k = m.kernel::<api_suite_kernels::bounds_check>().unwrap();
+        let hold = rt.hold(StreamRef::Runtime).unwrap();
+        // SAFETY: index 4 is out of bounds on purpose: the kernel panics and traps.
+        unsafe {
+            k.launch(LaunchConfig::linear(1, 32), (&data, 4u32))
+                .unwrap()
+        };
+        let end = rt.mark().unwrap();
+        drop(hold);
+        let e = end
+            .synchronize()
+            .expect_err("the trapped kernel fails its event");
+        println!("PE {me}: the event failed: {e}");
+        let e = data.to_vec().expect_err("a copy after the trap fails");
+        println!("PE {me}: the copy failed: {e}");
+        let e = rt
+            .barrier_all()
+            .expect_err("a barrier after the trap fails");
+        println!("PE {me}: the barrier failed: {e}");
+        assert!(
+            rt.alloc::<u32>(4).is_err(),
+            "an allocation after the trap fails"
+        );
+        drop(team);
+        drop(m);
+        drop(data);
+        drop(rt);
+        println!("PE {me}: dropped everything");
+        return;
+    }
+    let gpus = visible_gpus().expect("a CUDA driver");
+    let n = std::env::var("SHMEM_GPU_PES").map_or(gpus, |v| v.parse().unwrap_or(gpus));
+    let start = std::time::Instant::now();
+    let r = launch(&LaunchSpec {
+        n,
+        gpus: Some(gpus),
+        program: std::env::current_exe().expect("the test binary"),
+        args: [NAME, "--exact", "--nocapture", "--test-threads=1"]
+            .map(Into::into)
+            .to_vec(),
+        timeout: Some(std::time::Duration::from_secs(60)),
+        env: Vec::new(),
+    });
+    println!(
+        "the job ended after {:.1} s: {r:?}",
+        start.elapsed().as_secs_f64()
+    );
+    r.expect("every PE fails its calls, drops everything and exits");
+}

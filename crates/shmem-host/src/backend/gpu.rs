@@ -240,6 +240,35 @@ impl Gpu {
         self.release(self.tickets.get());
     }
 
+    /// Waits for every stream of the context (held ones released first) and says whether
+    /// the context still works. It does not once a kernel stopped (a trap, a wait past its
+    /// bound): then NVSHMEM's calls that wait on the device or on the other PEs (`free`,
+    /// team destruction, module finalization, `finalize`) would never return, so the
+    /// callers that clean up skip them and leave the memory to the process's end. The
+    /// failure is usually seen first by a wait that returned it to the program (perhaps an
+    /// event's, which the runtime does not see); this wait sees it again.
+    pub(crate) fn settle(&self) -> bool {
+        self.release_all();
+        if !self.poisoned.get() && self.ctx.synchronize().is_err() {
+            self.poisoned.set(true);
+        }
+        !self.poisoned.get()
+    }
+
+    /// Refuses NVSHMEM work after a kernel stopped ([`Gpu::settle`]): the context is
+    /// unusable, and NVSHMEM's calls could wait forever.
+    fn usable(&self) -> Result<()> {
+        if self.poisoned.get() {
+            Err(Error::Cuda(format!(
+                "PE {}: a kernel stopped earlier on this PE, so its CUDA context is unusable; \
+                 end the process (NVSHMEM is not finalized)",
+                self.pe.my_pe
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Waits for the runtime's stream; a failure is explained by the wait report when a
     /// kernel wrote one. A held stream is released first: the wait would never end.
     pub(crate) fn sync_stream(&self) -> Result<()> {
@@ -440,6 +469,7 @@ impl Backend for Gpu {
     }
 
     fn sync(&self, op: HostSync, stream: StreamRef<'_>) -> Result<()> {
+        self.usable()?;
         let s = self.resolve(stream)?;
         if !op.on_stream() {
             self.not_capturing(&format!("a host {}", op.name()))?;
@@ -516,6 +546,7 @@ impl Backend for Gpu {
 
     fn team_split(&self, parent: i32, how: super::Split) -> Result<(i32, i32)> {
         self.not_capturing("a team split")?;
+        self.usable()?;
         self.ctx.bind_to_thread()?;
         // SAFETY: NVSHMEM is running; collective by the caller's contract (documented on
         // `Team`).
@@ -533,7 +564,7 @@ impl Backend for Gpu {
     }
 
     unsafe fn team_destroy(&self, team: i32) {
-        if self.ctx.bind_to_thread().is_ok() {
+        if self.ctx.bind_to_thread().is_ok() && self.settle() {
             // SAFETY: the caller's contract.
             unsafe { self.nv.team_destroy(team) }
         }
@@ -548,6 +579,7 @@ impl Backend for Gpu {
         bytes: usize,
         stream: StreamRef<'_>,
     ) -> Result<()> {
+        self.usable()?;
         let s = self.resolve(stream)?;
         // SAFETY: the caller's contract; `s` is this context's (`resolve`).
         unsafe {
@@ -562,6 +594,7 @@ impl Backend for Gpu {
 
     fn min_max(&self, value: i64) -> Result<(i64, i64)> {
         self.not_capturing("an agreement between PEs")?;
+        self.usable()?;
         let ctl = self.ctl as sys::CUdeviceptr;
         // SAFETY: `ctl` holds 4 i64s of this PE's symmetric heap; the copies are synchronous
         // and no kernel uses the control block; every PE makes this call (collective).
@@ -589,10 +622,10 @@ impl Backend for Gpu {
     unsafe fn free(&self, p: *mut u8) {
         // Every stream of the context, not only the runtime's: a launch, fill or graph
         // replay on the program's own stream may still use the memory.
-        self.release_all();
-        let _ = self.ctx.synchronize();
-        // SAFETY: the caller's contract.
-        unsafe { self.nv.free(p.cast()) }
+        if self.settle() {
+            // SAFETY: the caller's contract.
+            unsafe { self.nv.free(p.cast()) }
+        }
     }
 
     unsafe fn write(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
@@ -644,6 +677,7 @@ impl Backend for Gpu {
     }
 
     fn load(&self, mut image: Vec<u8>, origin: &Path) -> Result<Option<sys::CUmodule>> {
+        self.usable()?;
         image.push(0);
         self.ctx.bind_to_thread()?;
         // SAFETY: `image` is a NUL-terminated PTX text or a cubin, alive for the call.
@@ -671,8 +705,9 @@ impl Backend for Gpu {
     }
 
     unsafe fn unload(&self, m: sys::CUmodule) {
-        self.release_all();
-        let _ = self.stream.synchronize();
+        if !self.settle() {
+            return;
+        }
         // SAFETY: registered by `load`; no launch of it is in flight (synchronised); the
         // caller unloads it once.
         unsafe {
@@ -757,8 +792,7 @@ impl Backend for Gpu {
 impl Drop for Gpu {
     fn drop(&mut self) {
         // A hold that was leaked (`mem::forget`) must not keep the stream from finishing.
-        self.release_all();
-        if self.poisoned.get() || self.stream.synchronize().is_err() {
+        if !self.settle() {
             // A kernel stopped: the context is unusable and NVSHMEM cannot finalize (it would
             // wait for the other PEs); the process ends without it. The report memory goes
             // with the process.
