@@ -238,7 +238,7 @@ pub(crate) fn bits<T: Copy>(v: T) -> u64 {
 /// Nanoseconds from some fixed point (`%globaltimer` on the GPU, the host clock under the
 /// simulator).
 #[inline(always)]
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     #[cfg(target_arch = "nvptx64")]
     {
         let t: u64;

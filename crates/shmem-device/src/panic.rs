@@ -9,7 +9,8 @@
 //! NUL-terminated buffers (cut at 255 bytes) and printed with `%s`. The buffers and
 //! printf's argument block are module globals that the first panicking thread claims, not
 //! stack arrays: a kernel that can panic carries no stack frame for it (`ptxas -v`). The
-//! other panicking threads wait for the first one's trap, which ends the grid.
+//! other panicking threads wait for the first one's trap, which ends the grid, and trap
+//! themselves if it has not come within 50 ms.
 
 use core::panic::PanicInfo;
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -63,15 +64,26 @@ fn panic(info: &PanicInfo<'_>) -> ! {
     report(file, line, col, msg)
 }
 
+/// How long the other panicking threads wait for the first one's trap before they trap
+/// themselves (which can cut its message short).
+const OTHERS_WAIT_NS: u64 = 50_000_000;
+
 /// Prints the panic (the first panicking thread of the module) and traps.
 #[cold]
 #[inline(never)]
 fn report(file: &str, line: u32, col: u32, msg: &str) -> ! {
     if CLAIMED.swap(1, Ordering::AcqRel) != 0 {
-        // Another thread is printing; its trap ends this grid too.
-        loop {
-            core::hint::spin_loop();
+        // Another thread is printing; its trap ends this grid too. The wait sleeps, so that
+        // a printing thread of the same warp gets to run (a plain spin starved it: a
+        // dispatch kernel whose every thread panicked hung), and it is bounded, so that a
+        // panic ends the kernel whatever the printing thread does.
+        let start = crate::bound::now_ns();
+        while crate::bound::now_ns().wrapping_sub(start) < OTHERS_WAIT_NS {
+            // SAFETY: suspends this thread for about a microsecond; touches no memory.
+            unsafe { core::arch::asm!("nanosleep.u32 1000;", options(nomem, nostack)) };
         }
+        // SAFETY: `trap` ends the kernel; nothing after it runs.
+        unsafe { core::arch::nvptx::trap() }
     }
     // SAFETY: this thread alone claimed the buffers (the swap above). The format string is
     // NUL-terminated; its conversions (%s, %u, %u, %s) match the fields of `Args` in order,
