@@ -111,7 +111,8 @@ fn a_timed_out_pe_fails_the_job_quickly() {
 }
 
 /// A kernel traps on a held stream ([`Shmem::hold`]) and the program finds out from an
-/// event, as a timing loop does: every later call that needs the context fails with an
+/// event, as a timing loop does (or, under CUDA MPS, from whichever step another PE's trap
+/// fails): every later call that needs the context fails with an
 /// error, and dropping the program's buffers, team, module and runtime ends, so that the
 /// process exits (a rank that crashes is an error, never a hang). The runner checks that
 /// the job ends well within the launcher's bound; each PE's part is below.
@@ -137,17 +138,18 @@ fn a_trapped_kernel_fails_calls_and_drops() {
             .load_module(&suite::ptx_dir(), "api-suite-kernels")
             .unwrap();
         let k = m.kernel::<api_suite_kernels::bounds_check>().unwrap();
-        let hold = rt.hold(StreamRef::Runtime).unwrap();
-        // SAFETY: index 4 is out of bounds on purpose: the kernel panics and traps.
-        unsafe {
-            k.launch(LaunchConfig::linear(1, 32), (&data, 4u32))
-                .unwrap()
-        };
-        let end = rt.mark().unwrap();
-        drop(hold);
-        let e = end
-            .synchronize()
-            .expect_err("the trapped kernel fails its event");
+        rt.barrier_all().unwrap();
+        // Under CUDA MPS the PEs that share the GPU share its faults: the first trap fails
+        // every PE's context, at whatever step each is, so any of these steps may fail.
+        let stopped = (|| {
+            let hold = rt.hold(StreamRef::Runtime)?;
+            // SAFETY: index 4 is out of bounds on purpose: the kernel panics and traps.
+            unsafe { k.launch(LaunchConfig::linear(1, 32), (&data, 4u32))? };
+            let end = rt.mark()?;
+            drop(hold);
+            end.synchronize()
+        })();
+        let e = stopped.expect_err("the trapped kernel fails its event");
         println!("PE {me}: the event failed: {e}");
         let e = data.to_vec().expect_err("a copy after the trap fails");
         println!("PE {me}: the copy failed: {e}");
