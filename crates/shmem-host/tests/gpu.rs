@@ -47,7 +47,6 @@ suite::gpu_only_cases!(gpu_tests);
 /// within seconds. The runner's part checks the launch; each PE's part is below.
 #[test]
 fn a_timed_out_pe_fails_the_job_quickly() {
-    use shmem_host::launcher::{LaunchSpec, launch};
     const NAME: &str = "a_timed_out_pe_fails_the_job_quickly";
     if std::env::var("SHMEM_GPU_TESTS").as_deref() != Ok("1") {
         eprintln!("skipped {NAME}: set SHMEM_GPU_TESTS=1 on a machine with GPUs");
@@ -78,22 +77,8 @@ fn a_timed_out_pe_fails_the_job_quickly() {
         rt.barrier_all().unwrap();
         unreachable!("PE {} passed a barrier its peer never reached", rt.my_pe());
     }
-    let gpus = visible_gpus().expect("a CUDA driver");
-    let n = std::env::var("SHMEM_GPU_PES").map_or(gpus, |v| v.parse().unwrap_or(gpus));
-    let start = std::time::Instant::now();
-    let e = launch(&LaunchSpec {
-        n,
-        gpus: Some(gpus),
-        program: std::env::current_exe().expect("the test binary"),
-        args: [NAME, "--exact", "--nocapture", "--test-threads=1"]
-            .map(Into::into)
-            .to_vec(),
-        timeout: Some(std::time::Duration::from_secs(60)),
-        env: Vec::new(),
-    })
-    .expect_err("the job fails");
-    let took = start.elapsed().as_secs_f64();
-    let e = e.to_string();
+    let (r, n, gpus, took) = launch_pes(NAME);
+    let e = r.expect_err("the job fails").to_string();
     println!("the job failed after {took:.1} s: {e}");
     // On a GPU of its own the waiter is the PE that fails. PEs sharing a GPU under CUDA MPS
     // share its faults: the trap also ends the other clients' contexts, and whichever PE
@@ -118,7 +103,6 @@ fn a_timed_out_pe_fails_the_job_quickly() {
 /// the job ends well within the launcher's bound; each PE's part is below.
 #[test]
 fn a_trapped_kernel_fails_calls_and_drops() {
-    use shmem_host::launcher::{LaunchSpec, launch};
     use shmem_host::{LaunchConfig, StreamRef};
     const NAME: &str = "a_trapped_kernel_fails_calls_and_drops";
     if std::env::var("SHMEM_GPU_TESTS").as_deref() != Ok("1") {
@@ -168,6 +152,16 @@ fn a_trapped_kernel_fails_calls_and_drops() {
         println!("PE {me}: dropped everything");
         return;
     }
+    let (r, _, _, took) = launch_pes(NAME);
+    println!("the job ended after {took:.1} s: {r:?}");
+    r.expect("every PE fails its calls, drops everything and exits");
+}
+
+/// Runs test `name` of this binary once per PE (one per visible GPU, or `SHMEM_GPU_PES`)
+/// under the launcher, bounded at 60 s: its result, the PE and GPU counts, and the seconds
+/// it took.
+fn launch_pes(name: &str) -> (shmem_host::Result<()>, usize, usize, f64) {
+    use shmem_host::launcher::{LaunchSpec, launch};
     let gpus = visible_gpus().expect("a CUDA driver");
     let n = std::env::var("SHMEM_GPU_PES").map_or(gpus, |v| v.parse().unwrap_or(gpus));
     let start = std::time::Instant::now();
@@ -175,15 +169,11 @@ fn a_trapped_kernel_fails_calls_and_drops() {
         n,
         gpus: Some(gpus),
         program: std::env::current_exe().expect("the test binary"),
-        args: [NAME, "--exact", "--nocapture", "--test-threads=1"]
+        args: [name, "--exact", "--nocapture", "--test-threads=1"]
             .map(Into::into)
             .to_vec(),
         timeout: Some(std::time::Duration::from_secs(60)),
         env: Vec::new(),
     });
-    println!(
-        "the job ended after {:.1} s: {r:?}",
-        start.elapsed().as_secs_f64()
-    );
-    r.expect("every PE fails its calls, drops everything and exits");
+    (r, n, gpus, start.elapsed().as_secs_f64())
 }
