@@ -97,10 +97,10 @@ fn a_timed_out_pe_fails_the_job_quickly() {
 
 /// A kernel traps on a held stream ([`Shmem::hold`]) and the program finds out from an
 /// event, as a timing loop does (or, under CUDA MPS, from whichever step another PE's trap
-/// fails): every later call that needs the context fails with an
-/// error, and dropping the program's buffers, team, module and runtime ends, so that the
-/// process exits (a rank that crashes is an error, never a hang). The runner checks that
-/// the job ends well within the launcher's bound; each PE's part is below.
+/// fails): every later call that needs the context fails with an error, and dropping the
+/// program's buffers, team, module and runtime ends, so that the process exits (a rank
+/// that crashes is an error, never a hang). The runner checks that the job ends well
+/// within the launcher's bound; each PE's part is below.
 #[test]
 fn a_trapped_kernel_fails_calls_and_drops() {
     use shmem_host::{LaunchConfig, StreamRef};
