@@ -158,6 +158,7 @@ const RING: &[(&str, bool)] = &[("ring", false)];
 const API: &[(&str, bool)] = &[
     ("rma_p_g", false),
     ("rma_bulk", false),
+    ("rma_small", false),
     ("signals", true),
     ("waits", true),
     ("atomics", false),

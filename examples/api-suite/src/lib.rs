@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | [`rma_p_g`](rma_p_g()) | `p`, `g` for every standard type | no |
 //! | [`rma_bulk`](rma_bulk()) | `put`, `put_nbi`, `get`, `get_nbi` × thread/warp/block | no |
+//! | [`rma_small`](rma_small()) | thread-scope `put`, `put_nbi`, `get`, `get_nbi` of 4 to 160 bytes | no |
 //! | [`signals`](signals()) | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` | yes (waits) |
 //! | [`waits`](waits()) | `wait_until`, `test` and their `_all`/`_any` forms, 4 types | yes (waits) |
 //! | [`atomics`](atomics()) | every AMO, 6 types; a contended counter | no |
@@ -118,6 +119,43 @@ pub unsafe fn rma_bulk(src: SymSlice<u32>, dst: SymSlice<u32>) {
     case!(11, get_nbi, Block, true);
     quiet();
     sync_threads();
+}
+
+/// Thread-scope RMA of every length from 1 to `max` (≤ [`SMALL_MAX`]) `u32`s: the peer copy's
+/// paths for one to ten 16-byte chunks and the word tails. Case `c = op * SMALL_MAX + len - 1`
+/// (`op`: put, put_nbi, get, get_nbi) moves `len` elements at `c * SMALL_SLOT` (16-byte
+/// aligned); the lengths are the kernel's argument, not constants the compiler could fold.
+///
+/// Host sets `src[i] = pattern(pe, i)` and zeroes `dst`. After: see `expect::small` (put cases
+/// hold prev's pattern, get cases next's, and zeros past each length).
+///
+/// # Safety
+/// Launch one block; buffers symmetric, ≥ `SMALL_CASES * SMALL_SLOT` elements; `max` ≤
+/// `SMALL_MAX`.
+#[shmem_kernel]
+pub unsafe fn rma_small(src: SymSlice<u32>, dst: SymSlice<u32>, max: u32) {
+    if thread_idx_x() != 0 {
+        return;
+    }
+    let (next, _) = neighbours(my_pe(), n_pes());
+    for len in 1..=max as usize {
+        let region = |op: usize| {
+            let at = (op * SMALL_MAX + len - 1) * SMALL_SLOT;
+            (src.sub(at, len), dst.sub(at, len))
+        };
+        // SAFETY: disjoint regions of symmetric buffers (the caller's sizes); `next` is valid.
+        unsafe {
+            let (s, d) = region(0);
+            put(Thread, d, s, next);
+            let (s, d) = region(1);
+            put_nbi(Thread, d, s, next);
+            let (s, d) = region(2);
+            get(Thread, d, s, next);
+            let (s, d) = region(3);
+            get_nbi(Thread, d, s, next);
+        }
+    }
+    quiet();
 }
 
 /// `put_signal` / `put_signal_nbi` with Set and Add in every scope, then `signal_op`.

@@ -2,7 +2,7 @@
 //! number, the PE count and the element index. Shared by the GPU tests and (later) the CPU
 //! simulator, so the expectations are written once.
 
-use crate::{BULK_CASE, SIGNAL_CASE, Val, neighbours, pattern};
+use crate::{BULK_CASE, SIGNAL_CASE, SMALL_MAX, SMALL_SLOT, Val, neighbours, pattern};
 
 /// `rma_p_g`: what the host puts in `src[k]` on PE `pe`: `pattern(pe, k)` as slot `k`'s type,
 /// zero-extended bits.
@@ -37,6 +37,21 @@ pub fn bulk(pe: i32, n: i32, i: usize) -> u32 {
     } else {
         pattern(next, i)
     }) as u32
+}
+
+/// `rma_small`: `dst[i]` on PE `pe`: what its case moved, and zero past the case's length
+/// (a copy must not write beyond it).
+pub fn small(pe: i32, n: i32, i: usize) -> u32 {
+    let (next, prev) = neighbours(pe, n);
+    let (case, at) = (i / SMALL_SLOT, i % SMALL_SLOT);
+    let (op, len) = (case / SMALL_MAX, case % SMALL_MAX + 1);
+    if at >= len {
+        0
+    } else if op < 2 {
+        pattern(prev, i) as u32
+    } else {
+        pattern(next, i) as u32
+    }
 }
 
 /// `signals`: `dst[i]` on PE `pe`.

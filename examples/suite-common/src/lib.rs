@@ -54,6 +54,14 @@ pub fn neighbours(me: i32, n: i32) -> (i32, i32) {
 pub const BULK_CASE: usize = 256;
 /// Cases in `rma_bulk`: `[put, put_nbi, get, get_nbi] × [Thread, Warp, Block]`, in that order.
 pub const BULK_CASES: usize = 12;
+/// Longest message of `rma_small`, in `u32`s (4 to 160 bytes: one to ten 16-byte chunks,
+/// with and without a tail of words).
+pub const SMALL_MAX: usize = 40;
+/// `u32`s from one `rma_small` case to the next: at least [`SMALL_MAX`], and 16-byte aligned.
+pub const SMALL_SLOT: usize = 48;
+/// Cases of `rma_small`: `[put, put_nbi, get, get_nbi]` (thread scope) × lengths
+/// `1..=SMALL_MAX`, case `op * SMALL_MAX + len - 1` at `u32` `case * SMALL_SLOT`.
+pub const SMALL_CASES: usize = 4 * SMALL_MAX;
 /// Elements per case in `signals`.
 pub const SIGNAL_CASE: usize = 64;
 /// `put_signal` cases in `signals`: `[blocking, nbi] × [Set, Add] × [Thread, Warp, Block]`.

@@ -35,6 +35,7 @@ macro_rules! simulated_cases {
             ring: 1,
             rma_p_g: 1,
             rma_bulk: 1,
+            rma_small: 1,
             signals: 1,
             waits: 1,
             atomics: 1,
@@ -128,6 +129,33 @@ pub fn rma_bulk(rt: &Shmem) {
             expect::bulk(me, n, i),
             "element {i} (case {})",
             i / BULK_CASE
+        );
+    }
+}
+
+pub fn rma_small(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let len = SMALL_CASES * SMALL_SLOT;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::rma_small>().unwrap();
+    let src = filled(rt, len, |i| pattern(me, i) as u32);
+    let dst = rt.alloc::<u32>(len).unwrap();
+    rt.barrier_all().unwrap();
+    // SAFETY: one block on every PE; buffers hold every case; `SMALL_MAX` lengths.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, 32), (&src, &dst, SMALL_MAX as u32))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let dst = dst.to_vec().unwrap();
+    for (i, v) in dst.iter().enumerate() {
+        let case = i / SMALL_SLOT;
+        assert_eq!(
+            *v,
+            expect::small(me, n, i),
+            "element {i} (op {}, {} elements)",
+            case / SMALL_MAX,
+            case % SMALL_MAX + 1
         );
     }
 }
