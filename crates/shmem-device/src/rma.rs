@@ -296,8 +296,10 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
             // the perftest twin (one H200, 2 PEs under MPS; BENCHMARKS.md, twenty-seventh
             // session): with four loads in flight, 64-byte puts and gets by every thread of
             // 4-32 blocks took 1.11x the twin's time a call (alone, 0.86x); one after the
-            // other, 1.00x (alone, 0.97x). Two chunks loaded together took 0.88x the twin's
-            // time in those loops (in turn, 1.00x) and alone 0.97x (in turn, 1.04x).
+            // other, 0.99-1.01x (alone, 0.96-0.98x). Two chunks loaded together took
+            // 0.98-1.00x the twin's time in those loops and alone 0.94-0.96x (in turn, 1.04x
+            // alone). The shape of this code moved those loops' figures by up to 0.1 at 16
+            // and 32 bytes: the form here is the measured one.
             if chunks < 4 {
                 if chunks == 1 {
                     copy(0);
