@@ -207,7 +207,8 @@ impl Chunk {
 
 /// Copies `bytes` from `src` to `dst` with the threads of scope `S` when both are 16-byte
 /// aligned and `bytes >= 16` (16 bytes per load and store, four in flight per thread at
-/// thread and warp scope, the tail in words or bytes), then synchronises the group; returns
+/// warp scope and at thread scope beyond 64 bytes, the tail in words or bytes), then
+/// synchronises the group; returns
 /// `false`, copying nothing, otherwise. The local end is accessed as global memory
 /// (`ld.global`/`st.global`: a [`LocalSlice`](crate::mem::LocalSlice) is global memory), the
 /// peer's end through generic addresses: what nvcc emits for NVSHMEM's copy in a kernel.
@@ -269,9 +270,10 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
             }
         }
     };
-    // Threads and warps keep four loads in flight; a block moves one chunk per thread at a
-    // time, as NVSHMEM's copy does, so that its warps' loads and stores overlap (four loads
-    // then four stores by every thread measured up to 1.3x slower, at 64 KiB per block).
+    // Threads (beyond 64 bytes) and warps keep four loads in flight; a block moves one chunk
+    // per thread at a time, as NVSHMEM's copy does, so that its warps' loads and stores
+    // overlap (four loads then four stores by every thread measured up to 1.3x slower, at
+    // 64 KiB per block).
     let unroll = !matches!(S::KIND, ScopeKind::Block);
     let chunks = (bytes / 16) as u32;
     let mut i = me;
