@@ -85,6 +85,46 @@ pub fn e4m3x2_from_f32(hi: f32, lo: f32) -> u16 {
     }
 }
 
+/// Four values as `e4m3`, `v[i]` in byte `i` (the order of a row in memory), each as
+/// [`e4m3_from_f32`] converts it: two [`e4m3x2_from_f32`] joined into one word. On `sm_89`
+/// and later the halves are joined as CUDA C++ joins them (`mov.b32 {lo, hi}`), which ptxas
+/// folds into the second conversion (`F2FP ... MERGE_C`); joined by shifting and or-ing the
+/// two `u16`s, each word took one more instruction (`PRMT`): eight a batch in the FP8
+/// dispatch (BENCHMARKS.md, twenty-eighth session).
+///
+/// ```
+/// use shmem_device::fp8::{e4m3_from_f32, e4m3x4_from_f32};
+/// let v = [1.0, -2.0, 448.0, 0.5];
+/// assert_eq!(e4m3x4_from_f32(v), u32::from_le_bytes(v.map(e4m3_from_f32)));
+/// ```
+#[inline(always)]
+pub fn e4m3x4_from_f32(v: [f32; 4]) -> u32 {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_89"))]
+    {
+        let d: u32;
+        // SAFETY: conversions between registers; they touch no memory.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .b16 lo, hi;",
+                "cvt.rn.satfinite.e4m3x2.f32 lo, {b}, {a};",
+                "cvt.rn.satfinite.e4m3x2.f32 hi, {d3}, {c};",
+                "mov.b32 {d}, {{lo, hi}}; }}",
+                d = out(reg32) d,
+                a = in(reg32) v[0],
+                b = in(reg32) v[1],
+                c = in(reg32) v[2],
+                d3 = in(reg32) v[3],
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        d
+    }
+    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_89")))]
+    {
+        u32::from(e4m3x2_from_f32(v[1], v[0])) | u32::from(e4m3x2_from_f32(v[3], v[2])) << 16
+    }
+}
+
 /// The larger magnitude, half by half, of two packed pairs of `bf16`: for each 16-bit half,
 /// `max(m, |w|)`, where a NaN in `w` loses to the number in `m` (as `fmaxf` lets it). `m`'s
 /// halves must be non-negative numbers (no NaN); folded over a row from `0`, this is the
@@ -166,5 +206,6 @@ mod tests {
         assert_eq!(e4m3_from_f32(1e-30), 0);
         assert_eq!(e4m3_from_f32(-0.0), 0x80);
         assert_eq!(e4m3x2_from_f32(1.0, -2.0), 0x38c0);
+        assert_eq!(e4m3x4_from_f32([-2.0, 1.0, 1e6, f32::NAN]), 0x7f7e_38c0);
     }
 }

@@ -72,7 +72,7 @@
 //! writes each token once: the memory traffic's floor.
 
 use crate::{bf16, expert_scale};
-use shmem_device::fp8::{bf16x2_amax, e4m3_to_f32, e4m3x2_from_f32};
+use shmem_device::fp8::{bf16x2_amax, e4m3_to_f32, e4m3x4_from_f32};
 use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
 use shmem_device::rma::Chunk;
@@ -1009,9 +1009,8 @@ fn quantize_held(v: &[Chunk; HELD]) -> ([Chunk; PAIRS], [f32; PAIRS]) {
         for half in 0..2 {
             let x = widen(v[2 * i + half]);
             for k in 0..2 {
-                let lo = e4m3x2_from_f32(x[4 * k + 1] * inv, x[4 * k] * inv);
-                let hi = e4m3x2_from_f32(x[4 * k + 3] * inv, x[4 * k + 2] * inv);
-                q[i].0[2 * half + k] = u32::from(lo) | u32::from(hi) << 16;
+                let y = [0, 1, 2, 3].map(|e| x[4 * k + e] * inv);
+                q[i].0[2 * half + k] = e4m3x4_from_f32(y);
             }
         }
         scale[i] = s;
