@@ -125,6 +125,54 @@ pub fn e4m3x4_from_f32(v: [f32; 4]) -> u32 {
     }
 }
 
+/// The four `e4m3` values of `w` (value `i` in byte `i`, as [`e4m3x4_from_f32`] packs them)
+/// as `f32`, each as [`e4m3_to_f32`] decodes it (exact; a NaN code gives a NaN). On `sm_89`
+/// and later two instructions convert the four values to `f16` (PTX
+/// `cvt.rn.f16x2.e4m3x2`, CUDA C++'s `__nv_cvt_fp8x2_to_halfraw2`; exact, since `f16` holds
+/// every `e4m3` value) and four widen them, where the decode in integer arithmetic takes
+/// about ten instructions a value: the FP8 MoE example's stand-in expert kernel took 1.25x
+/// the time of its CUDA C++ twin with it (BENCHMARKS.md, twenty-eighth session).
+///
+/// ```
+/// use shmem_device::fp8::{e4m3_to_f32, e4m3x4_to_f32};
+/// let w = 0x7e08_b838; // 1.0, -1.0, 2^-6, 448.0
+/// assert_eq!(e4m3x4_to_f32(w), [1.0, -1.0, 1.0 / 64.0, 448.0]);
+/// assert_eq!(e4m3x4_to_f32(w), w.to_le_bytes().map(e4m3_to_f32));
+/// ```
+#[inline(always)]
+pub fn e4m3x4_to_f32(w: u32) -> [f32; 4] {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_89"))]
+    {
+        let (a, b, c, d): (f32, f32, f32, f32);
+        // SAFETY: conversions between registers; they touch no memory.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .b16 lo, hi, h0, h1, h2, h3; .reg .b32 p, q;",
+                "mov.b32 {{lo, hi}}, {w};",
+                "cvt.rn.f16x2.e4m3x2 p, lo;",
+                "cvt.rn.f16x2.e4m3x2 q, hi;",
+                "mov.b32 {{h0, h1}}, p;",
+                "mov.b32 {{h2, h3}}, q;",
+                "cvt.f32.f16 {a}, h0;",
+                "cvt.f32.f16 {b}, h1;",
+                "cvt.f32.f16 {c}, h2;",
+                "cvt.f32.f16 {d}, h3; }}",
+                w = in(reg32) w,
+                a = out(reg32) a,
+                b = out(reg32) b,
+                c = out(reg32) c,
+                d = out(reg32) d,
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        [a, b, c, d]
+    }
+    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_89")))]
+    {
+        w.to_le_bytes().map(e4m3_to_f32)
+    }
+}
+
 /// The larger magnitude, half by half, of two packed pairs of `bf16`: for each 16-bit half,
 /// `max(m, |w|)`, where a NaN in `w` loses to the number in `m` (as `fmaxf` lets it). `m`'s
 /// halves must be non-negative numbers (no NaN); folded over a row from `0`, this is the

@@ -72,7 +72,7 @@
 //! writes each token once: the memory traffic's floor.
 
 use crate::{bf16, expert_scale};
-use shmem_device::fp8::{bf16x2_amax, e4m3_to_f32, e4m3x4_from_f32};
+use shmem_device::fp8::{bf16x2_amax, e4m3x4_from_f32, e4m3x4_to_f32};
 use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
 use shmem_device::rma::Chunk;
@@ -1844,7 +1844,8 @@ unsafe fn experts(b: Bufs, s: Shape) {
 /// Sixteen `e4m3` values of a 16-byte chunk, widened (exact).
 #[inline(always)]
 fn dequantize(c: Chunk) -> [f32; 16] {
-    core::array::from_fn(|i| e4m3_to_f32((c.0[i / 4] >> (8 * (i % 4))) as u8))
+    let v = c.0.map(e4m3x4_to_f32);
+    core::array::from_fn(|i| v[i / 4][i % 4])
 }
 
 /// The inputs of one call of the front ([`crate::host::front`]), in any device memory of
