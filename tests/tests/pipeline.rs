@@ -166,6 +166,7 @@ const API: &[(&str, bool)] = &[
     ("barriers", true),
     ("peer_memory", false),
     ("block_shared", false),
+    ("fp8_convert", false),
     ("bounds_check", false),
 ];
 const COLL: &[(&str, bool)] = &[("collectives", true)];

@@ -19,6 +19,7 @@
 //! | `collectives` (crate `collectives-suite-kernels`: NVSHMEM's reductions are slow to compile) | block-scope collectives | yes |
 //! | [`peer_memory`](peer_memory()) | `ptr`, scoped loads/stores/atomics over peer mappings | no (spins on memory) |
 //! | [`block_shared`](block_shared()) | dynamic shared memory: its size, a release/acquire hand-off and atomics at block scope | no |
+//! | [`fp8_convert`](fp8_convert()) | `fp8`: the `e4m3` conversions on the GPU's instructions against their definitions | no |
 //! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
 
 #![no_std]
@@ -574,6 +575,50 @@ pub unsafe fn bounds_check(data: SymSlice<u32>, index: u32) {
     if global_idx_x() == 0 {
         // SAFETY: only thread 0 writes; `write` checks the index against `data.len()`.
         unsafe { data.write(index as usize, 1) };
+    }
+}
+
+/// The `e4m3` conversions of [`shmem_device::fp8`], which take the GPU's conversion
+/// instructions on `sm_89` and later, for the host to compare with their definitions in
+/// integer arithmetic (the host build and the simulator's). The grid's threads share the
+/// work: `enc4[i]` = `e4m3x4_from_f32` of `vals[4 i .. 4 i + 4]` (`f32` bits), `enc2[i]` =
+/// `e4m3x2_from_f32(vals[2 i + 1], vals[2 i])`, and `dec[4 i + j]` = the bits of value `j`
+/// of `e4m3x4_to_f32` of the word whose bytes are the codes `4 i .. 4 i + 4` (`dec.len()`
+/// is 256: every code).
+///
+/// # Safety
+/// Any 1-D launch; `enc4` holds `vals.len() / 4` words, `enc2` `vals.len() / 2`, `dec` 256.
+#[shmem_kernel]
+pub unsafe fn fp8_convert(
+    vals: SymSlice<u32>,
+    enc4: SymSlice<u32>,
+    enc2: SymSlice<u32>,
+    dec: SymSlice<u32>,
+) {
+    use shmem_device::fp8::{e4m3x2_from_f32, e4m3x4_from_f32, e4m3x4_to_f32};
+    let (me, all) = (global_idx_x(), grid_stride_x());
+    // SAFETY: every index is below its buffer's length (the kernel's contract); each output
+    // word is one thread's.
+    unsafe {
+        let v = |i: usize| f32::from_bits(vals.read(i));
+        let mut i = me;
+        while i < vals.len() / 4 {
+            enc4.write(i, e4m3x4_from_f32([0, 1, 2, 3].map(|j| v(4 * i + j))));
+            i += all;
+        }
+        let mut i = me;
+        while i < vals.len() / 2 {
+            enc2.write(i, u32::from(e4m3x2_from_f32(v(2 * i + 1), v(2 * i))));
+            i += all;
+        }
+        let mut i = me;
+        while i < 64 {
+            let codes = u32::from_le_bytes([0, 1, 2, 3].map(|j| (4 * i + j) as u8));
+            for (j, x) in e4m3x4_to_f32(codes).into_iter().enumerate() {
+                dec.write(4 * i + j, x.to_bits());
+            }
+            i += all;
+        }
     }
 }
 

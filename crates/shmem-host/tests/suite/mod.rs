@@ -44,6 +44,7 @@ macro_rules! simulated_cases {
             collectives: 1,
             peer_memory: 1,
             block_shared: 1,
+            fp8_convert: 1,
             unequal_allocation_fails_on_every_pe: 2,
             graph_replays_launches_and_barriers: 1,
             teams: 1,
@@ -401,6 +402,79 @@ pub fn peer_memory(rt: &Shmem) {
     assert_eq!(&c[2..], &[prev as u64 + 1, 42, 64]);
     if me == 0 {
         assert_eq!(&c[..2], &[n as u64, 2 * n as u64]);
+    }
+}
+
+/// The values [`fp8_convert`] converts: every `e4m3` value and its negation, the midpoints
+/// between neighbouring codes (ties) and the `f32`s either side of each, values past the
+/// largest, infinities, NaN and the smallest magnitudes.
+fn fp8_values() -> Vec<f32> {
+    use shmem_device::fp8::e4m3_to_f32;
+    let mut v = vec![
+        448.0,
+        449.0,
+        464.0,
+        480.0,
+        1e30,
+        f32::INFINITY,
+        f32::NAN,
+        1e-30,
+    ];
+    v.extend([-0.0, 0.0, 2f32.powi(-10), 3.0 * 2f32.powi(-11)]);
+    for b in 0..0x7fu8 {
+        let x = e4m3_to_f32(b);
+        v.push(x);
+        if b < 0x7e {
+            let mid = (x + e4m3_to_f32(b + 1)) / 2.0;
+            let bits = mid.to_bits();
+            v.extend([mid, f32::from_bits(bits - 1), f32::from_bits(bits + 1)]);
+        }
+    }
+    let neg: Vec<f32> = v.iter().map(|x| -x).collect();
+    v.extend(neg);
+    v.resize(v.len().next_multiple_of(4), 1.0);
+    v
+}
+
+pub fn fp8_convert(rt: &Shmem) {
+    use shmem_device::fp8::{e4m3_from_f32, e4m3_to_f32};
+    let vals = fp8_values();
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::fp8_convert>().unwrap();
+    let input = filled(rt, vals.len(), |i| vals[i].to_bits());
+    let (enc4, enc2) = (
+        rt.alloc::<u32>(vals.len() / 4).unwrap(),
+        rt.alloc::<u32>(vals.len() / 2).unwrap(),
+    );
+    let dec = rt.alloc::<u32>(256).unwrap();
+    // SAFETY: the buffers have the lengths the kernel's contract asks for.
+    unsafe {
+        k.launch(LaunchConfig::linear(2, 64), (&input, &enc4, &enc2, &dec))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let e = |i: usize| e4m3_from_f32(vals[i]);
+    for (i, got) in enc4.to_vec().unwrap().into_iter().enumerate() {
+        let want = u32::from_le_bytes([0, 1, 2, 3].map(|j| e(4 * i + j)));
+        assert_eq!(got, want, "e4m3x4_from_f32({:?})", &vals[4 * i..4 * i + 4]);
+    }
+    for (i, got) in enc2.to_vec().unwrap().into_iter().enumerate() {
+        let want = u32::from(e(2 * i + 1)) << 8 | u32::from(e(2 * i));
+        assert_eq!(
+            got,
+            want,
+            "e4m3x2_from_f32({}, {})",
+            vals[2 * i + 1],
+            vals[2 * i]
+        );
+    }
+    for (c, got) in dec.to_vec().unwrap().into_iter().enumerate() {
+        let (got, want) = (f32::from_bits(got), e4m3_to_f32(c as u8));
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "e4m3x4_to_f32: code {c:#04x} gave {got} ({:#010x}), not {want}",
+            got.to_bits()
+        );
     }
 }
 
