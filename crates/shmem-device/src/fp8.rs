@@ -5,7 +5,9 @@
 //! [`e4m3x2_from_f32`] rounds to nearest, ties to even, and saturates to ±448 (PTX
 //! `cvt.rn.satfinite.e4m3x2.f32`, which it uses on `sm_89` and later; CUDA C++'s
 //! `__nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3)`), and [`e4m3_to_f32`] is exact.
-//! A NaN becomes `0x7f`.
+//! A NaN becomes `0x7f`. Kernels convert four values at a time with [`e4m3x4_from_f32`] and
+//! [`e4m3x4_to_f32`], which take the GPU's conversion instructions on `sm_89` and later (the
+//! API suite's `fp8_convert` checks them there against the integer definitions).
 //!
 //! ```
 //! use shmem_device::fp8::{e4m3_from_f32, e4m3_to_f32};
