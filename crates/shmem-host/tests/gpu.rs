@@ -15,14 +15,35 @@ mod suite;
 use shmem_host::Shmem;
 use shmem_host::launcher::{gpu_test, visible_gpus};
 
+/// Whether the GPU tests are opted in (`SHMEM_GPU_TESTS=1`).
+fn opted_in() -> bool {
+    std::env::var("SHMEM_GPU_TESTS").as_deref() == Ok("1")
+}
+
+/// Whether this process is a PE a launcher started (its bootstrap variables are set).
+fn is_pe() -> bool {
+    shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok()
+}
+
+/// PEs to launch on `gpus` GPUs: `SHMEM_GPU_PES` if set, else one a GPU.
+fn pes(gpus: usize) -> usize {
+    std::env::var("SHMEM_GPU_PES").map_or(gpus, |v| v.parse().unwrap_or(gpus))
+}
+
+/// Whether test `name`, which launches its own PEs, runs: when opted in; else it says why not.
+fn runs(name: &str) -> bool {
+    if !opted_in() {
+        eprintln!("skipped {name}: set SHMEM_GPU_TESTS=1 on a machine with GPUs");
+    }
+    opted_in()
+}
+
 /// Runs `body` on every PE (at least 2): see [`shmem_host::launcher::gpu_test`].
 fn on_all_pes(name: &str, body: fn(&Shmem)) {
-    if let Ok(n) = visible_gpus() {
-        let n = std::env::var("SHMEM_GPU_PES").map_or(n, |v| v.parse().unwrap_or(n));
-        let opted_in = std::env::var("SHMEM_GPU_TESTS").as_deref() == Ok("1");
-        let is_pe = shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok();
+    if let Ok(gpus) = visible_gpus() {
+        let n = pes(gpus);
         assert!(
-            !opted_in || is_pe || n >= 2,
+            !opted_in() || is_pe() || n >= 2,
             "the GPU suite needs at least 2 PEs, found {n} (SHMEM_GPU_PES=2 runs 2 on one GPU under MPS)"
         );
     }
@@ -48,11 +69,10 @@ suite::gpu_only_cases!(gpu_tests);
 #[test]
 fn a_timed_out_pe_fails_the_job_quickly() {
     const NAME: &str = "a_timed_out_pe_fails_the_job_quickly";
-    if std::env::var("SHMEM_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped {NAME}: set SHMEM_GPU_TESTS=1 on a machine with GPUs");
+    if !runs(NAME) {
         return;
     }
-    if shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
+    if is_pe() {
         let rt = Shmem::init().expect("NVSHMEM starts");
         let waiter = rt.n_pes() - 1;
         let sig = rt.alloc::<u64>(1).unwrap();
@@ -105,11 +125,10 @@ fn a_timed_out_pe_fails_the_job_quickly() {
 fn a_trapped_kernel_fails_calls_and_drops() {
     use shmem_host::{LaunchConfig, StreamRef};
     const NAME: &str = "a_trapped_kernel_fails_calls_and_drops";
-    if std::env::var("SHMEM_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped {NAME}: set SHMEM_GPU_TESTS=1 on a machine with GPUs");
+    if !runs(NAME) {
         return;
     }
-    if shmem_host::runtime::Bootstrap::from_env(|k| std::env::var(k).ok()).is_ok() {
+    if is_pe() {
         let rt = Shmem::init().expect("NVSHMEM starts");
         let me = rt.my_pe();
         let data = rt.alloc::<u32>(4).unwrap();
@@ -163,7 +182,7 @@ fn a_trapped_kernel_fails_calls_and_drops() {
 fn launch_pes(name: &str) -> (shmem_host::Result<()>, usize, usize, f64) {
     use shmem_host::launcher::{LaunchSpec, launch};
     let gpus = visible_gpus().expect("a CUDA driver");
-    let n = std::env::var("SHMEM_GPU_PES").map_or(gpus, |v| v.parse().unwrap_or(gpus));
+    let n = pes(gpus);
     let start = std::time::Instant::now();
     let r = launch(&LaunchSpec {
         n,
