@@ -2089,7 +2089,25 @@ unsafe fn store_segment(acc: &Acc, row: *mut Chunk, c0: u32, chunks: u32) {
     });
 }
 
+/// `x`, or 1 where it is 0: a divisor the compiler knows is not zero, so that dividing by
+/// it has no panic path. The combine divides by the PE count and its segments per row
+/// (never 0 for a shape the host accepts). Each division's panic path loads its source
+/// location, a global's address; where the same division is inlined twice, ptxas merged the
+/// two loads and moved the one left to the kernel's entry, where every warp then waited for
+/// a constant-cache miss before its first instruction of work (`ncu`, BENCHMARKS.md,
+/// twenty-ninth session).
+#[inline(always)]
+fn divisor(x: u32) -> u32 {
+    x.max(1)
+}
+
 /// The combine (module documentation), its expert rows read as [`Shape::read_once`] says.
+///
+/// Only the first part ([`send_sums`]) depends on how the rows are read; the rest is one
+/// copy. (With the whole combine written out for each, ptxas merged the two copies' bounded
+/// waits' source location, a global's address, into one constant load at the kernel's
+/// entry: every warp of every block then waited there for a second constant-cache miss
+/// before its first instruction of work.)
 ///
 /// # Safety
 /// See [`moe_combine()`].
@@ -2098,31 +2116,28 @@ unsafe fn combine(b: Bufs, s: Shape) {
     // SAFETY: the caller's contract.
     unsafe {
         if s.read_once != 0 {
-            combine_reading::<true>(b, s)
+            send_sums::<true>(b, s)
         } else {
-            combine_reading::<false>(b, s)
+            send_sums::<false>(b, s)
         }
+        combine_rest(b, s)
     }
 }
 
-/// [`combine`], reading the expert rows with [`accumulate`]`::<ONCE>`.
+/// The combine's first part: each received row's weighted sum, the expert rows read with
+/// [`accumulate`]`::<ONCE>`.
 ///
 /// # Safety
 /// See [`moe_combine()`].
 #[inline(always)]
-unsafe fn combine_reading<const ONCE: bool>(b: Bufs, s: Shape) {
-    let (me, n) = (my_pe() as u32, s.n_pes);
-    let (k_n, t_n, l_n, h) = (
-        s.top_k as usize,
-        s.tokens as usize,
-        s.experts / n,
-        s.hidden as usize,
-    );
+unsafe fn send_sums<const ONCE: bool>(b: Bufs, s: Shape) {
+    let (me, n) = (my_pe() as u32, divisor(s.n_pes));
+    let (k_n, t_n, h) = (s.top_k as usize, s.tokens as usize, s.hidden as usize);
     let (lane, gw, nw) = warps();
     let mine = (lane as usize) < k_n;
     let chunks = (h / 8) as u32;
     let per_seg = 32 * SEGMENT_CHUNKS as u32;
-    let segs = chunks.div_ceil(per_seg);
+    let segs = divisor(chunks.div_ceil(per_seg));
     // 1. Each received row's weighted sum, straight into its source's `comb_recv`, or for
     //    this PE's own tokens into `out`; a warp per (row, segment), `ROW_GROUP` choices'
     //    rows loaded at a time.
@@ -2199,6 +2214,27 @@ unsafe fn combine_reading<const ONCE: bool>(b: Bufs, s: Shape) {
             }
         }
     }
+}
+
+/// The combine after [`send_sums`]: the completion, then each token's sum.
+///
+/// # Safety
+/// See [`moe_combine()`]; after [`send_sums`].
+#[inline(always)]
+unsafe fn combine_rest(b: Bufs, s: Shape) {
+    let (me, n) = (my_pe() as u32, divisor(s.n_pes));
+    let (k_n, t_n, l_n, h) = (
+        s.top_k as usize,
+        s.tokens as usize,
+        divisor(s.experts / n),
+        s.hidden as usize,
+    );
+    let (lane, gw, nw) = warps();
+    let mine = (lane as usize) < k_n;
+    let chunks = (h / 8) as u32;
+    let per_seg = 32 * SEGMENT_CHUNKS as u32;
+    let segs32 = divisor(chunks.div_ceil(per_seg));
+    let t32 = t_n as u32;
     // 2. Completion: every block arrives at every PE; every block waits for all PEs' grids.
     quiet_block(b, n);
     if thread_idx_x() == 0 {
