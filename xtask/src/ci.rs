@@ -57,7 +57,7 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
     build.args([
         "build-ptx",
         "--arch",
-        "sm_80,sm_90",
+        "sm_80,sm_90,sm_100",
         "--require-ptxas",
         "--deny-spills",
         "halo-exchange,moe-dispatch,ring-kernels",
