@@ -2101,13 +2101,22 @@ fn divisor(x: u32) -> u32 {
     x.max(1)
 }
 
+/// A row's 16-byte chunks, the chunks a combine warp takes at a time (a segment), and the
+/// segments a row has (at least 1: [`divisor`]).
+#[inline(always)]
+fn segments(s: Shape) -> (u32, u32, u32) {
+    let chunks = s.hidden / 8;
+    let per_seg = 32 * SEGMENT_CHUNKS as u32;
+    (chunks, per_seg, divisor(chunks.div_ceil(per_seg)))
+}
+
 /// The combine (module documentation), its expert rows read as [`Shape::read_once`] says.
 ///
 /// Only the first part ([`send_sums`]) depends on how the rows are read; the rest is one
-/// copy. (With the whole combine written out for each, ptxas merged the two copies' bounded
-/// waits' source location, a global's address, into one constant load at the kernel's
-/// entry: every warp of every block then waited there for a second constant-cache miss
-/// before its first instruction of work.)
+/// copy. (With the whole combine written out for each, ptxas merged the two copies' loads
+/// of a source location, a global's address (a bounded wait's, a division's panic), into
+/// one constant load at the kernel's entry: every warp of every block then waited there for
+/// a second constant-cache miss before its first instruction of work.)
 ///
 /// # Safety
 /// See [`moe_combine()`].
@@ -2135,9 +2144,7 @@ unsafe fn send_sums<const ONCE: bool>(b: Bufs, s: Shape) {
     let (k_n, t_n, h) = (s.top_k as usize, s.tokens as usize, s.hidden as usize);
     let (lane, gw, nw) = warps();
     let mine = (lane as usize) < k_n;
-    let chunks = (h / 8) as u32;
-    let per_seg = 32 * SEGMENT_CHUNKS as u32;
-    let segs = divisor(chunks.div_ceil(per_seg));
+    let (chunks, per_seg, segs) = segments(s);
     // 1. Each received row's weighted sum, straight into its source's `comb_recv`, or for
     //    this PE's own tokens into `out`; a warp per (row, segment), `ROW_GROUP` choices'
     //    rows loaded at a time.
@@ -2231,9 +2238,7 @@ unsafe fn combine_rest(b: Bufs, s: Shape) {
     );
     let (lane, gw, nw) = warps();
     let mine = (lane as usize) < k_n;
-    let chunks = (h / 8) as u32;
-    let per_seg = 32 * SEGMENT_CHUNKS as u32;
-    let segs32 = divisor(chunks.div_ceil(per_seg));
+    let (chunks, per_seg, segs32) = segments(s);
     let t32 = t_n as u32;
     // 2. Completion: every block arrives at every PE; every block waits for all PEs' grids.
     quiet_block(b, n);
