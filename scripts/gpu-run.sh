@@ -9,6 +9,7 @@
 #   --stages   which, in this order (default: machine,cuda,api,ring,examples,example-tests):
 #     machine        GPUs, driver, nvcc, NVSHMEM, environment
 #     cuda           build the CUDA C++ twins (halo, moe, perftest) with this machine's nvcc
+#                    (not needed when carry/cuda has them: `cargo xtask gpu-bundle --twins`)
 #     mps-refusal    `shmem-run -n <GPUs+1> ring` without MPS: must fail, naming MPS
 #     api            the device-API GPU suite on --pes PEs
 #     ring           the ring: started directly, under `shmem-run -n PES`, and with SHMEM_SIM=1
@@ -60,8 +61,12 @@ export SHMEM_PTX_DIR=$PWD/carry/ptx SHMEM_GPU_TESTS=1
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 pes=${pes:-$gpus}
 export SHMEM_GPU_PES=$pes
-# The CUDA C++ twins, built by the cuda stage, kept for later runs on the same machine.
-cuda=${SHMEM_CUDA_DIR:-/tmp/shmem-cuda}
+# The CUDA C++ twins: SHMEM_CUDA_DIR if set, else carry/cuda when the bundle has them
+# (`cargo xtask gpu-bundle --twins`), else those the cuda stage builds, kept for later runs
+# on the same machine.
+if [ -n "${SHMEM_CUDA_DIR:-}" ]; then cuda=$SHMEM_CUDA_DIR
+elif [ -f carry/cuda/moe.cubin ]; then cuda=$PWD/carry/cuda
+else cuda=/tmp/shmem-cuda; fi
 summary=$OUT/summary.txt
 : > "$summary"
 # A stage cut by its time limit may leave PEs behind; they would skew the next one.

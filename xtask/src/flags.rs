@@ -13,6 +13,7 @@ commands:
   ci          the test command: setup, fmt, clippy -D warnings, rustdoc -D warnings, tests
   gpu-bundle  build what a GPU machine runs into carry/ (kernels, release programs, GPU tests)
               --nvshmem-3.8 (ring kernels against NVSHMEM 3.8.0)   --openmpi (Open MPI, mpirun stage)
+              --twins (the CUDA C++ twins into carry/cuda, built here with nvcc 13.0.88 from pip)
               then, on the GPU machine: bash scripts/gpu-run.sh --help";
 
 /// Parsed arguments.

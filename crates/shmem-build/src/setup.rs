@@ -13,6 +13,17 @@ pub use shmem_manifest::search::DEFAULT_NVSHMEM;
 pub const TESTED_NVSHMEM: [&str; 2] = ["3.4.5", "3.8.0"];
 /// The pip package that provides `ptxas` 13.0.
 pub const NVCC_WHEEL: &str = "nvidia-cuda-nvcc==13.0.88";
+/// The pip packages that together make the CUDA 13.0 compiler that builds the CUDA C++
+/// twins ([`cuda_toolkit`]): `nvcc` with the GPU machines' version (13.0.88), its headers,
+/// the runtime's headers, CCCL (`<cuda/atomic>`), and `cicc` of the same release. Each is
+/// pinned: pip's newest `nvidia-nvvm` (13.5) writes PTX 9.5, which `ptxas` 13.0 refuses.
+pub const CUDA_TOOLKIT_WHEELS: [&str; 5] = [
+    NVCC_WHEEL,
+    "nvidia-cuda-crt==13.0.88",
+    "nvidia-cuda-runtime==13.0.96",
+    "nvidia-cuda-cccl==13.0.85",
+    "nvidia-nvvm==13.0.88",
+];
 
 /// Marks a completed install, so an interrupted one is redone.
 const DONE: &str = ".shmem-install-complete";
@@ -44,7 +55,14 @@ pub fn toolchain_components(toolchain: &str) -> Result<()> {
 /// Installs `requirement` (e.g. `nvidia-nvshmem-cu13==3.4.5`) with pip into `dir`, unless
 /// a previous install completed there.
 pub fn pip_install(requirement: &str, dir: &Path) -> Result<bool> {
-    if dir.join(DONE).is_file() {
+    pip_install_all(&[requirement], dir)
+}
+
+/// [`pip_install`] of several packages into one tree (without their dependencies: each is
+/// named), unless a previous install of the same list completed there.
+pub fn pip_install_all(requirements: &[&str], dir: &Path) -> Result<bool> {
+    let list = requirements.join(" ");
+    if std::fs::read_to_string(dir.join(DONE)).is_ok_and(|done| done == list) {
         return Ok(false);
     }
     let tmp = dir.with_extension("partial");
@@ -72,16 +90,16 @@ pub fn pip_install(requirement: &str, dir: &Path) -> Result<bool> {
             "--target",
         ])
         .arg(&tmp)
-        .arg(requirement)
+        .args(requirements)
         .env("PIP_ROOT_USER_ACTION", "ignore")
         .status()
         .map_err(|e| Error::Setup(format!("cannot run pip: {e}")))?;
     if !status.success() {
-        return Err(Error::Setup(format!("`pip install {requirement}` failed")));
+        return Err(Error::Setup(format!("`pip install {list}` failed")));
     }
     let _ = std::fs::remove_dir_all(dir);
     std::fs::rename(&tmp, dir).ctx(|| format!("moving {} to {}", tmp.display(), dir.display()))?;
-    std::fs::write(dir.join(DONE), requirement)
+    std::fs::write(dir.join(DONE), &list)
         .ctx(|| format!("writing {}", dir.join(DONE).display()))?;
     Ok(true)
 }
@@ -109,6 +127,24 @@ pub fn ptxas() -> Result<PathBuf> {
         Err(Error::Setup(format!(
             "{NVCC_WHEEL} has no ptxas at {}",
             p.display()
+        )))
+    }
+}
+
+/// Installs the CUDA 13.0 compiler of [`CUDA_TOOLKIT_WHEELS`] into
+/// `<deps_dir>/cuda-toolkit`; returns its root (`bin/nvcc`, `include`, `include/cccl`,
+/// `nvvm`). Not part of [`all`]: only the CUDA C++ twins need it (`cargo xtask gpu-bundle
+/// --twins`).
+pub fn cuda_toolkit() -> Result<PathBuf> {
+    let dir = deps_dir().join("cuda-toolkit");
+    pip_install_all(&CUDA_TOOLKIT_WHEELS, &dir)?;
+    let root = dir.join("nvidia/cu13");
+    if root.join("bin/nvcc").is_file() && root.join("nvvm/bin/cicc").is_file() {
+        Ok(root)
+    } else {
+        Err(Error::Setup(format!(
+            "the CUDA toolkit wheels left no bin/nvcc and nvvm/bin/cicc under {}",
+            root.display()
         )))
     }
 }
@@ -172,4 +208,31 @@ pub fn all(toolchain: Option<&str>, versions: &[String], with_ptxas: bool) -> Re
         nvshmem,
         ptxas,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CUDA_TOOLKIT_WHEELS, DONE, pip_install_all};
+
+    /// A completed install of the same list is kept: nothing runs (pip is not even looked
+    /// for), so `setup` and `gpu-bundle --twins` stay offline once installed.
+    #[test]
+    fn a_completed_install_of_the_same_list_is_kept() {
+        let dir = std::env::temp_dir().join(format!("shmem-setup-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(DONE), CUDA_TOOLKIT_WHEELS.join(" ")).unwrap();
+        assert!(!pip_install_all(&CUDA_TOOLKIT_WHEELS, &dir).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every toolkit wheel is pinned to one release (an unpinned `nvidia-nvvm` brings a
+    /// `cicc` whose PTX the pinned `ptxas` refuses).
+    #[test]
+    fn every_toolkit_wheel_is_pinned() {
+        for w in CUDA_TOOLKIT_WHEELS {
+            let (name, version) = w.split_once("==").expect("pinned");
+            assert!(name.starts_with("nvidia-"), "{w}");
+            assert!(version.starts_with("13.0."), "{w}");
+        }
+    }
 }
