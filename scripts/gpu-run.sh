@@ -85,11 +85,7 @@ stage_machine() {
   env | grep -E '^(NVSHMEM|NCCL|SHMEM|CUDA_MPS)_' | sort
   echo "PEs: $pes on $gpus GPU(s); MPS requested: $mps"
 }
-stage_cuda() {
-  run 300 examples/halo-exchange/cuda/build.sh sm_90 "$cuda"
-  run 300 examples/moe-dispatch/cuda/build.sh sm_90 "$cuda"
-  run 300 scripts/nvcc-cubin.sh sm_90 "$cuda/perftest.cubin" bench/cuda/perftest.cu
-}
+stage_cuda() { run 600 scripts/build-twins.sh sm_90 "$cuda"; }
 stage_mps_refusal() {
   local n=$((gpus + 1)) t0=$SECONDS
   echo "\$ shmem-run -n $n carry/bin/ring   (no MPS running: must fail and name MPS)"

