@@ -56,25 +56,63 @@ static mut shmem_rs_wait_config: WaitConfig = WaitConfig {
     reserved: 0,
 };
 
-/// The program-wide bound in nanoseconds (0: none).
+/// How a wait reads the program-wide bound (module memory the host writes only while no
+/// kernel of the module runs). Measured on one H200, 2 PEs under MPS and 1 PE
+/// (BENCHMARKS.md, "The bound read through L1 in grid barriers").
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BoundRead {
+    /// `ld.volatile`, from L2: for a wait a thread makes once or a few times in a launch.
+    /// Read through the non-coherent path instead, the MoE dispatch at 128 tokens took 3 %
+    /// more (its first read misses L1 and takes longer).
+    Once,
+    /// `ld.global.nc`, which keeps it in L1 after the first read: for a wait a thread makes
+    /// many times in a launch, as a persistent kernel's grid barriers. The persistent halo
+    /// at 1024² f32 took 0.95-0.97 of the time with it: every block reads the bound at each
+    /// barrier, and from L2 the loop's next poll waited for it.
+    Repeated,
+}
+
+/// The program-wide bound in nanoseconds (0: none), read as `read` says.
 #[inline(always)]
-pub(crate) fn program_bound_ns() -> u64 {
+fn program_bound_ns(read: BoundRead) -> u64 {
     #[cfg(target_arch = "nvptx64")]
     {
-        // SAFETY: a read of a module global that the host writes only while no kernel of the
-        // module runs. Volatile so that it stays where the wait put it ([`poll_bounded`]).
-        unsafe { (&raw const shmem_rs_wait_config.bound_ns).read_volatile() }
+        // SAFETY: only the address of the module global is taken.
+        let p = unsafe { &raw const shmem_rs_wait_config.bound_ns };
+        match read {
+            // SAFETY: a read of a module global that the host writes only while no kernel
+            // of the module runs. Volatile so that it stays where the wait put it
+            // ([`poll_bounded`]).
+            BoundRead::Once => unsafe { p.read_volatile() },
+            BoundRead::Repeated => {
+                let ns: u64;
+                // SAFETY: as above: the word is read-only while the kernel runs, which is
+                // what the non-coherent path asks; `p` is a valid, aligned global address.
+                unsafe {
+                    core::arch::asm!(
+                        "ld.global.nc.u64 {ns}, [{p}];",
+                        ns = out(reg64) ns,
+                        p = in(reg64) p,
+                        options(readonly, nostack, preserves_flags)
+                    )
+                };
+                ns
+            }
+        }
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    crate::host::wait_bound_ns()
+    {
+        let _ = read;
+        crate::host::wait_bound_ns()
+    }
 }
 
 /// `per_wait` in nanoseconds (at least 1) if given, else the program-wide bound.
 #[inline(always)]
-fn bound_ns(per_wait: Option<Duration>) -> u64 {
+fn bound_ns(per_wait: Option<Duration>, read: BoundRead) -> u64 {
     match per_wait {
         Some(d) => (d.as_nanos().min(u64::MAX as u128) as u64).max(1),
-        None => program_bound_ns(),
+        None => program_bound_ns(read),
     }
 }
 
@@ -271,13 +309,14 @@ pub(crate) fn now_ns() -> u64 {
 #[track_caller]
 pub(crate) fn poll_bounded(
     per_wait: Option<Duration>,
+    read: BoundRead,
     mut done: impl FnMut() -> bool,
     waiting: impl FnOnce() -> Waiting,
 ) -> bool {
     if done() {
         return true;
     }
-    let bound_ns = bound_ns(per_wait);
+    let bound_ns = bound_ns(per_wait, read);
     if done() {
         return true;
     }
@@ -303,11 +342,13 @@ pub(crate) fn poll_bounded(
     }
 }
 
-/// Polls `done` until it holds, under the program-wide bound ([`poll_bounded`]).
+/// Polls `done` until it holds, under the program-wide bound ([`poll_bounded`]). For the grid
+/// barriers, whose waits a persistent kernel makes at every iteration: the bound is read
+/// [`BoundRead::Repeated`].
 #[inline(always)]
 #[track_caller]
 pub(crate) fn poll(mut done: impl FnMut() -> bool, waiting: impl FnOnce() -> Waiting) {
-    if !poll_bounded(None, &mut done, waiting) {
+    if !poll_bounded(None, BoundRead::Repeated, &mut done, waiting) {
         while !done() {}
     }
 }

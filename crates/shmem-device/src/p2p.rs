@@ -100,6 +100,7 @@ unsafe fn wait_until_bounded<T: WaitElem>(
     let p = ivar.as_ptr();
     let held = bound::poll_bounded(
         bound,
+        bound::BoundRead::Once,
         // SAFETY: the module's contract.
         || unsafe { T::raw_test(p, cmp as i32, value) != 0 },
         || waiting(WaitKind::WaitUntil, cmp, p, value),
@@ -206,6 +207,7 @@ unsafe fn wait_until_all_bounded<T: WaitElem>(
     let (p, n) = (ivars.as_ptr(), ivars.len());
     let held = bound::poll_bounded(
         bound,
+        bound::BoundRead::Once,
         // SAFETY: the module's contract; lengths were checked.
         || unsafe { T::raw_test_all(p, n, st, cmp as i32, value) != 0 },
         || {
@@ -278,6 +280,7 @@ unsafe fn wait_until_any_bounded<T: WaitElem>(
         let mut found = usize::MAX;
         let held = bound::poll_bounded(
             bound,
+            bound::BoundRead::Once,
             || {
                 // SAFETY: the module's contract; lengths were checked.
                 found = unsafe { T::raw_test_any(p, n, st, cmp as i32, value) };

@@ -210,6 +210,7 @@ unsafe fn signal_wait_bounded(
     let mut seen = 0;
     let held = crate::bound::poll_bounded(
         bound,
+        crate::bound::BoundRead::Once,
         || {
             // SAFETY: the caller guarantees `sig` is valid.
             seen = unsafe { sys::nvshmem_signal_fetch(p) };
