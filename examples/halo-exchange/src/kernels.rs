@@ -152,29 +152,39 @@ impl Real for f64 {
     }
 }
 
-/// One Jacobi update of `a_new[c]` from `a`, returning `(a_new - a)²` in `f64`.
+/// One Jacobi update of `a_new[c]` from `a`; returns the new value.
 ///
 /// # Safety
 /// `c - nx`, `c - 1`, `c + 1` and `c + nx` are in bounds of `a`, `c` of `a_new`, and no other
 /// thread writes them during the call.
 #[inline(always)]
-pub unsafe fn update<T: Real>(a: *const T, a_new: *mut T, c: usize, nx: usize) -> (T, T) {
+pub unsafe fn update<T: Real>(a: *const T, a_new: *mut T, c: usize, nx: usize) -> T {
     // SAFETY: the caller's contract.
     unsafe {
         let v = (((*a.add(c - 1) + *a.add(c + 1)) + *a.add(c - nx)) + *a.add(c + nx)) * T::QUARTER;
         *a_new.add(c) = v;
-        (v, *a.add(c))
+        v
     }
 }
 
 /// Updates interior columns `1 + first, 1 + first + stride, ... < nx - 1` of local row `row`,
 /// adding the squared changes to `acc` when `check`.
 ///
+/// `old_on_check` (a constant where it is called) says where the old value is read:
+/// - `true`: only when `check`. With it read in every iteration, LLVM computed the residual
+///   in every iteration and selected it away when `!check`, so the reload after the store
+///   and its conversions sat in the loop. In the per-iteration kernel's edge row, a
+///   latency-bound loop on the exchange's critical path, that cost 1-2.5 % of an iteration
+///   at 1024² (2 and 4 PEs under MPS; BENCHMARKS.md, "The edge row without the residual").
+/// - `false`: in every iteration, with the update. The persistent kernels' edge loops keep
+///   this form: with the other, their 64 registers spill 16 bytes on sm_90.
+///
 /// # Safety
 /// `row` is in `1..=rows` of a slab laid out as in the module documentation.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn update_row<T: Real>(
+    old_on_check: bool,
     a: *const T,
     a_new: *mut T,
     nx: usize,
@@ -187,9 +197,15 @@ unsafe fn update_row<T: Real>(
     let base = row * nx;
     let mut x = 1 + first;
     while (x as usize) < nx - 1 {
+        let c = base + x as usize;
         // SAFETY: `1 <= x < nx - 1` and `row` has rows above and below (caller's contract).
-        let (v, old) = unsafe { update(a, a_new, base + x as usize, nx) };
+        let (v, old) = unsafe {
+            let v = update(a, a_new, c, nx);
+            (v, if old_on_check { None } else { Some(*a.add(c)) })
+        };
         if check {
+            // SAFETY: as above.
+            let old = old.unwrap_or_else(|| unsafe { *a.add(c) });
             let d = v.to_f64() - old.to_f64();
             *acc += d * d;
         }
@@ -373,7 +389,11 @@ unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, che
             let mut row = 2 + (blk - 2);
             while row < rows {
                 // SAFETY: `2 <= row < rows`: an interior row of the slab, this block's.
-                unsafe { update_row(a, a_new, nx, row, tid as u32, bs as u32, check, &mut acc) };
+                unsafe {
+                    update_row(
+                        true, a, a_new, nx, row, tid as u32, bs as u32, check, &mut acc,
+                    )
+                };
                 row += nblk - 2;
             }
         }
@@ -427,7 +447,20 @@ unsafe fn edge_block<T: Real, const ROLE: u8>(
     }
     sync_threads();
     // SAFETY: `row` is in `1..=rows`; this block alone writes it.
-    unsafe { update_row(a, a_new, nx, row, tid as u32, bs as u32, check, &mut acc) };
+    // SAFETY: `row` is in `1..=rows`; this block alone writes it.
+    unsafe {
+        update_row(
+            ROLE == ANY,
+            a,
+            a_new,
+            nx,
+            row,
+            tid as u32,
+            bs as u32,
+            check,
+            &mut acc,
+        )
+    };
     sync_threads();
     // SAFETY: the neighbours are valid PEs with the same buffers, whose halo rows (row 0,
     // row `top_rows + 1`) are in bounds; those rows are theirs to receive (module
