@@ -199,10 +199,9 @@ unsafe fn update_row<T: Real>(
     while (x as usize) < nx - 1 {
         let c = base + x as usize;
         // SAFETY: `1 <= x < nx - 1` and `row` has rows above and below (caller's contract).
-        let (v, old) = unsafe {
-            let v = update(a, a_new, c, nx);
-            (v, if old_on_check { None } else { Some(*a.add(c)) })
-        };
+        let v = unsafe { update(a, a_new, c, nx) };
+        // SAFETY: as above.
+        let old = (!old_on_check).then(|| unsafe { *a.add(c) });
         if check {
             // SAFETY: as above.
             let old = old.unwrap_or_else(|| unsafe { *a.add(c) });
@@ -446,7 +445,6 @@ unsafe fn edge_block<T: Real, const ROLE: u8>(
         }
     }
     sync_threads();
-    // SAFETY: `row` is in `1..=rows`; this block alone writes it.
     // SAFETY: `row` is in `1..=rows`; this block alone writes it.
     unsafe {
         update_row(
