@@ -67,8 +67,9 @@ pub(crate) enum BoundRead {
     Once,
     /// `ld.global.nc`, which keeps it in L1 after the first read: for a wait a thread makes
     /// many times in a launch, as a persistent kernel's grid barriers. The persistent halo
-    /// at 1024² f32 took 0.95-0.97 of the time with it: every block reads the bound at each
-    /// barrier, and from L2 the loop's next poll waited for it.
+    /// at 1024² f32 took 0.98 of the time with it in its barriers (0.95-0.97 with every
+    /// wait reading this way): every block reads the bound at each barrier, and from L2 the
+    /// loop's next poll waited for it.
     Repeated,
 }
 
