@@ -7,6 +7,7 @@
 //! | [`count_next`](count_next()) | a graph replays every captured launch, once per replay |
 //! | [`put_from`](put_from()) | device memory registered with NVSHMEM is the local side of a put |
 //! | [`wait_for_nobody`](wait_for_nobody()) | a wait past its bound stops the kernel with a report |
+//! | [`barrier_short_of_a_block`](barrier_short_of_a_block()) | so does a grid barrier past the program-wide bound |
 //! | [`team_ops`](team_ops()) | a team split on the host numbers its PEs, meets and reduces in a kernel |
 
 #![no_std]
@@ -93,6 +94,22 @@ pub unsafe fn put_from(src: DeviceSlice<u64>, dst: SymSlice<u64>) {
     // every thread of the block calls the block-scoped put.
     unsafe { put(Block, dst, src, next) };
     quiet();
+}
+
+/// Every block but the last meets at a grid barrier ([`shmem_device::scoped::grid_barrier`])
+/// that the last block never reaches: under the program-wide bound, block 0's wait stops
+/// the kernel with a report (the bound read as a persistent loop's barriers read it).
+///
+/// # Safety
+/// `counter` is a `u32` in global memory, zero at the launch; the grid is co-resident and
+/// has at least 2 blocks. Without a bound the kernel never ends.
+#[shmem_kernel]
+pub unsafe fn barrier_short_of_a_block(counter: Sym<u32>) {
+    if block_idx_x() + 1 == grid_dim_x() {
+        return;
+    }
+    // SAFETY: the contract; the barrier deliberately lacks a block.
+    unsafe { shmem_device::scoped::grid_barrier(counter, 1) };
 }
 
 /// On PE `waiter`, thread 0 waits for `sig` to become 1, which nobody sends: for at most

@@ -49,6 +49,7 @@ macro_rules! simulated_cases {
             graph_replays_launches_and_barriers: 1,
             teams: 1,
             a_wait_past_its_bound_reports: 1,
+            a_grid_barrier_past_its_bound_reports: 1,
         }
     };
 }
@@ -1038,6 +1039,54 @@ pub fn a_program_wide_bound_reports(rt: &Shmem) {
         if me == waiter { "reported" } else { "done" }
     );
     std::process::exit(0);
+}
+
+/// A grid barrier that the grid's last block never reaches, under a program-wide bound of
+/// 0.5 s: block 0's wait stops the kernel with a report naming the barrier, its source line,
+/// the counter word and its values, within seconds. On the GPU a grid barrier reads the
+/// bound through L1 (`ld.global.nc`, shmem-device's `BoundRead::Repeated`), which this
+/// case is the one to exercise with a bound set.
+pub fn a_grid_barrier_past_its_bound_reports(rt: &Shmem) {
+    let me = rt.my_pe();
+    let counter = filled(rt, 1, |_| 0u32);
+    let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
+    let k = m
+        .kernel::<host_suite_kernels::barrier_short_of_a_block>()
+        .unwrap();
+    rt.set_wait_bound(Some(std::time::Duration::from_millis(500)));
+    let start = std::time::Instant::now();
+    let cfg = LaunchConfig::linear(2, 32).with_cooperative(true);
+    // SAFETY: a zero word in global memory; 2 blocks, co-resident (a cooperative launch is
+    // checked); the program-wide bound ends block 0's wait.
+    let e = unsafe { k.launch(cfg, (&counter,)) }
+        .and_then(|()| rt.synchronize())
+        .expect_err("block 0's barrier outlives its bound");
+    let took = start.elapsed().as_secs_f64();
+    let text = e.to_string();
+    let line = host_suite_line("unsafe { shmem_device::scoped::grid_barrier(");
+    // On the simulator every PE's launch fails with the first report, which may be another
+    // PE's; on GPUs each PE's kernel stops on its own.
+    let who = if rt.is_simulated() {
+        String::new()
+    } else {
+        format!("PE {me} ")
+    };
+    for want in [
+        format!("{who}block (0, 0, 0) thread (0, 0, 0): a grid barrier at "),
+        format!("host-suite/src/lib.rs:{line}:"),
+        "(bound 0.500 s) for the 4-byte word at ".to_string(),
+        "to become >= 2; it holds 1".to_string(),
+        "`barrier_short_of_a_block`".to_string(),
+    ] {
+        assert!(text.contains(&want), "the report lacks {want:?}: {text}");
+    }
+    assert!(took < 10.0, "the report came after {took:.1} s");
+    println!("PE {me}: reported");
+    if !rt.is_simulated() {
+        // The context is unusable after the trap.
+        std::process::exit(0);
+    }
+    rt.set_wait_bound(None);
 }
 
 /// `Shmem::hold`: what is enqueued on a held stream waits on the GPU until the release, then
