@@ -1049,11 +1049,12 @@ pub fn a_program_wide_bound_reports(rt: &Shmem) {
 pub fn a_grid_barrier_past_its_bound_reports(rt: &Shmem) {
     let me = rt.my_pe();
     let counter = filled(rt, 1, |_| 0u32);
+    // Before the load: on a GPU the bound is written into a module as it loads.
+    rt.set_wait_bound(Some(std::time::Duration::from_millis(500)));
     let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
     let k = m
         .kernel::<host_suite_kernels::barrier_short_of_a_block>()
         .unwrap();
-    rt.set_wait_bound(Some(std::time::Duration::from_millis(500)));
     let start = std::time::Instant::now();
     let cfg = LaunchConfig::linear(2, 32).with_cooperative(true);
     // SAFETY: a zero word in global memory; 2 blocks, co-resident (a cooperative launch is
