@@ -31,6 +31,7 @@
 #   --mps      start the CUDA MPS control daemon first (several PEs per GPU need it) and stop
 #              it at the end
 #   --size N   grid of halo-bench (default 4096)
+# The kernels come from carry/ptx, or from SHMEM_PTX_DIR when it is set (a variant build).
 # Keeps NVSHMEM_DISABLE_NVLS=1 and NCCL_NVLS_ENABLE=0 in every process (never multicast).
 set -uo pipefail
 # A hangup of the terminal the runner was started from must not end the stages half-way:
@@ -57,7 +58,7 @@ OUT=${OUT:-/tmp/shmem-out}
 logs=$OUT/logs
 mkdir -p "$logs"
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 RUST_BACKTRACE=1
-export SHMEM_PTX_DIR=$PWD/carry/ptx SHMEM_GPU_TESTS=1
+export SHMEM_PTX_DIR=${SHMEM_PTX_DIR:-$PWD/carry/ptx} SHMEM_GPU_TESTS=1
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 pes=${pes:-$gpus}
 export SHMEM_GPU_PES=$pes
