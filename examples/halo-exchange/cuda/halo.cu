@@ -32,12 +32,38 @@ struct Bufs {
   Slice<double> norms;
 };
 
-template <class T>
+// Points of the per-iteration kernel's edge row a thread updates a round, their loads
+// together, then their stores (kernels.rs: EDGE_POINTS).
+constexpr int EDGE_POINTS = 2;
+
+// K points a round, then the rest one at a time (kernels.rs: update_row).
+template <int K, class T>
 __device__ __forceinline__ void update_row(const T *a, T *a_new, size_t nx, size_t row,
                                            uint32_t first, uint32_t stride, bool check,
                                            double &acc) {
   size_t base = row * nx;
-  for (uint32_t x = 1 + first; x < nx - 1; x += stride) {
+  uint32_t x = 1 + first;
+  if (K > 1) {
+    for (; x + (size_t)(K - 1) * stride < nx - 1; x += K * stride) {
+      size_t c0 = base + x;
+      T v[K];
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        size_t c = c0 + (size_t)k * stride;
+        v[k] = (((a[c - 1] + a[c + 1]) + a[c - nx]) + a[c + nx]) * T(0.25);
+      }
+#pragma unroll
+      for (int k = 0; k < K; k++) a_new[c0 + (size_t)k * stride] = v[k];
+      if (check) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+          double d = (double)v[k] - (double)a[c0 + (size_t)k * stride];
+          acc += d * d;
+        }
+      }
+    }
+  }
+  for (; x < nx - 1; x += stride) {
     size_t c = base + x;
     T v = (((a[c - 1] + a[c + 1]) + a[c - nx]) + a[c + nx]) * T(0.25);
     a_new[c] = v;
@@ -121,7 +147,7 @@ __device__ __forceinline__ void strips(uint32_t m, uint32_t w, uint32_t threads,
   count = (m + height - 1) / height * w;
 }
 
-template <class T>
+template <int K, class T>
 __device__ __forceinline__ double iterate(const T *a, T *a_new, const Bufs &b, Slab s,
                                           uint64_t epoch, bool check) {
   size_t blk = blockIdx.x, nblk = gridDim.x, tid = threadIdx.x, bs = blockDim.x;
@@ -136,7 +162,7 @@ __device__ __forceinline__ double iterate(const T *a, T *a_new, const Bufs &b, S
       if (to_bottom) nvshmem_signal_wait_until(b.sync.ptr + 1, NVSHMEM_CMP_GE, epoch);
     }
     __syncthreads();
-    update_row(a, a_new, nx, row, tid, bs, check, acc);
+    update_row<K>(a, a_new, nx, row, tid, bs, check, acc);
     __syncthreads();
     T *src = a_new + row * nx;
     if (to_top)
@@ -156,7 +182,7 @@ __device__ __forceinline__ double iterate(const T *a, T *a_new, const Bufs &b, S
       }
     } else {
       for (size_t row = 2 + (blk - 2); row < rows; row += nblk - 2)
-        update_row(a, a_new, nx, row, tid, bs, check, acc);
+        update_row<1>(a, a_new, nx, row, tid, bs, check, acc);
     }
   }
   return acc;
@@ -199,7 +225,7 @@ __device__ __forceinline__ void grid_barrier(uint32_t *counter, uint32_t k) {
 
 template <class T>
 __device__ __forceinline__ void step(T *a, T *a_new, Bufs b, Slab s, uint64_t epoch, int check) {
-  double acc = iterate<T>(a, a_new, b, s, epoch, check >= 0);
+  double acc = iterate<EDGE_POINTS>(a, a_new, b, s, epoch, check >= 0);
   if (check >= 0) finish_check(b, s, (size_t)check, acc);
 }
 
@@ -209,7 +235,7 @@ __device__ __forceinline__ void persistent(T *a, T *a_new, Bufs b, Slab s, uint3
   size_t check = 0;
   for (uint32_t it = 0; it < iters; it++) {
     bool checking = check_every > 0 && (it + 1) % check_every == 0;
-    double acc = iterate<T>(a, a_new, b, s, it, checking);
+    double acc = iterate<1>(a, a_new, b, s, it, checking);
     if (checking) finish_check(b, s, check++, acc);
     grid_barrier(b.work.ptr + 0, it + 1);
     T *t = a;

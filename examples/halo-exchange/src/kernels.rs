@@ -161,16 +161,41 @@ impl Real for f64 {
 pub unsafe fn update<T: Real>(a: *const T, a_new: *mut T, c: usize, nx: usize) -> T {
     // SAFETY: the caller's contract.
     unsafe {
-        let v = (((*a.add(c - 1) + *a.add(c + 1)) + *a.add(c - nx)) + *a.add(c + nx)) * T::QUARTER;
+        let v = stencil(a, c, nx);
         *a_new.add(c) = v;
         v
     }
 }
 
-/// Updates interior columns `1 + first, 1 + first + stride, ... < nx - 1` of local row `row`,
-/// adding the squared changes to `acc` when `check`.
+/// The Jacobi value of point `c` from `a`.
 ///
-/// `old_on_check` (a constant where it is called) says where the old value is read:
+/// # Safety
+/// `c - nx`, `c - 1`, `c + 1` and `c + nx` are in bounds of `a`.
+#[inline(always)]
+unsafe fn stencil<T: Real>(a: *const T, c: usize, nx: usize) -> T {
+    // SAFETY: the caller's contract.
+    unsafe { (((*a.add(c - 1) + *a.add(c + 1)) + *a.add(c - nx)) + *a.add(c + nx)) * T::QUARTER }
+}
+
+/// Points of its edge row that a thread of the per-iteration kernel updates a round
+/// ([`update_row`]'s `K`): their loads go out together, then their stores.
+///
+/// The edge row is on the exchange's critical path: the block sends it when it is done.
+/// One point a round, a thread waits for each point's four loads before it loads the next
+/// point's (LLVM and nvcc both keep that order, since `a_new` may alias `a`), so a
+/// 4096-point row (8 points a thread) took eight load latencies. Measured on two and four
+/// H200s (BENCHMARKS.md, "The edge row two points a round"): two a round took 3 % off an
+/// iteration at 1024², 6-9 % at 4096² on four GPUs; the CUDA C++ twin does the same. Four
+/// a round spill `step_f32`/`step_f64` on sm_90; the persistent kernels' edge loops spill
+/// with two, so they keep one.
+const EDGE_POINTS: usize = 2;
+
+/// Updates interior columns `1 + first, 1 + first + stride, ... < nx - 1` of local row `row`,
+/// adding the squared changes to `acc` when `check`, `K` points a round ([`EDGE_POINTS`]),
+/// then the rest one at a time.
+///
+/// `old_on_check` (a constant where it is called) says where the old value is read in the
+/// one-at-a-time loop (the rounds of `K > 1` read it only when `check`):
 /// - `true`: only when `check`. With it read in every iteration, LLVM computed the residual
 ///   in every iteration and selected it away when `!check`, so the reload after the store
 ///   and its conversions sat in the loop. In the per-iteration kernel's edge row, a
@@ -183,7 +208,7 @@ pub unsafe fn update<T: Real>(a: *const T, a_new: *mut T, c: usize, nx: usize) -
 /// `row` is in `1..=rows` of a slab laid out as in the module documentation.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn update_row<T: Real>(
+unsafe fn update_row<T: Real, const K: usize>(
     old_on_check: bool,
     a: *const T,
     a_new: *mut T,
@@ -196,6 +221,27 @@ unsafe fn update_row<T: Real>(
 ) {
     let base = row * nx;
     let mut x = 1 + first;
+    let step = stride as usize;
+    if K > 1 {
+        // `K` points a round: all their loads first, then their stores.
+        while x as usize + (K - 1) * step < nx - 1 {
+            let c0 = base + x as usize;
+            // SAFETY: every `c0 + k * step` is an interior point of `row` (loop condition).
+            let v: [T; K] = core::array::from_fn(|k| unsafe { stencil(a, c0 + k * step, nx) });
+            for (k, v) in v.iter().enumerate() {
+                // SAFETY: as above; this thread's point.
+                unsafe { *a_new.add(c0 + k * step) = *v };
+            }
+            if check {
+                for (k, v) in v.iter().enumerate() {
+                    // SAFETY: as above.
+                    let d = v.to_f64() - unsafe { *a.add(c0 + k * step) }.to_f64();
+                    *acc += d * d;
+                }
+            }
+            x += K as u32 * stride;
+        }
+    }
     while (x as usize) < nx - 1 {
         let c = base + x as usize;
         // SAFETY: `1 <= x < nx - 1` and `row` has rows above and below (caller's contract).
@@ -342,11 +388,18 @@ fn is_edge_block(s: Slab) -> bool {
 }
 
 /// One iteration over the whole slab by the whole grid; returns this thread's residual part.
+/// `STEP`: in the per-iteration kernel (whose edge rows go [`EDGE_POINTS`] a round), not a
+/// persistent loop.
 ///
 /// # Safety
 /// The kernels' contract; every block of the grid calls it with the same arguments.
 #[inline(always)]
-unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, check: bool) -> f64 {
+unsafe fn iterate<T: Real, const ROLE: u8, const STEP: bool>(
+    b: &Bufs<T>,
+    s: Slab,
+    epoch: u64,
+    check: bool,
+) -> f64 {
     let (blk, nblk) = (block_idx_x() as usize, grid_dim_x() as usize);
     let (tid, bs) = (thread_idx_x() as usize, block_dim_x() as usize);
     let (nx, rows) = (s.nx as usize, s.rows as usize);
@@ -364,7 +417,7 @@ unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, che
             (b.sync.as_ptr(), s)
         };
         // SAFETY: the caller's contract; an edge block, of this `ROLE`.
-        acc = unsafe { edge_block::<T, ROLE>(a, a_new, sync, s, epoch, check) };
+        acc = unsafe { edge_block::<T, ROLE, STEP>(a, a_new, sync, s, epoch, check) };
     } else if blk >= 2 && rows > 2 {
         // (Block 1 of a one-row slab has nothing to do: it is neither an edge block nor
         // an interior one. The CPU simulator found `blk - 2` underflowing here.)
@@ -389,7 +442,7 @@ unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, che
             while row < rows {
                 // SAFETY: `2 <= row < rows`: an interior row of the slab, this block's.
                 unsafe {
-                    update_row(
+                    update_row::<T, 1>(
                         true, a, a_new, nx, row, tid as u32, bs as u32, check, &mut acc,
                     )
                 };
@@ -409,7 +462,7 @@ unsafe fn iterate<T: Real, const ROLE: u8>(b: &Bufs<T>, s: Slab, epoch: u64, che
 /// As [`iterate`], on block 0 or 1 (with at least 2 rows for block 1, and `ROLE` matching
 /// the block); `sync` is the 3-word symmetric signal array.
 #[inline(always)]
-unsafe fn edge_block<T: Real, const ROLE: u8>(
+unsafe fn edge_block<T: Real, const ROLE: u8, const STEP: bool>(
     a: *const T,
     a_new: *mut T,
     sync: *mut u64,
@@ -447,17 +500,12 @@ unsafe fn edge_block<T: Real, const ROLE: u8>(
     sync_threads();
     // SAFETY: `row` is in `1..=rows`; this block alone writes it.
     unsafe {
-        update_row(
-            ROLE == ANY,
-            a,
-            a_new,
-            nx,
-            row,
-            tid as u32,
-            bs as u32,
-            check,
-            &mut acc,
-        )
+        let (tid, bs) = (tid as u32, bs as u32);
+        if STEP {
+            update_row::<T, EDGE_POINTS>(true, a, a_new, nx, row, tid, bs, check, &mut acc)
+        } else {
+            update_row::<T, 1>(false, a, a_new, nx, row, tid, bs, check, &mut acc)
+        }
     };
     sync_threads();
     // SAFETY: the neighbours are valid PEs with the same buffers, whose halo rows (row 0,
@@ -549,8 +597,18 @@ unsafe fn finish_check(b: &Bufs<f64>, s: Slab, check: usize, acc: f64) {
 /// The kernels' contract: see [`step_f32()`].
 #[inline(always)]
 unsafe fn step<T: Real>(b: Bufs<T>, s: Slab, epoch: u64, check: i32) {
-    // SAFETY: the kernels' contract.
-    let acc = unsafe { iterate::<T, ANY>(&b, s, epoch, check >= 0) };
+    // Blocks 0 and 1 of a slab of at least 2 rows know their direction at compile time, as
+    // in the persistent kernels: one put site each, no test of the direction (1-1.5 % of an
+    // iteration on four H200s, about 0.5 % on two; BENCHMARKS.md).
+    let check_now = check >= 0;
+    // SAFETY: the kernels' contract; the role matches the block.
+    let acc = unsafe {
+        match (block_idx_x(), s.rows >= 2) {
+            (0, true) => iterate::<T, TOP, true>(&b, s, epoch, check_now),
+            (1, true) => iterate::<T, BOTTOM, true>(&b, s, epoch, check_now),
+            _ => iterate::<T, ANY, true>(&b, s, epoch, check_now),
+        }
+    };
     if check >= 0 {
         // SAFETY: every thread reaches this with the same `check`.
         unsafe { finish_check(&b.f64_view(), s, check as usize, acc) };
@@ -605,7 +663,7 @@ unsafe fn persistent_loop<T: Real, const ROLE: u8>(
         };
         let checking = check_every > 0 && (it + 1) % check_every == 0;
         // SAFETY: the kernels' contract; the barrier below separates iterations.
-        let acc = unsafe { iterate::<T, ROLE>(&bufs, s, it as u64, checking) };
+        let acc = unsafe { iterate::<T, ROLE, false>(&bufs, s, it as u64, checking) };
         if checking {
             // SAFETY: every thread reaches this in the same iteration.
             unsafe { finish_check(&bufs.f64_view(), s, check, acc) };

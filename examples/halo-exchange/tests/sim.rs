@@ -104,7 +104,8 @@ fn persistent_kernel_matches_the_cpu_on_1_2_4_and_8_pes() {
 /// Widths that take each path of the sweep: rows of whole 16-byte chunks with one strip
 /// per thread (20), more chunk columns than interior threads so that a thread walks two
 /// strips (260: 65 columns, 32 threads), and rows that are not whole chunks, swept element
-/// by element (23).
+/// by element (23). At 260 the edge rows give a thread 8 or 9 points: rounds of
+/// `EDGE_POINTS` and one left over.
 #[test]
 fn per_iteration_kernel_matches_the_cpu_on_2_pes() {
     for (nx, ny) in [(20u32, 9u32), (260, 12), (23, 9)] {
