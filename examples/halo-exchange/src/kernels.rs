@@ -223,8 +223,11 @@ unsafe fn update_row<T: Real, const K: usize>(
     let mut x = 1 + first;
     let step = stride as usize;
     if K > 1 {
-        // `K` points a round: all their loads first, then their stores.
-        while x as usize + (K - 1) * step < nx - 1 {
+        // `K` points a round: all their loads first, then their stores. A loop for each
+        // value of `check`, as nvcc makes of the twin's: in one loop the residual's
+        // predicated loads, conversions and `f64` arithmetic were issued every round, and
+        // an iteration took 1.5-2 % more (1024² on two H200s, 4096² on four; BENCHMARKS.md).
+        let round = |x: u32, check: bool, acc: &mut f64| {
             let c0 = base + x as usize;
             // SAFETY: every `c0 + k * step` is an interior point of `row` (loop condition).
             let v: [T; K] = core::array::from_fn(|k| unsafe { stencil(a, c0 + k * step, nx) });
@@ -239,7 +242,17 @@ unsafe fn update_row<T: Real, const K: usize>(
                     *acc += d * d;
                 }
             }
-            x += K as u32 * stride;
+        };
+        if check {
+            while x as usize + (K - 1) * step < nx - 1 {
+                round(x, true, acc);
+                x += K as u32 * stride;
+            }
+        } else {
+            while x as usize + (K - 1) * step < nx - 1 {
+                round(x, false, acc);
+                x += K as u32 * stride;
+            }
         }
     }
     while (x as usize) < nx - 1 {
