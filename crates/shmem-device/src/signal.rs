@@ -38,7 +38,10 @@ const P2P_PUT_SIGNAL_MIN_BYTES: usize = 128;
 /// 0.55x with this path), then a system fence (`nvshmem_fence`, `membar.sys` on a mapped
 /// peer, as NVSHMEM's own path) and the signal, so the signal lands after the data. Warp
 /// and block scope stay on NVSHMEM's path: the same copy made the halo's block-scope edge
-/// sends and the block-scope ping-pong slower (BENCHMARKS.md, the halo's "what is left").
+/// sends and the block-scope ping-pong slower (BENCHMARKS.md, the halo's "what is left"),
+/// and so did a block-scope copy shaped as nvcc compiles NVSHMEM's library (16-byte loads,
+/// weak stores, the signal's address taken before the fence): 1-3 % more per halo
+/// iteration on two and four H200s (BENCHMARKS.md, thirty-second session).
 /// Returns `false`, doing nothing, when NVSHMEM must do it.
 ///
 /// # Safety
