@@ -159,6 +159,7 @@ const API: &[(&str, bool)] = &[
     ("rma_p_g", false),
     ("rma_bulk", false),
     ("rma_small", false),
+    ("rma_warp", false),
     ("signals", true),
     ("waits", true),
     ("atomics", false),

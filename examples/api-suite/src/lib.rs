@@ -11,6 +11,7 @@
 //! | [`rma_p_g`](rma_p_g()) | `p`, `g` for every standard type | no |
 //! | [`rma_bulk`](rma_bulk()) | `put`, `put_nbi`, `get`, `get_nbi` × thread/warp/block | no |
 //! | [`rma_small`](rma_small()) | thread-scope `put`, `put_nbi`, `get`, `get_nbi` of 4 to 160 bytes | no |
+//! | [`rma_warp`](rma_warp()) | warp-scope `put`, `put_nbi`, `get`, `get_nbi` of 4 bytes to 16 KiB | no |
 //! | [`signals`](signals()) | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` | yes (waits) |
 //! | [`waits`](waits()) | `wait_until`, `test` and their `_all`/`_any` forms, 4 types | yes (waits) |
 //! | [`atomics`](atomics()) | every AMO, 6 types; a contended counter | no |
@@ -154,6 +155,48 @@ pub unsafe fn rma_small(src: SymSlice<u32>, dst: SymSlice<u32>, max: u32) {
             get(Thread, d, s, next);
             let (s, d) = region(3);
             get_nbi(Thread, d, s, next);
+        }
+    }
+    quiet();
+}
+
+/// Warp-scope RMA of every length in [`WARP_LENS`]: the peer copy's warp paths (lanes left
+/// idle, one chunk a lane, the first round loaded before the peer's address is known, the
+/// rounds, chunks and tails after them). Case `c = op * WARP_LENS.len() + k` (`op`: put,
+/// put_nbi, get, get_nbi) moves `WARP_LENS[k]` elements at `c * WARP_SLOT`; the lengths are
+/// read at run time (`count` of them), not constants the compiler could fold.
+///
+/// Host sets `src[i] = pattern(pe, i)` and zeroes `dst`. After: see `expect::warp`.
+///
+/// # Safety
+/// Launch one block of 32 threads or more (warp 0 makes the calls); buffers symmetric,
+/// ≥ `WARP_CASES * WARP_SLOT` elements; `count` ≤ `WARP_LENS.len()`.
+#[shmem_kernel]
+pub unsafe fn rma_warp(src: SymSlice<u32>, dst: SymSlice<u32>, count: u32) {
+    if warp_id() != 0 {
+        return;
+    }
+    let (next, _) = neighbours(my_pe(), n_pes());
+    // An index below a count known at run time: no iteration a compiler could unroll with
+    // its length as a constant.
+    #[allow(clippy::needless_range_loop)]
+    for k in 0..count as usize {
+        let len = WARP_LENS[k] as usize;
+        let region = |op: usize| {
+            let at = (op * WARP_LENS.len() + k) * WARP_SLOT;
+            (src.sub(at, len), dst.sub(at, len))
+        };
+        // SAFETY: disjoint regions of symmetric buffers (the caller's sizes); `next` is valid;
+        // the whole warp makes each call.
+        unsafe {
+            let (s, d) = region(0);
+            put(Warp, d, s, next);
+            let (s, d) = region(1);
+            put_nbi(Warp, d, s, next);
+            let (s, d) = region(2);
+            get(Warp, d, s, next);
+            let (s, d) = region(3);
+            get_nbi(Warp, d, s, next);
         }
     }
     quiet();

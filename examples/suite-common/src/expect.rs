@@ -2,7 +2,9 @@
 //! number, the PE count and the element index. Shared by the GPU tests and (later) the CPU
 //! simulator, so the expectations are written once.
 
-use crate::{BULK_CASE, SIGNAL_CASE, SMALL_MAX, SMALL_SLOT, Val, neighbours, pattern};
+use crate::{
+    BULK_CASE, SIGNAL_CASE, SMALL_MAX, SMALL_SLOT, Val, WARP_LENS, WARP_SLOT, neighbours, pattern,
+};
 
 /// `rma_p_g`: what the host puts in `src[k]` on PE `pe`: `pattern(pe, k)` as slot `k`'s type,
 /// zero-extended bits.
@@ -46,6 +48,20 @@ pub fn small(pe: i32, n: i32, i: usize) -> u32 {
     let (case, at) = (i / SMALL_SLOT, i % SMALL_SLOT);
     let (op, len) = (case / SMALL_MAX, case % SMALL_MAX + 1);
     if at >= len {
+        0
+    } else if op < 2 {
+        pattern(prev, i) as u32
+    } else {
+        pattern(next, i) as u32
+    }
+}
+
+/// `rma_warp`: `dst[i]` on PE `pe`: what its case moved, and zero past the case's length.
+pub fn warp(pe: i32, n: i32, i: usize) -> u32 {
+    let (next, prev) = neighbours(pe, n);
+    let (case, at) = (i / WARP_SLOT, i % WARP_SLOT);
+    let (op, len) = (case / WARP_LENS.len(), WARP_LENS[case % WARP_LENS.len()]);
+    if at >= len as usize {
         0
     } else if op < 2 {
         pattern(prev, i) as u32

@@ -62,6 +62,20 @@ pub const SMALL_SLOT: usize = 48;
 /// Cases of `rma_small`: `[put, put_nbi, get, get_nbi]` (thread scope) × lengths
 /// `1..=SMALL_MAX`, case `op * SMALL_MAX + len - 1` at `u32` `case * SMALL_SLOT`.
 pub const SMALL_CASES: usize = 4 * SMALL_MAX;
+/// Lengths of `rma_warp`'s messages, in `u32`s: under 32 chunks of 16 bytes (lanes left
+/// idle), with and without a tail of words; one chunk a lane (32 chunks); between one and
+/// four a lane; a full round of four a lane from 128 chunks (2 KiB), with chunks and tails
+/// after rounds.
+pub const WARP_LENS: [u32; 28] = [
+    1, 3, 4, 5, 8, 16, 17, 31, 64, 100, 127, 128, 129, 131, 132, 256, 388, 508, 511, 512, 513, 516,
+    520, 1024, 1536, 2052, 2063, 4100,
+];
+/// `u32`s from one `rma_warp` case to the next: at least the longest of [`WARP_LENS`], and
+/// 16-byte aligned.
+pub const WARP_SLOT: usize = 4104;
+/// Cases of `rma_warp`: `[put, put_nbi, get, get_nbi]` (warp scope) × [`WARP_LENS`], case
+/// `op * WARP_LENS.len() + k` at `u32` `case * WARP_SLOT`.
+pub const WARP_CASES: usize = 4 * WARP_LENS.len();
 /// Elements per case in `signals`.
 pub const SIGNAL_CASE: usize = 64;
 /// `put_signal` cases in `signals`: `[blocking, nbi] × [Set, Add] × [Thread, Warp, Block]`.

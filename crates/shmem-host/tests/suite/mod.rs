@@ -36,6 +36,7 @@ macro_rules! simulated_cases {
             rma_p_g: 1,
             rma_bulk: 1,
             rma_small: 1,
+            rma_warp: 1,
             signals: 1,
             waits: 1,
             atomics: 1,
@@ -158,6 +159,36 @@ pub fn rma_small(rt: &Shmem) {
             "element {i} (op {}, {} elements)",
             case / SMALL_MAX,
             case % SMALL_MAX + 1
+        );
+    }
+}
+
+pub fn rma_warp(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let len = WARP_CASES * WARP_SLOT;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::rma_warp>().unwrap();
+    let src = filled(rt, len, |i| pattern(me, i) as u32);
+    let dst = rt.alloc::<u32>(len).unwrap();
+    rt.barrier_all().unwrap();
+    // SAFETY: one block of 64 threads on every PE; buffers hold every case; every length.
+    unsafe {
+        k.launch(
+            LaunchConfig::linear(1, 64),
+            (&src, &dst, WARP_LENS.len() as u32),
+        )
+        .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let dst = dst.to_vec().unwrap();
+    for (i, v) in dst.iter().enumerate() {
+        let case = i / WARP_SLOT;
+        assert_eq!(
+            *v,
+            expect::warp(me, n, i),
+            "element {i} (op {}, {} elements)",
+            case / WARP_LENS.len(),
+            WARP_LENS[case % WARP_LENS.len()]
         );
     }
 }
