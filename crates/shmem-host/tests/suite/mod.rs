@@ -5,7 +5,7 @@
 
 #![allow(dead_code, unused_macros, unused_imports)]
 
-use shmem_host::{Error, LaunchConfig, Shmem, StreamRef, SymBuffer};
+use shmem_host::{Error, LaunchConfig, Module, Shmem, StreamRef, SymBuffer};
 use std::path::PathBuf;
 use suite_common::expect;
 use suite_common::*;
@@ -111,86 +111,86 @@ pub fn rma_p_g(rt: &Shmem) {
     }
 }
 
-pub fn rma_bulk(rt: &Shmem) {
+/// The RMA cases' common run on every PE: `src[i] = pattern(me, i)` and a zeroed `dst`, `len`
+/// `u32`s each; `launch(module, src, dst)` between two barriers; then every element of `dst`
+/// against `want(me, n, i)`, a mismatch named by `what(i)`.
+fn rma_case(
+    rt: &Shmem,
+    len: usize,
+    launch: impl FnOnce(&Module<'_>, &SymBuffer<'_, u32>, &SymBuffer<'_, u32>),
+    want: fn(i32, i32, usize) -> u32,
+    what: impl Fn(usize) -> String,
+) {
     let (me, n) = (rt.my_pe(), rt.n_pes());
-    let len = BULK_CASE * BULK_CASES;
     let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-    let k = m.kernel::<api_suite_kernels::rma_bulk>().unwrap();
     let src = filled(rt, len, |i| pattern(me, i) as u32);
     let dst = rt.alloc::<u32>(len).unwrap();
     rt.barrier_all().unwrap();
-    // SAFETY: one block of 128 threads on every PE; buffers hold every case.
-    unsafe {
-        k.launch(LaunchConfig::linear(1, 128), (&src, &dst))
-            .unwrap()
-    };
+    launch(&m, &src, &dst);
     rt.barrier_all().unwrap();
     let dst = dst.to_vec().unwrap();
     for (i, v) in dst.iter().enumerate() {
-        assert_eq!(
-            *v,
-            expect::bulk(me, n, i),
-            "element {i} (case {})",
-            i / BULK_CASE
-        );
+        assert_eq!(*v, want(me, n, i), "element {i} ({})", what(i));
     }
+}
+
+pub fn rma_bulk(rt: &Shmem) {
+    rma_case(
+        rt,
+        BULK_CASE * BULK_CASES,
+        |m, src, dst| {
+            let k = m.kernel::<api_suite_kernels::rma_bulk>().unwrap();
+            // SAFETY: one block of 128 threads on every PE; buffers hold every case.
+            unsafe { k.launch(LaunchConfig::linear(1, 128), (src, dst)).unwrap() };
+        },
+        expect::bulk,
+        |i| format!("case {}", i / BULK_CASE),
+    );
 }
 
 pub fn rma_small(rt: &Shmem) {
-    let (me, n) = (rt.my_pe(), rt.n_pes());
-    let len = SMALL_CASES * SMALL_SLOT;
-    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-    let k = m.kernel::<api_suite_kernels::rma_small>().unwrap();
-    let src = filled(rt, len, |i| pattern(me, i) as u32);
-    let dst = rt.alloc::<u32>(len).unwrap();
-    rt.barrier_all().unwrap();
-    // SAFETY: one block on every PE; buffers hold every case; `SMALL_MAX` lengths.
-    unsafe {
-        k.launch(LaunchConfig::linear(1, 32), (&src, &dst, SMALL_MAX as u32))
-            .unwrap()
-    };
-    rt.barrier_all().unwrap();
-    let dst = dst.to_vec().unwrap();
-    for (i, v) in dst.iter().enumerate() {
-        let case = i / SMALL_SLOT;
-        assert_eq!(
-            *v,
-            expect::small(me, n, i),
-            "element {i} (op {}, {} elements)",
-            case / SMALL_MAX,
-            case % SMALL_MAX + 1
-        );
-    }
+    rma_case(
+        rt,
+        SMALL_CASES * SMALL_SLOT,
+        |m, src, dst| {
+            let k = m.kernel::<api_suite_kernels::rma_small>().unwrap();
+            // SAFETY: one block on every PE; buffers hold every case; `SMALL_MAX` lengths.
+            unsafe {
+                k.launch(LaunchConfig::linear(1, 32), (src, dst, SMALL_MAX as u32))
+                    .unwrap()
+            };
+        },
+        expect::small,
+        |i| {
+            let case = i / SMALL_SLOT;
+            format!("op {}, {} elements", case / SMALL_MAX, case % SMALL_MAX + 1)
+        },
+    );
 }
 
 pub fn rma_warp(rt: &Shmem) {
-    let (me, n) = (rt.my_pe(), rt.n_pes());
-    let len = WARP_CASES * WARP_SLOT;
-    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
-    let k = m.kernel::<api_suite_kernels::rma_warp>().unwrap();
-    let src = filled(rt, len, |i| pattern(me, i) as u32);
-    let dst = rt.alloc::<u32>(len).unwrap();
-    rt.barrier_all().unwrap();
-    // SAFETY: one block of 64 threads on every PE; buffers hold every case; every length.
-    unsafe {
-        k.launch(
-            LaunchConfig::linear(1, 64),
-            (&src, &dst, WARP_LENS.len() as u32),
-        )
-        .unwrap()
-    };
-    rt.barrier_all().unwrap();
-    let dst = dst.to_vec().unwrap();
-    for (i, v) in dst.iter().enumerate() {
-        let case = i / WARP_SLOT;
-        assert_eq!(
-            *v,
-            expect::warp(me, n, i),
-            "element {i} (op {}, {} elements)",
-            case / WARP_LENS.len(),
-            WARP_LENS[case % WARP_LENS.len()]
-        );
-    }
+    rma_case(
+        rt,
+        WARP_CASES * WARP_SLOT,
+        |m, src, dst| {
+            let k = m.kernel::<api_suite_kernels::rma_warp>().unwrap();
+            // SAFETY: one block of 64 threads on every PE; buffers hold every case; every
+            // length.
+            unsafe {
+                k.launch(
+                    LaunchConfig::linear(1, 64),
+                    (src, dst, WARP_LENS.len() as u32),
+                )
+                .unwrap()
+            };
+        },
+        expect::warp,
+        |i| {
+            let case = i / WARP_SLOT;
+            let k = case % WARP_LENS.len();
+            format!("op {}, {} elements", case / WARP_LENS.len(), WARP_LENS[k])
+        },
+    );
 }
 
 pub fn signals(rt: &Shmem) {
