@@ -205,7 +205,8 @@ impl Chunk {
     );
 }
 
-/// Copies `bytes` from `src` to `dst` with the threads of scope `S` when both are 16-byte
+/// Copies `bytes` between the local `local` and the peer's end that `peer` returns (null if
+/// unmapped; `TO_PEER`: local to peer) with the threads of scope `S` when both are 16-byte
 /// aligned and `bytes >= 16` (16 bytes per load and store, four in flight per thread at
 /// warp scope and at thread scope beyond 64 bytes, the tail in words or bytes), then
 /// synchronises the group; returns
@@ -223,15 +224,24 @@ impl Chunk {
 /// Stores are plain (weak) stores, as in NVSHMEM's library: `quiet`, `fence` and barriers
 /// order them as they order NVSHMEM's own.
 ///
+/// `peer` (`nvshmem_ptr`) is called once, after a warp's put has loaded its first round of
+/// local chunks, so that the lookup runs under the loads' latency; a warp with at most a
+/// chunk a lane then returns right after its store, as does a warp's get of at most a chunk
+/// a lane. Measured against the perftest twin (BENCHMARKS.md, thirty-third and thirty-fourth
+/// sessions): warp puts of 16-512 bytes from 1.02x to 0.86-0.89x the twin's latency; the
+/// warp-scope bandwidth points below 0.98x the twin from 15 to 0-1 (2 PEs on one H200 under
+/// MPS) and from 7 to 0 (two H200s).
+///
 /// # Safety
-/// `dst` and `src` are valid for `bytes` and do not overlap; every thread of the scope calls
-/// it with the same arguments (the scope's convergence rule).
+/// `local` is valid for `bytes`; `peer` returns null or the peer's copy of the same `bytes`,
+/// not overlapping `local`; every thread of the scope calls it with the same arguments (the
+/// scope's convergence rule).
 #[inline(always)]
 #[cfg_attr(shmem_sim, allow(dead_code))]
 unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
-    dst: *mut u8,
-    src: *const u8,
+    local: *mut u8,
     bytes: usize,
+    peer: impl FnOnce() -> *mut u8,
 ) -> bool {
     use crate::scope::ScopeKind;
     use crate::thread::{
@@ -240,13 +250,115 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
     // Under 16 bytes NVSHMEM's own copy (4- and 8-byte accesses) does better.
     // Chunk indices are 32-bit (one instruction an address) and stay below 2^31, so that
     // `i + 3 * n` cannot wrap: 32 GiB and more go to NVSHMEM.
-    if !(16..1 << 35).contains(&bytes) || !(dst as usize | src as usize).is_multiple_of(16) {
+    if !(16..1 << 35).contains(&bytes) || !(local as usize).is_multiple_of(16) {
         return false;
     }
     let (me, n) = match S::KIND {
         ScopeKind::Thread => (0, 1),
         ScopeKind::Warp => (lane_id(), WARP_SIZE),
         ScopeKind::Block => (thread_rank_in_block(), block_size()),
+    };
+    let chunks = (bytes / 16) as u32;
+    let at = |i: u32| i as usize;
+    // The tail (under 16 bytes: in 4-byte words when it is made of them, else bytes), then
+    // the group's synchronisation.
+    let finish = |dst: *mut u8, src: *const u8| {
+        let (tail, done) = (bytes % 16, bytes - bytes % 16);
+        if tail != 0 {
+            let (me, n) = (at(me), at(n));
+            // SAFETY: the bytes from `done` to `bytes` lie in both ends (the caller's
+            // contract, and `resolve` for the peer's).
+            unsafe {
+                if tail.is_multiple_of(4) {
+                    let (dw, sw) = (dst.add(done).cast::<u32>(), src.add(done).cast::<u32>());
+                    let mut j = me;
+                    while j < tail / 4 {
+                        dw.add(j).write(sw.add(j).read());
+                        j += n;
+                    }
+                } else {
+                    let mut j = done + me;
+                    while j < bytes {
+                        dst.add(j).write(src.add(j).read());
+                        j += n;
+                    }
+                }
+            }
+        }
+        match S::KIND {
+            ScopeKind::Thread => {}
+            ScopeKind::Warp => sync_warp(u32::MAX),
+            ScopeKind::Block => sync_threads(),
+        }
+        true
+    };
+    let resolve = || {
+        let p = peer();
+        (!p.is_null() && (p as usize).is_multiple_of(16)).then_some(p)
+    };
+    // A warp's put loads its first round from the local end before it looks the peer up, so
+    // that the lookup and the checks on the peer's address run under the loads' latency:
+    // four chunks a lane when the copy has more than four a lane, else the lane's one chunk,
+    // if any. `i` is then the lane's first chunk after that round.
+    let mut i = me;
+    let remote = if TO_PEER && matches!(S::KIND, ScopeKind::Warp) {
+        let l = local.cast::<Chunk>().cast_const();
+        // SAFETY: the chunks loaded lie within the local end's `bytes` (a full round, or the
+        // lane's chunk below `chunks`), 16-byte aligned (checked above); the local end is
+        // global memory (the `LocalSlice` contract); `wrapping_add`: a lane past the end
+        // computes an address it does not read. The stores go to the same chunks of the
+        // peer's copy, valid and aligned as `resolve` checked (the caller's contract).
+        unsafe {
+            if chunks > 4 * n {
+                let (a, b, c, e) = (
+                    Chunk::load_global(l.add(at(me))),
+                    Chunk::load_global(l.add(at(me + n))),
+                    Chunk::load_global(l.add(at(me + 2 * n))),
+                    Chunk::load_global(l.add(at(me + 3 * n))),
+                );
+                let Some(r) = resolve() else { return false };
+                let d = r.cast::<Chunk>();
+                a.store(d.add(at(me)));
+                b.store(d.add(at(me + n)));
+                c.store(d.add(at(me + 2 * n)));
+                e.store(d.add(at(me + 3 * n)));
+                i += 4 * n;
+                r
+            } else {
+                let a = Chunk::load_global_if(me < chunks, l.wrapping_add(at(me)));
+                let Some(r) = resolve() else { return false };
+                if me < chunks {
+                    a.store(r.cast::<Chunk>().add(at(me)));
+                }
+                if chunks <= n {
+                    // At most a chunk a lane: no loop to enter.
+                    return finish(r, local);
+                }
+                i += n;
+                r
+            }
+        }
+    } else {
+        let Some(r) = resolve() else { return false };
+        if matches!(S::KIND, ScopeKind::Warp) && chunks <= n {
+            // A warp's get of at most a chunk a lane: no loop to enter.
+            if me < chunks {
+                // SAFETY: the lane's chunk lies in both ends, aligned (checked above and by
+                // `resolve`); the local end is global memory, the peer's addressed
+                // generically.
+                unsafe {
+                    let (d, s) = (local.cast::<Chunk>(), r.cast::<Chunk>().cast_const());
+                    Chunk::load(s.add(at(me))).store_global(d.add(at(me)));
+                }
+            }
+            return finish(local, r);
+        }
+        r
+    };
+    let (dst, src) = if TO_PEER {
+        (remote, local.cast_const())
+    } else {
+        (local, remote.cast_const())
     };
     let (d, s) = (dst.cast::<Chunk>(), src.cast::<Chunk>());
     let load = |p: *const Chunk| {
@@ -275,9 +387,6 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
     // overlap (four loads then four stores by every thread measured up to 1.3x slower, at
     // 64 KiB per block).
     let unroll = !matches!(S::KIND, ScopeKind::Block);
-    let chunks = (bytes / 16) as u32;
-    let mut i = me;
-    let at = |i: u32| i as usize;
     // SAFETY: every index is below `chunks` (or `bytes` for the tail): inside both ranges,
     // aligned by the check above (the caller's contract for validity).
     unsafe {
@@ -315,7 +424,13 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
                 copy(3);
             }
             i = chunks;
-        } else if unroll {
+        } else if unroll && (!matches!(S::KIND, ScopeKind::Warp) || chunks > 4 * n) {
+            // A warp with at most four chunks a lane copies one a lane at a time. With a round
+            // of four in flight, gets of 2 KiB a warp read 0.94-1.08 of the twin's bandwidth
+            // in single runs (one H200, 2 PEs under MPS; two H200s: from 0.94); without, 0.97-1.04
+            // (two H200s: 0.99-1.01; BENCHMARKS.md, thirty-fourth session). Before the early
+            // returns above, the same test had cost copies of 64-512 bytes a warp more than it
+            // saved (twenty-seventh session).
             while i + 3 * n < chunks {
                 let (a, b, c, e) = (
                     load(s.add(at(i))),
@@ -345,32 +460,8 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
             store(load(s.add(at(i))), d.add(at(i)));
             i += n;
         }
-        // The tail (under 16 bytes): in 4-byte words when it is made of them, else bytes.
-        let (tail, done) = (bytes % 16, bytes - bytes % 16);
-        if tail != 0 {
-            let (me, n) = (at(me), at(n));
-            if tail.is_multiple_of(4) {
-                let (dw, sw) = (dst.add(done).cast::<u32>(), src.add(done).cast::<u32>());
-                let mut j = me;
-                while j < tail / 4 {
-                    dw.add(j).write(sw.add(j).read());
-                    j += n;
-                }
-            } else {
-                let mut j = done + me;
-                while j < bytes {
-                    dst.add(j).write(src.add(j).read());
-                    j += n;
-                }
-            }
-        }
     }
-    match S::KIND {
-        ScopeKind::Thread => {}
-        ScopeKind::Warp => sync_warp(u32::MAX),
-        ScopeKind::Block => sync_threads(),
-    }
-    true
+    finish(dst, src)
 }
 
 /// `put`'s and `get`'s peer-to-peer path: copies between the local `local` and `pe`'s copy
@@ -392,17 +483,15 @@ pub(crate) unsafe fn try_p2p<S: Scope>(
         return false;
     }
     // SAFETY: `nvshmem_ptr` only translates a symmetric address (caller's contract).
-    let peer = unsafe { sys::nvshmem_ptr(sym, pe) }.cast::<u8>();
-    if peer.is_null() {
-        return false;
-    }
+    let peer = || unsafe { sys::nvshmem_ptr(sym, pe) }.cast::<u8>();
     let local = local.cast::<u8>();
-    // SAFETY: the caller's contract; `peer` maps `pe`'s copy of the same `bytes`.
+    // SAFETY: the caller's contract; `peer()` maps `pe`'s copy of the same `bytes`, or is
+    // null.
     unsafe {
         if to_peer {
-            copy_p2p::<S, true>(peer, local, bytes)
+            copy_p2p::<S, true>(local, bytes, peer)
         } else {
-            copy_p2p::<S, false>(local, peer, bytes)
+            copy_p2p::<S, false>(local, bytes, peer)
         }
     }
 }
@@ -486,6 +575,45 @@ pub unsafe fn put_nbi<S: Scope, T: Copy>(
     if unsafe { try_p2p::<S>(o.sym, o.local, o.bytes, pe, true) } {
         return;
     }
+    let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
+    // SAFETY: the caller upholds the module's contract; lengths were checked above.
+    unsafe {
+        by_scope!(
+            S,
+            sys::nvshmem_putmem_nbi,
+            sys::nvshmemx_putmem_nbi_warp,
+            sys::nvshmemx_putmem_nbi_block,
+            (d, s, bytes, pe)
+        )
+    }
+}
+
+/// [`put_nbi`] through NVSHMEM's own put, without this crate's peer-to-peer copy: for a PE
+/// whose memory the caller already knows is not mapped here ([`crate::ptr`] returned
+/// `None`), where NVSHMEM's transport (the proxy) moves the data anyway. Correct for any PE:
+/// to a mapped one NVSHMEM copies itself (4 bytes a load from its LLVM bitcode, slower than
+/// [`put_nbi`]'s copy).
+///
+/// What it saves is code, not time: [`put_nbi`] inlines the peer copy into the kernel, and
+/// a kernel that keeps a put for unmapped PEs on a cold path carries that copy's registers
+/// for nothing. `moe_dispatch_fp8` (examples/moe-dispatch) spilled 4 bytes on sm_90 with a
+/// warp's copy that loads before it looks the peer up (BENCHMARKS.md, thirty-fourth
+/// session); its put for unmapped PEs is this one.
+///
+/// # Panics
+/// If `dest.len() != src.local_len()`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module).
+#[inline(always)]
+#[track_caller]
+pub unsafe fn put_nbi_unmapped<S: Scope, T: Copy>(
+    _scope: S,
+    dest: SymSlice<T>,
+    src: impl LocalSlice<T>,
+    pe: i32,
+) {
+    let o = operands(dest, src);
     let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
     unsafe {

@@ -27,7 +27,7 @@
 
 use shmem_device::prelude::*;
 use shmem_device::scoped::{self, Cta, Gpu, Sys};
-use shmem_device::shared;
+use shmem_device::{rma, shared};
 use shmem_device::types::{AmoExtended, AmoInt, RmaElem, WaitElem};
 use suite_common::*;
 
@@ -162,8 +162,9 @@ pub unsafe fn rma_small(src: SymSlice<u32>, dst: SymSlice<u32>, max: u32) {
 
 /// Warp-scope RMA of every length in [`WARP_LENS`]: the peer copy's warp paths (lanes left
 /// idle, one chunk a lane, the first round loaded before the peer's address is known, the
-/// rounds, chunks and tails after them). Case `c = op * WARP_LENS.len() + k` (`op`: put,
-/// put_nbi, get, get_nbi) moves `WARP_LENS[k]` elements at `c * WARP_SLOT`; the lengths are
+/// rounds, chunks and tails after them), and `put_nbi_unmapped` (NVSHMEM's own warp put).
+/// Case `c = op * WARP_LENS.len() + k` (`op`: put, put_nbi, get, get_nbi,
+/// put_nbi_unmapped) moves `WARP_LENS[k]` elements at `c * WARP_SLOT`; the lengths are
 /// read at run time (`count` of them), not constants the compiler could fold.
 ///
 /// Host sets `src[i] = pattern(pe, i)` and zeroes `dst`. After: see `expect::warp`.
@@ -197,6 +198,8 @@ pub unsafe fn rma_warp(src: SymSlice<u32>, dst: SymSlice<u32>, count: u32) {
             get(Warp, d, s, next);
             let (s, d) = region(3);
             get_nbi(Warp, d, s, next);
+            let (s, d) = region(4);
+            rma::put_nbi_unmapped(Warp, d, s, next);
         }
     }
     quiet();

@@ -75,7 +75,7 @@ use crate::{bf16, expert_scale};
 use shmem_device::fp8::{bf16x2_amax, e4m3x4_from_f32, e4m3x4_to_f32};
 use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
-use shmem_device::rma::Chunk;
+use shmem_device::rma::{Chunk, put_nbi_unmapped};
 use shmem_device::scoped::{self, Cta, Gpu};
 
 /// Runs `$body` with `$i` bound to each of the listed constants, written out rather than
@@ -1579,9 +1579,11 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
             }
             staged
         };
+        // Called only for a PE whose memory is not mapped here: NVSHMEM's put without the
+        // peer copy, whose registers made this kernel spill (4 bytes on sm_90).
         let put = |t: usize, d: u32, at: Sym<u16>| {
             let len = s.sent_row();
-            put_nbi(
+            put_nbi_unmapped(
                 Warp,
                 SymSlice::from_raw_parts(at.as_ptr(), len),
                 DeviceSlice::from_raw_parts(stage(t), len),

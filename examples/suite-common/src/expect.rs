@@ -63,10 +63,10 @@ pub fn warp(pe: i32, n: i32, i: usize) -> u32 {
     let (op, len) = (case / WARP_LENS.len(), WARP_LENS[case % WARP_LENS.len()]);
     if at >= len as usize {
         0
-    } else if op < 2 {
-        pattern(prev, i) as u32
-    } else {
+    } else if op == 2 || op == 3 {
         pattern(next, i) as u32
+    } else {
+        pattern(prev, i) as u32
     }
 }
 

@@ -73,9 +73,9 @@ pub const WARP_LENS: [u32; 28] = [
 /// `u32`s from one `rma_warp` case to the next: at least the longest of [`WARP_LENS`], and
 /// 16-byte aligned.
 pub const WARP_SLOT: usize = 4104;
-/// Cases of `rma_warp`: `[put, put_nbi, get, get_nbi]` (warp scope) × [`WARP_LENS`], case
-/// `op * WARP_LENS.len() + k` at `u32` `case * WARP_SLOT`.
-pub const WARP_CASES: usize = 4 * WARP_LENS.len();
+/// Cases of `rma_warp`: `[put, put_nbi, get, get_nbi, put_nbi_unmapped]` (warp scope) ×
+/// [`WARP_LENS`], case `op * WARP_LENS.len() + k` at `u32` `case * WARP_SLOT`.
+pub const WARP_CASES: usize = 5 * WARP_LENS.len();
 /// Elements per case in `signals`.
 pub const SIGNAL_CASE: usize = 64;
 /// `put_signal` cases in `signals`: `[blocking, nbi] × [Set, Add] × [Thread, Warp, Block]`.
