@@ -27,8 +27,8 @@
 
 use shmem_device::prelude::*;
 use shmem_device::scoped::{self, Cta, Gpu, Sys};
-use shmem_device::{rma, shared};
 use shmem_device::types::{AmoExtended, AmoInt, RmaElem, WaitElem};
+use shmem_device::{rma, shared};
 use suite_common::*;
 
 fn p_g_case<T: RmaElem + Val>(
