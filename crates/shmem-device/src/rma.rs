@@ -575,8 +575,18 @@ pub unsafe fn put_nbi<S: Scope, T: Copy>(
     if unsafe { try_p2p::<S>(o.sym, o.local, o.bytes, pe, true) } {
         return;
     }
+    // SAFETY: as above.
+    unsafe { nvshmem_put_nbi::<S>(o, pe) }
+}
+
+/// NVSHMEM's non-blocking put of `o` to `pe`, in scope `S`.
+///
+/// # Safety
+/// The module's contract, for operands checked by [`operands`].
+#[inline(always)]
+unsafe fn nvshmem_put_nbi<S: Scope>(o: crate::mem::Operands, pe: i32) {
     let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
-    // SAFETY: the caller upholds the module's contract; lengths were checked above.
+    // SAFETY: the caller's contract.
     unsafe {
         by_scope!(
             S,
@@ -614,17 +624,8 @@ pub unsafe fn put_nbi_unmapped<S: Scope, T: Copy>(
     pe: i32,
 ) {
     let o = operands(dest, src);
-    let (d, s, bytes) = (o.sym, o.local.cast_const(), o.bytes);
     // SAFETY: the caller upholds the module's contract; lengths were checked above.
-    unsafe {
-        by_scope!(
-            S,
-            sys::nvshmem_putmem_nbi,
-            sys::nvshmemx_putmem_nbi_warp,
-            sys::nvshmemx_putmem_nbi_block,
-            (d, s, bytes, pe)
-        )
-    }
+    unsafe { nvshmem_put_nbi::<S>(o, pe) }
 }
 
 /// Copies `pe`'s copy of `src` into the local `dest`; returns when the data has arrived.
