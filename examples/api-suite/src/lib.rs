@@ -11,7 +11,7 @@
 //! | [`rma_p_g`](rma_p_g()) | `p`, `g` for every standard type | no |
 //! | [`rma_bulk`](rma_bulk()) | `put`, `put_nbi`, `get`, `get_nbi` × thread/warp/block | no |
 //! | [`rma_small`](rma_small()) | thread-scope `put`, `put_nbi`, `get`, `get_nbi` of 4 to 160 bytes | no |
-//! | [`rma_warp`](rma_warp()) | warp-scope `put`, `put_nbi`, `get`, `get_nbi` of 4 bytes to 16 KiB | no |
+//! | [`rma_warp`](rma_warp()) | warp-scope `put`, `put_nbi`, `get`, `get_nbi`, `rma::put_nbi_unmapped` of 4 bytes to 16 KiB | no |
 //! | [`signals`](signals()) | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` | yes (waits) |
 //! | [`waits`](waits()) | `wait_until`, `test` and their `_all`/`_any` forms, 4 types | yes (waits) |
 //! | [`atomics`](atomics()) | every AMO, 6 types; a contended counter | no |
