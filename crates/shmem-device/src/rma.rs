@@ -208,9 +208,9 @@ impl Chunk {
 /// Copies `bytes` between the local `local` and the peer's end that `peer` returns (null if
 /// unmapped; `TO_PEER`: local to peer) with the threads of scope `S` when both are 16-byte
 /// aligned and `bytes >= 16` (16 bytes per load and store, four in flight per thread at
-/// warp scope and at thread scope beyond 64 bytes, the tail in words or bytes), then
-/// synchronises the group; returns
-/// `false`, copying nothing, otherwise. The local end is accessed as global memory
+/// warp scope beyond four chunks a lane and at thread scope beyond 64 bytes, the tail in
+/// words or bytes), then synchronises the group; returns `false`, copying nothing,
+/// otherwise. The local end is accessed as global memory
 /// (`ld.global`/`st.global`: a [`LocalSlice`](crate::mem::LocalSlice) is global memory), the
 /// peer's end through generic addresses: what nvcc emits for NVSHMEM's copy in a kernel.
 /// With both ends in the same state space (both generic, or both global) a warp's put or get
