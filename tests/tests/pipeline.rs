@@ -167,6 +167,7 @@ const API: &[(&str, bool)] = &[
     ("barriers", true),
     ("peer_memory", false),
     ("block_shared", false),
+    ("block_votes", false),
     ("fp8_convert", false),
     ("bounds_check", false),
 ];

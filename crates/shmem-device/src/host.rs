@@ -21,7 +21,8 @@ pub(crate) fn device_only(op: &str) -> ! {
 
 #[cfg(shmem_sim)]
 pub(crate) use crate::sim::device::{
-    ballot, dynamic_shared, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp,
+    ballot, dynamic_shared, register, shfl_idx, shfl_xor, step, sync_threads, sync_threads_vote,
+    sync_warp,
 };
 /// NVSHMEM's device functions as the simulator implements them (what `crate::sys`
 /// re-exports on the host).
@@ -34,8 +35,8 @@ pub(crate) use crate::sim::{now_ns, wait_bound_ns};
 
 #[cfg(not(shmem_sim))]
 pub(crate) use unsimulated::{
-    ballot, dynamic_shared, now_ns, register, shfl_idx, shfl_xor, step, sync_threads, sync_warp,
-    wait_bound_ns,
+    ballot, dynamic_shared, now_ns, register, shfl_idx, shfl_xor, step, sync_threads,
+    sync_threads_vote, sync_warp, wait_bound_ns,
 };
 
 /// Without the simulator every device operation reached on the host panics with its name.
@@ -50,6 +51,10 @@ mod unsimulated {
     #[track_caller]
     pub(crate) fn sync_threads() {
         device_only("sync_threads")
+    }
+    #[track_caller]
+    pub(crate) fn sync_threads_vote(_pred: bool) -> (u32, u32) {
+        device_only("sync_threads_count")
     }
     #[track_caller]
     pub(crate) fn sync_warp(_mask: u32) {

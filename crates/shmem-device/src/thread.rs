@@ -182,6 +182,84 @@ pub fn sync_threads() {
     crate::host::sync_threads()
 }
 
+/// `__syncthreads_count(pred)`: [`sync_threads`], returning how many of the block's threads
+/// called it with `pred` true (PTX `bar.red.popc`). Every thread of the block must reach it,
+/// as [`sync_threads`]; each gets the same count.
+#[inline(always)]
+#[cfg_attr(shmem_sim, track_caller)]
+pub fn sync_threads_count(pred: bool) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let out: u32;
+        // SAFETY: `bar.red.popc` is `bar.sync 0` with a count of the predicates; a divergent
+        // call deadlocks but cannot corrupt memory. No `nomem`: it orders memory as the
+        // barrier does.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .pred p; setp.ne.u32 p, {v}, 0; bar.red.popc.u32 {o}, 0, p; }}",
+                o = out(reg32) out,
+                v = in(reg32) u32::from(pred),
+                options(nostack)
+            )
+        };
+        out
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::host::sync_threads_vote(pred).0
+}
+
+/// `__syncthreads_and(pred)`: [`sync_threads`], returning whether every thread of the block
+/// called it with `pred` true (PTX `bar.red.and`). Same rule as [`sync_threads`].
+#[inline(always)]
+#[cfg_attr(shmem_sim, track_caller)]
+pub fn sync_threads_and(pred: bool) -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let out: u32;
+        // SAFETY: as `sync_threads_count`.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .pred p, q; setp.ne.u32 p, {v}, 0; bar.red.and.pred q, 0, p; selp.u32 {o}, 1, 0, q; }}",
+                o = out(reg32) out,
+                v = in(reg32) u32::from(pred),
+                options(nostack)
+            )
+        };
+        out != 0
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let (yes, all) = crate::host::sync_threads_vote(pred);
+        yes == all
+    }
+}
+
+/// `__syncthreads_or(pred)`: [`sync_threads`], returning whether some thread of the block
+/// called it with `pred` true (PTX `bar.red.or`): a block's decision without shared memory.
+/// Same rule as [`sync_threads`].
+#[inline(always)]
+#[cfg_attr(shmem_sim, track_caller)]
+pub fn sync_threads_or(pred: bool) -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let out: u32;
+        // SAFETY: as `sync_threads_count`.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .pred p, q; setp.ne.u32 p, {v}, 0; bar.red.or.pred q, 0, p; selp.u32 {o}, 1, 0, q; }}",
+                o = out(reg32) out,
+                v = in(reg32) u32::from(pred),
+                options(nostack)
+            )
+        };
+        out != 0
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        crate::host::sync_threads_vote(pred).0 != 0
+    }
+}
+
 /// `__syncwarp(mask)`: the lanes named in `mask` wait for each other and their memory
 /// accesses before it are ordered before those after it. Each lane in `mask` must call it
 /// with the same mask.

@@ -74,6 +74,49 @@ fn warp_shuffles_and_ballots_with_a_partial_warp() {
 }
 
 #[test]
+fn block_votes_count_and_combine_every_thread_of_the_block() {
+    // 3 blocks of 40 threads (a partial second warp); each block's count differs.
+    let out: Vec<AtomicU32> = (0..3 * 40).map(|_| AtomicU32::new(0)).collect();
+    run(3, 40, 5, || {
+        let (b, t) = (block_idx_x(), thread_idx_x());
+        let count = sync_threads_count(t % 3 == b);
+        let all = sync_threads_and(t < 40);
+        let not_all = sync_threads_and(t != 39);
+        let one = sync_threads_or(t == 7 + b);
+        let none = sync_threads_or(false);
+        let packed = count | u32::from(all) << 8 | u32::from(not_all) << 9;
+        let packed = packed | u32::from(one) << 10 | u32::from(none) << 11;
+        out[(b * 40 + t) as usize].store(packed, Ordering::Relaxed);
+    })
+    .unwrap();
+    for b in 0..3u32 {
+        let count = (0..40).filter(|t| t % 3 == b).count() as u32;
+        for t in 0..40 {
+            let got = out[(b * 40 + t) as usize].load(Ordering::Relaxed);
+            assert_eq!(got, count | 1 << 8 | 1 << 10, "block {b} thread {t}");
+        }
+    }
+}
+
+#[test]
+fn a_finished_thread_takes_no_part_in_a_block_vote() {
+    let out: Vec<AtomicU32> = (0..64).map(|_| AtomicU32::new(0)).collect();
+    run(1, 64, 9, || {
+        let t = thread_idx_x();
+        if t >= 60 {
+            return;
+        }
+        let count = sync_threads_count(true);
+        let all = sync_threads_and(true);
+        out[t as usize].store(count | u32::from(all) << 8, Ordering::Relaxed);
+    })
+    .unwrap();
+    for t in 0..60 {
+        assert_eq!(out[t].load(Ordering::Relaxed), 60 | 1 << 8, "thread {t}");
+    }
+}
+
+#[test]
 fn grid_barriers_order_the_blocks() {
     let counter = AtomicU32::new(0);
     let phase: Vec<AtomicU32> = (0..4).map(|_| AtomicU32::new(0)).collect();

@@ -20,6 +20,7 @@
 //! | `collectives` (crate `collectives-suite-kernels`: NVSHMEM's reductions are slow to compile) | block-scope collectives | yes |
 //! | [`peer_memory`](peer_memory()) | `ptr`, scoped loads/stores/atomics over peer mappings | no (spins on memory) |
 //! | [`block_shared`](block_shared()) | dynamic shared memory: its size, a release/acquire hand-off and atomics at block scope | no |
+//! | [`block_votes`](block_votes()) | `sync_threads_count`, `sync_threads_and`, `sync_threads_or` | no |
 //! | [`fp8_convert`](fp8_convert()) | `fp8`: the `e4m3` conversions on the GPU's instructions against their definitions | no |
 //! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
 
@@ -666,6 +667,24 @@ pub unsafe fn fp8_convert(
             i += all;
         }
     }
+}
+
+/// The block-wide votes: every thread of block `b` writes, into `got[block_size * b + t]`,
+/// `count | and_all << 8 | and_one_false << 9 | or_one << 10 | or_none << 11`: the count of
+/// threads with `t % 3 == b % 3`, `sync_threads_and` of a predicate true everywhere and of
+/// one false on the last thread, `sync_threads_or` of one true on thread `b + 7` and of none.
+#[shmem_kernel]
+pub unsafe fn block_votes(got: SymSlice<u32>) {
+    let (b, t, n) = (block_idx_x(), thread_idx_x(), block_dim_x());
+    let count = sync_threads_count(t % 3 == b % 3);
+    let all = sync_threads_and(t < n);
+    let not_all = sync_threads_and(t + 1 != n);
+    let one = sync_threads_or(t == b + 7);
+    let none = sync_threads_or(false);
+    let v = count | u32::from(all) << 8 | u32::from(not_all) << 9;
+    let v = v | u32::from(one) << 10 | u32::from(none) << 11;
+    // SAFETY: each thread writes its own word; the caller's `got` has `blocks * n` words.
+    unsafe { got.write((n * b + t) as usize, v) };
 }
 
 /// Words of dynamic shared memory [`block_shared`](block_shared()) is launched with.

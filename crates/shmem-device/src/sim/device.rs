@@ -19,6 +19,16 @@ pub(crate) fn sync_threads() {
     super::sync_threads()
 }
 
+/// `__syncthreads()` that also counts the block's threads calling it with `pred` true:
+/// `(true, calling)`.
+#[track_caller]
+pub(crate) fn sync_threads_vote(pred: bool) -> (u32, u32) {
+    if super::current_pe().is_none() {
+        device_only("sync_threads_count")
+    }
+    super::sync_threads_vote(pred)
+}
+
 /// The calling simulated thread's block's dynamic shared memory and its size in bytes.
 #[track_caller]
 pub(crate) fn dynamic_shared() -> (*mut u8, u32) {

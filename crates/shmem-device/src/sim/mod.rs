@@ -98,6 +98,10 @@ struct State {
     block_dim: u32,
     n_pes: u32,
     arrived: Vec<u32>,
+    /// Per block: the threads at its barrier that voted `true` ([`sync_threads_vote`]).
+    votes: Vec<u32>,
+    /// Per block: `(true, calling)` of its last completed barrier.
+    tally: Vec<(u32, u32)>,
     barrier_generation: Vec<u64>,
     warps: Vec<WarpOp>,
     abort: Option<String>,
@@ -424,6 +428,8 @@ pub(crate) fn run_pes<F: Fn() + Sync>(
             block_dim,
             n_pes,
             arrived: std::vec![0; blocks as usize],
+            votes: std::vec![0; blocks as usize],
+            tally: std::vec![(0, 0); blocks as usize],
             barrier_generation: std::vec![0; blocks as usize],
             warps: (0..blocks as usize * warps_per_block)
                 .map(|_| WarpOp::default())
@@ -512,6 +518,8 @@ fn release_barrier_if_complete(st: &mut State, block: usize) {
         .filter(|&i| matches!(st.threads[i], Run::Done))
         .count() as u32;
     if st.arrived[block] > 0 && st.arrived[block] + done == st.block_dim {
+        st.tally[block] = (st.votes[block], st.arrived[block]);
+        st.votes[block] = 0;
         st.arrived[block] = 0;
         st.barrier_generation[block] += 1;
         for i in block * bd..(block + 1) * bd {
@@ -607,18 +615,29 @@ pub(crate) fn step(poll: bool) {
 /// `__syncthreads()` in the simulator.
 #[track_caller]
 pub(crate) fn sync_threads() {
-    let Some(c) = ctx() else { return };
+    sync_threads_vote(false);
+}
+
+/// `__syncthreads()` in the simulator, counting the threads that reach it with `pred` true:
+/// returns `(true, calling)` for the barrier (threads that have finished take no part, as
+/// exited threads on a GPU). A thread reads the tally before it can reach the block's next
+/// barrier, which needs every thread of the block, so no later barrier overwrites it first.
+#[track_caller]
+pub(crate) fn sync_threads_vote(pred: bool) -> (u32, u32) {
+    let Some(c) = ctx() else { return (0, 0) };
     let loc = Location::caller();
     let e = &c.engine;
     let block = c.global_block() as usize;
     let mut st = e.state.lock().unwrap_or_else(|x| x.into_inner());
     let generation = st.barrier_generation[block];
     st.arrived[block] += 1;
+    st.votes[block] += u32::from(pred);
     st.threads[c.id] = Run::Blocked("sync_threads", loc);
     release_barrier_if_complete(&mut st, block);
     e.pass_turn(&mut st);
     let st = e.wait_turn(st, c.id);
     debug_assert!(st.barrier_generation[block] > generation);
+    st.tally[block]
 }
 
 /// A warp collective in the simulator: every live lane of the warp contributes

@@ -45,6 +45,7 @@ macro_rules! simulated_cases {
             collectives: 1,
             peer_memory: 1,
             block_shared: 1,
+            block_votes: 1,
             fp8_convert: 1,
             unequal_allocation_fails_on_every_pe: 2,
             graph_replays_launches_and_barriers: 1,
@@ -508,6 +509,31 @@ pub fn fp8_convert(rt: &Shmem) {
             got.to_bits()
         );
     }
+}
+
+pub fn block_votes(rt: &Shmem) {
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::block_votes>().unwrap();
+    // Blocks of 100 threads: the last warp partial.
+    let (blocks, threads) = (3u32, 100u32);
+    let got = filled(rt, (blocks * threads) as usize, |_| 0u32);
+    // SAFETY: `got` holds a word a thread.
+    unsafe {
+        k.launch(LaunchConfig::linear(blocks, threads), (&got,))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let want: Vec<u32> = (0..blocks)
+        .flat_map(|b| {
+            let count = (0..threads).filter(|t| t % 3 == b % 3).count() as u32;
+            (0..threads).map(move |_| count | 1 << 8 | 1 << 10)
+        })
+        .collect();
+    assert_eq!(
+        got.to_vec().unwrap(),
+        want,
+        "per thread: count | and(all) << 8 | and(one false) << 9 | or(one) << 10 | or(none) << 11"
+    );
 }
 
 pub fn block_shared(rt: &Shmem) {
