@@ -76,7 +76,7 @@ use shmem_device::fp8::{bf16x2_amax, e4m3x4_from_f32, e4m3x4_to_f32};
 use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
 use shmem_device::rma::{Chunk, put_nbi_unmapped};
-use shmem_device::scoped::{self, Cta, Gpu};
+use shmem_device::scoped::{self, Gpu};
 
 /// Runs `$body` with `$i` bound to each of the listed constants, written out rather than
 /// looped: LLVM keeps an array indexed by a loop variable in local memory (measured: 1.75x
@@ -195,14 +195,6 @@ pub enum DispatchPath {
 }
 
 impl DispatchPath {
-    /// Bytes of dynamic shared memory its kernel takes a block.
-    pub fn shared_bytes(self) -> u32 {
-        match self {
-            DispatchPath::Fp8 => FP8_SHARED_BYTES,
-            DispatchPath::LowLatency | DispatchPath::Throughput => 0,
-        }
-    }
-
     /// The fewest threads a block of its kernel may have: the FP8 dispatch's first warp
     /// sends the metadata while the others copy.
     pub fn min_threads(self) -> u32 {
@@ -1389,10 +1381,6 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
 /// Warps of a block that send the metadata in [`send_split`]: the first; the others copy.
 const META_WARPS: u32 = 1;
 
-/// Bytes of dynamic shared memory [`moe_dispatch_fp8()`] takes: a word that says whether a
-/// row goes to a PE whose memory is not mapped here.
-pub const FP8_SHARED_BYTES: u32 = 4;
-
 /// The FP8 dispatch's block per token (low-latency mode), its metadata sent alongside: warp 0
 /// sends the metadata of the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one
 /// token after another ([`send`], a token's destinations in turn), while the other warps
@@ -1405,7 +1393,10 @@ pub const FP8_SHARED_BYTES: u32 = 4;
 /// of the time at 4096 tokens against one batch in flight, 1.00-1.02 at 128 and 512;
 /// BENCHMARKS.md, twenty-fourth session). `store` returns whether some destination of `t`
 /// is not mapped; if any did, after the block's last row the block's (token, destination)
-/// warps call `put(t, d, at)` to send the row to `at` on `d`.
+/// warps call `put(t, d, at)` to send the row to `at` on `d`. The block learns that from
+/// one `sync_threads_or` (`bar.red.or`), without shared memory: with a word of dynamic
+/// shared memory instead, every kernel of the module reserved shared memory and the
+/// dispatches took the same time (one H200, BENCHMARKS.md, thirty-fifth session).
 ///
 /// Measured on one H100 at 1 PE, held (BENCHMARKS.md, twentieth session), against
 /// [`send_grouped`], where every thread copies but waits for each group's metadata: the
@@ -1416,7 +1407,7 @@ pub const FP8_SHARED_BYTES: u32 = 4;
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it, the block has more than one
-/// warp and [`FP8_SHARED_BYTES`] of dynamic shared memory. `fetch` (with `t < T`, and
+/// warp. `fetch` (with `t < T`, and
 /// `first` a batch of the row or the row's end), `prep` and `store` are called by every
 /// copying thread, `put` by whole warps, with `t < T` (`put` after every store);
 /// `store`'s result is the same in every thread.
@@ -1446,21 +1437,12 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     // again each step. One H200, held, 4096 tokens: 0.99-1.00 of the time before in either
     // slot order (BENCHMARKS.md, twenty-seventh session).
     let token = |i: u32| (t0 as u32 + i * stride as u32) as usize;
-    // The flag of an unmapped destination.
-    let Some(unmapped_flag) = shmem_device::shared::dynamic::<u32>(1) else {
-        // The launch gave too little shared memory: the host's bug, stopped here.
-        core::panic!("moe_dispatch_fp8 needs FP8_SHARED_BYTES of dynamic shared memory")
-    };
-    // SAFETY: for the whole function: the word is this block's, written before the barrier
-    // by thread 0 only, then by the scoped operations; `t < T` and `d < n` for every `send`,
-    // `choice`, `fetch`, `store` and `put`; each warp calls `send`, `store` (whose ballots
-    // need whole warps) and `put` whole; `put` reads `send_slot[t]` after the barrier that
-    // follows warp 0's `send`s.
+    // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `choice`, `fetch`,
+    // `store` and `put`; each warp calls `send`, `store` (whose ballots need whole warps) and
+    // `put` whole; `put` reads `send_slot[t]` after the barrier that follows warp 0's `send`s.
     unsafe {
-        if tid == 0 {
-            scoped::store_relaxed(Cta, unmapped_flag, 0u32);
-        }
-        sync_threads();
+        // Whether this thread stored a row some destination of which is not mapped here.
+        let mut unmapped = false;
         if w < META_WARPS {
             for i in 0..count {
                 // The counters' address taken afresh each token: hoisted out of the loop, an
@@ -1480,7 +1462,6 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
             let at = |j: u32| (token(j / nb), j % nb * batch);
             // Past the last step: a batch past the row's end, which loads nothing.
             let ahead = |j: u32| if j < steps { at(j) } else { (t0, chunks) };
-            let mut unmapped = false;
             if steps > 0 {
                 // The batches of even and of odd steps.
                 let mut even = fetch(t0, 0, rank, threads);
@@ -1527,12 +1508,8 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                     }
                 }
             }
-            if unmapped && rank == 0 {
-                scoped::store_relaxed(Cta, unmapped_flag, 1u32);
-            }
         }
-        sync_threads();
-        if scoped::load_relaxed(Cta, unmapped_flag) != 0 {
+        if sync_threads_or(unmapped) {
             // Counted again rather than kept across the copy, where its register spilled.
             let count = count_from(shmem_device::hint::opaque(t0));
             let mut u = w;

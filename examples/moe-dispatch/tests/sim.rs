@@ -179,8 +179,8 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             // Both of the combine's loads, a round each.
             read_once: round % 2,
         };
-        let launch = |what: &str, kernel: unsafe fn(Bufs, Shape), shared: u32| {
-            let grid = shmem_device::sim::Shape::linear(2, 64).with_shared(shared);
+        let launch = |what: &str, kernel: unsafe fn(Bufs, Shape)| {
+            let grid = shmem_device::sim::Shape::linear(2, 64);
             w.run_shape(grid, seed * 10 + u64::from(round), || {
                 // SAFETY: every PE launches the kernels of a round in order, with the shape
                 // and buffers they document (all simulated threads are co-resident).
@@ -194,7 +194,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             });
         };
         if mode == MODE_THROUGHPUT {
-            launch("layout", k::moe_layout, 0);
+            launch("layout", k::moe_layout);
         }
         launch(
             "dispatch",
@@ -203,10 +203,9 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
                 DispatchPath::Throughput => k::moe_dispatch_throughput,
                 DispatchPath::Fp8 => k::moe_dispatch_fp8,
             },
-            s.dispatch_path().shared_bytes(),
         );
-        launch("experts", k::moe_experts, 0);
-        launch("combine", k::moe_combine, 0);
+        launch("experts", k::moe_experts);
+        launch("combine", k::moe_combine);
         for pe in 0..n {
             let got = Received {
                 recv_count: hd.recv_count.read(pe),
