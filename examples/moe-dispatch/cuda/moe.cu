@@ -577,17 +577,21 @@ struct Quantised {
 // warps load, quantise and store the rows batch by batch, waiting for none of it (each_mapped
 // finds a row's PEs from the routing). The copying threads are numbered from 0 past warp 0.
 // If a row went to a PE whose memory is not mapped, after the block's last row the block's
-// (token, destination) warps put it there; the block learns that from one __syncthreads_or.
+// (token, destination) warps put it there. The block learns that from a shared flag; Rust
+// uses sync_threads_or (bar.red.or), while with __syncthreads_or this kernel took 1-2.5 %
+// more time at 4096 tokens (one H100, BENCHMARKS.md, thirty-fifth session).
 constexpr uint32_t META_WARPS = 1;
 template <bool AHEAD, class V, class Fetch, class Prepare, class Store, class Put>
 __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch fetch, Prepare prepare, Store store,
                                            Put put) {
+  __shared__ uint32_t unmapped_flag;
   uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
   size_t t_n = s.tokens, t0 = blockIdx.x, stride = gridDim.x;
   // The block's tokens, from its first.
   auto count_from = [&](size_t t0) { return t0 < t_n ? (uint32_t)((t_n - t0 + stride - 1) / stride) : 0u; };
   uint32_t count = count_from(t0);
-  bool unmapped = false;  // this thread stored a row some destination of which is not mapped
+  if (threadIdx.x == 0) unmapped_flag = 0;
+  __syncthreads();
   if (w < META_WARPS) {
     // (Looped by token rather than by count, which spilled here.)
     for (size_t t = t0; t < t_n; t += stride)
@@ -596,6 +600,7 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
     uint32_t rank = threadIdx.x - META_WARPS * 32, threads = blockDim.x - META_WARPS * 32;
     uint32_t chunks = (uint32_t)(s.hidden / 8), batch = HELD * threads;
     uint32_t nb = (chunks + batch - 1) / batch, steps = count * nb;
+    bool unmapped = false;
     if (steps > 0) {
       // Batch j into `to` (past the last step, the row's end, which loads nothing).
       auto ahead = [&](uint4 (&to)[HELD], uint32_t j) {
@@ -628,8 +633,10 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
         while (step(j, even)) j++;
       }
     }
+    if (unmapped && rank == 0) unmapped_flag = 1;
   }
-  if (__syncthreads_or(unmapped)) {
+  __syncthreads();
+  if (unmapped_flag) {
     // Counted again rather than kept across the copy, where it spilled (as in kernels.rs).
     size_t first = t0;
     asm volatile("" : "+l"(first));

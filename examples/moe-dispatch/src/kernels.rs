@@ -1395,8 +1395,10 @@ const META_WARPS: u32 = 1;
 /// is not mapped; if any did, after the block's last row the block's (token, destination)
 /// warps call `put(t, d, at)` to send the row to `at` on `d`. The block learns that from
 /// one `sync_threads_or` (`bar.red.or`), without shared memory: with a word of dynamic
-/// shared memory instead, every kernel of the module reserved shared memory and the
-/// dispatches took the same time (one H200, BENCHMARKS.md, thirty-fifth session).
+/// shared memory instead, every kernel of the module reserved shared memory, and the
+/// dispatches took the same time within 1 % (one H200). The twin keeps its `__shared__`
+/// flag, with which it is faster than with `__syncthreads_or` (BENCHMARKS.md, thirty-fifth
+/// session).
 ///
 /// Measured on one H100 at 1 PE, held (BENCHMARKS.md, twentieth session), against
 /// [`send_grouped`], where every thread copies but waits for each group's metadata: the
