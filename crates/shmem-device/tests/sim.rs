@@ -111,8 +111,8 @@ fn a_finished_thread_takes_no_part_in_a_block_vote() {
         out[t as usize].store(count | u32::from(all) << 8, Ordering::Relaxed);
     })
     .unwrap();
-    for t in 0..60 {
-        assert_eq!(out[t].load(Ordering::Relaxed), 60 | 1 << 8, "thread {t}");
+    for (t, w) in out.iter().enumerate().take(60) {
+        assert_eq!(w.load(Ordering::Relaxed), 60 | 1 << 8, "thread {t}");
     }
 }
 
