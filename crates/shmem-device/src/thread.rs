@@ -208,6 +208,30 @@ pub fn sync_threads_count(pred: bool) -> u32 {
     crate::host::sync_threads_vote(pred).0
 }
 
+/// `bar.red.<op>.pred` of `pred` over the block (`op`: `"and"` or `"or"`), as a `bool`.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! bar_red_pred {
+    ($op:literal, $pred:expr) => {{
+        let out: u32;
+        // SAFETY: `bar.red` is `bar.sync 0` with a reduction of the predicates; a divergent
+        // call deadlocks but cannot corrupt memory. No `nomem`: it orders memory as the
+        // barrier does.
+        unsafe {
+            core::arch::asm!(
+                concat!(
+                    "{{ .reg .pred p, q; setp.ne.u32 p, {v}, 0; bar.red.",
+                    $op,
+                    ".pred q, 0, p; selp.u32 {o}, 1, 0, q; }}"
+                ),
+                o = out(reg32) out,
+                v = in(reg32) u32::from($pred),
+                options(nostack)
+            )
+        };
+        out != 0
+    }};
+}
+
 /// `__syncthreads_and(pred)`: [`sync_threads`], returning whether every thread of the block
 /// called it with `pred` true (PTX `bar.red.and`). Same rule as [`sync_threads`].
 #[inline(always)]
@@ -215,17 +239,7 @@ pub fn sync_threads_count(pred: bool) -> u32 {
 pub fn sync_threads_and(pred: bool) -> bool {
     #[cfg(target_arch = "nvptx64")]
     {
-        let out: u32;
-        // SAFETY: as `sync_threads_count`.
-        unsafe {
-            core::arch::asm!(
-                "{{ .reg .pred p, q; setp.ne.u32 p, {v}, 0; bar.red.and.pred q, 0, p; selp.u32 {o}, 1, 0, q; }}",
-                o = out(reg32) out,
-                v = in(reg32) u32::from(pred),
-                options(nostack)
-            )
-        };
-        out != 0
+        bar_red_pred!("and", pred)
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
@@ -242,17 +256,7 @@ pub fn sync_threads_and(pred: bool) -> bool {
 pub fn sync_threads_or(pred: bool) -> bool {
     #[cfg(target_arch = "nvptx64")]
     {
-        let out: u32;
-        // SAFETY: as `sync_threads_count`.
-        unsafe {
-            core::arch::asm!(
-                "{{ .reg .pred p, q; setp.ne.u32 p, {v}, 0; bar.red.or.pred q, 0, p; selp.u32 {o}, 1, 0, q; }}",
-                o = out(reg32) out,
-                v = in(reg32) u32::from(pred),
-                options(nostack)
-            )
-        };
-        out != 0
+        bar_red_pred!("or", pred)
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
