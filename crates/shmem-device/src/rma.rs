@@ -208,8 +208,9 @@ impl Chunk {
 /// Copies `bytes` between the local `local` and the peer's end that `peer` returns (null if
 /// unmapped; `TO_PEER`: local to peer) with the threads of scope `S` when both are 16-byte
 /// aligned and `bytes >= 16` (16 bytes per load and store, four in flight per thread at
-/// warp scope beyond four chunks a lane and at thread scope beyond 64 bytes, the tail in
-/// words or bytes), then synchronises the group; returns `false`, copying nothing,
+/// warp scope beyond four chunks a lane and at thread scope beyond 64 bytes, but two at a
+/// time for a thread of a whole warp copying at most 128 bytes; the tail in words or
+/// bytes), then synchronises the group; returns `false`, copying nothing,
 /// otherwise. The local end is accessed as global memory
 /// (`ld.global`/`st.global`: a [`LocalSlice`](crate::mem::LocalSlice) is global memory), the
 /// peer's end through generic addresses: what nvcc emits for NVSHMEM's copy in a kernel.
@@ -246,6 +247,7 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
     use crate::scope::ScopeKind;
     use crate::thread::{
         WARP_SIZE, block_size, lane_id, sync_threads, sync_warp, thread_rank_in_block,
+        whole_warp_active,
     };
     // Under 16 bytes NVSHMEM's own copy (4- and 8-byte accesses) does better.
     // Chunk indices are 32-bit (one instruction an address) and stay below 2^31, so that
@@ -424,6 +426,22 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
                 copy(3);
             }
             i = chunks;
+        } else if matches!(S::KIND, ScopeKind::Thread) && chunks <= 8 && whole_warp_active() {
+            // A thread of a whole warp copying 80 to 128 bytes: two chunks in flight at a
+            // time, as its 32 lanes keep enough in flight. With four a lane, 128-byte puts
+            // and gets by every thread of 16 and 32 blocks of 1024, behind the perftest's
+            // barrier, read 0.89-0.92 of the twin's bandwidth on two H200s (two at a time:
+            // 1.00-1.09), and every 128-byte point 0.98-1.00 on one H200 under MPS (two at a
+            // time: 1.01-1.02). A thread alone keeps four in flight: a 128-byte get took 2.6
+            // us on two H200s so, 4.3 two at a time (BENCHMARKS.md, thirty-sixth session).
+            while i + 1 < chunks {
+                few(i, 2);
+                i += 2;
+            }
+            if i < chunks {
+                copy(i);
+                i = chunks;
+            }
         } else if unroll && (!matches!(S::KIND, ScopeKind::Warp) || chunks > 4 * n) {
             // A warp with at most four chunks a lane copies one a lane at a time. With a round
             // of four in flight, gets of 2 KiB a warp read 0.94-1.08 of the twin's bandwidth

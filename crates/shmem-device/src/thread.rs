@@ -149,6 +149,26 @@ pub fn lane_id() -> u32 {
     crate::host::register("lane_id")
 }
 
+/// Whether every lane of the calling thread's warp executes this call with it
+/// (`activemask.b32` is all ones): a hint for the shape of a peer copy
+/// ([`crate::rma`]), which holds only at the instant it is read. No code on the host asks
+/// (the simulator's transfers go through its own NVSHMEM, not the peer copy).
+#[inline(always)]
+pub(crate) fn whole_warp_active() -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let mask: u32;
+        // SAFETY: `activemask` reads which lanes execute it; the asm touches nothing else.
+        // Not `pure`: reads in different branches must not be merged.
+        unsafe {
+            core::arch::asm!("activemask.b32 {0};", out(reg32) mask, options(nomem, nostack))
+        };
+        mask == u32::MAX
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::host::device_only("whole_warp_active")
+}
+
 /// This thread's warp within its block: `thread_rank_in_block() / WARP_SIZE`.
 ///
 /// This is the logical warp index, stable for the life of the block, not the hardware
