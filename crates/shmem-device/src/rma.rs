@@ -432,8 +432,9 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
             // and gets by every thread of 16 and 32 blocks of 1024, behind the perftest's
             // barrier, read 0.89-0.92 of the twin's bandwidth on two H200s (two at a time:
             // 1.00-1.09), and every 128-byte point 0.98-1.00 on one H200 under MPS (two at a
-            // time: 1.01-1.02). A thread alone keeps four in flight: a 128-byte get took 2.6
-            // us on two H200s so, 4.3 two at a time (BENCHMARKS.md, thirty-sixth session).
+            // time: 1.01-1.02). A thread alone keeps four in flight, for its latency: its
+            // 128-byte get took 2.6 us on two H200s with four, 4.3 with two (BENCHMARKS.md,
+            // thirty-sixth session).
             while i + 1 < chunks {
                 few(i, 2);
                 i += 2;
