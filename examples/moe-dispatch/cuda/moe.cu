@@ -710,16 +710,26 @@ __device__ __forceinline__ void wait_arrivals(uint64_t *sig, uint32_t round, uin
   nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)round * n * ARRIVAL);
 }
 
-__device__ __forceinline__ void quiet_block(const Bufs &b, uint32_t n) {
+// The block's puts complete, then its arrival at sig on every PE (arrive_block in Rust): with
+// every PE mapped, lane d of warp 0 looks PE d's copy up before the barrier, fences and adds
+// the block's share there; else every thread's quiet first, then thread 0 fences and signals.
+__device__ __forceinline__ void arrive_block(const Bufs &b, uint64_t *sig, uint32_t n) {
+  uint32_t lane = threadIdx.x & 31;
+  bool first = threadIdx.x < 32;
+  unsigned long long *peer =
+      first && lane < n ? (unsigned long long *)nvshmem_ptr(sig, lane) : nullptr;
   bool mapped = true;
   for (uint32_t d = 0; d < n; d++) mapped = mapped && nvshmem_ptr(b.signals, d) != nullptr;
   if (!mapped) nvshmem_quiet();
   __syncthreads();
-  if (threadIdx.x == 0) {
-    if (mapped)
+  if (mapped) {
+    if (first) {
       nvshmem_quiet();
-    else
-      __threadfence();
+      if (peer) atomicAdd_system(peer, blockIdx.x == 0 ? ARRIVAL - (gridDim.x - 1) : 1ull);
+    }
+  } else if (threadIdx.x == 0) {
+    __threadfence();
+    arrive(sig, n);
   }
 }
 
@@ -737,12 +747,9 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
     send_warps(b, s);
   else
     send_held(b, s);
-  quiet_block(b, n);
   uint64_t *sig = b.signals + SIG_DISPATCH;
-  if (threadIdx.x == 0) {
-    arrive(sig, n);
-    if (blockIdx.x == 0) wait_arrivals(sig, s.round, n);
-  }
+  arrive_block(b, sig, n);
+  if (threadIdx.x == 0 && blockIdx.x == 0) wait_arrivals(sig, s.round, n);
   if (blockIdx.x != 0 || tp) return;
   // Low latency, block 0 once every PE's grid has arrived: what each source sent here, from
   // its cursors towards this PE, then reset; a thread a counter.
@@ -928,11 +935,8 @@ template <bool ONCE> __device__ __forceinline__ void combine_reading(Bufs b, Sha
       nvshmemx_putmem_nbi_warp(target + c0 * 8, b.comb_stage + r * h + c0 * 8, len * sizeof(uint16_t), src);
     }
   }
-  quiet_block(b, n);
-  if (threadIdx.x == 0) {
-    arrive(b.signals + SIG_COMBINE, n);
-    wait_arrivals(b.signals + SIG_COMBINE, s.round, n);
-  }
+  arrive_block(b, b.signals + SIG_COMBINE, n);
+  if (threadIdx.x == 0) wait_arrivals(b.signals + SIG_COMBINE, s.round, n);
   __syncthreads();
   // 3. Each token: its destinations' sums in PE order, the first as it is (its own PE's from
   //    out); nothing to do when its experts are all on this PE.

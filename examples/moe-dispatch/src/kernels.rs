@@ -47,11 +47,11 @@
 //!   at a time with `W` warps a block, one barrier for them all.
 //!
 //! # Completion
-//! A block's puts are complete before its thread 0 signals: one `quiet` after a barrier
-//! when every PE's memory is mapped (the puts were stores), else every thread's own `quiet`
-//! first (`quiet_block`). Then every block adds its share of its PE's arrival to the signal
-//! word of every PE, [`ARRIVAL`] a PE a round whatever the grid size (`arrive`), and does not
-//! wait for the other blocks: the signal words count up across rounds, and round `R` waits for
+//! A block's puts are complete before it signals: when every PE's memory is mapped (the
+//! puts were stores), warp 0 fences after a barrier and its lane `d` signals PE `d`; else
+//! every thread's own `quiet` comes first, and thread 0 signals (`arrive_block`). Every
+//! block adds its share of its PE's arrival to the signal word of every PE, [`ARRIVAL`] a PE
+//! a round whatever the grid size (`arrive`), and does not wait for the other blocks: the signal words count up across rounds, and round `R` waits for
 //! `R * n * ARRIVAL`. In the dispatch, block 0 waits; in low-latency mode it then reads from
 //! every source how many rows and pairs it sent here (the source's cursors, which it resets
 //! for the next round). In the combine every block waits, then adds the returned sums.
@@ -1577,31 +1577,55 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
     }
 }
 
-/// Completes the block's puts, `p`s and AMOs for its thread 0: every thread of the block
-/// calls it, and what thread 0 does after it (the completion count, the signals) comes after
-/// everything the block issued before it, on every PE. Thread 0 ends with a fence after the
-/// barrier, so its next atomic may be relaxed: fence and atomic are a release (PTX memory
-/// model), cumulative over what the barrier ordered before it.
+/// Completes the block's puts, `p`s and AMOs, then adds the block's share of its PE's
+/// arrival to `sig` on every PE ([`arrive`]): after everything the block issued before it,
+/// on every PE. Every thread of the block calls it.
 ///
 /// When every PE's memory is mapped here, those were plain loads, stores and atomics: after
-/// the barrier they are thread 0's causal predecessors, and its quiet (a system-scope fence)
-/// orders them all before its later operations. One fence a block instead of one a warp
-/// (measured on one H100 at 128 tokens: 1.4 µs off the combine, 0.5 off the dispatch).
-/// Else NVSHMEM's transports need every issuing thread's own quiet, before the barrier, and
-/// thread 0 fences after it. An `acq_rel` count after the quiet would fence twice.
+/// the barrier they are the causal predecessors of warp 0's threads. Lane `d` of warp 0 then
+/// fences at system scope (`quiet`) and adds the share to PE `d`'s copy of `sig` with a
+/// relaxed atomic: fence and atomic are a release (PTX memory model), cumulative over what
+/// the barrier ordered before it. One fence a block instead of one a warp (measured on one
+/// H100 at 128 tokens: 1.4 µs off the combine, 0.5 off the dispatch), and warp 0 runs it as
+/// one instruction whatever its lanes. Each lane looks its PE's copy up before the barrier:
+/// after the fence, the lookup's load of NVSHMEM's table of peer addresses would miss L1,
+/// which that fence invalidates, on the way to every block's arrival (measured on one
+/// H100: 0.1-0.3 µs less a dispatch and a combine at 128 and 512 tokens; BENCHMARKS.md,
+/// thirty-seventh session).
+///
+/// Else NVSHMEM's transports need every issuing thread's own quiet, before the barrier;
+/// thread 0 then fences (an `acq_rel` count after the quiet would fence twice) and signals
+/// every PE through NVSHMEM.
+///
+/// # Safety
+/// `sig` is a signal word of [`Bufs::signals`]; `n` is the PE count, at most 32 (the
+/// kernels' contract).
 #[inline(always)]
-fn quiet_block(b: Bufs, n: u32) {
+unsafe fn arrive_block(b: Bufs, sig: Sym<u64>, n: u32) {
+    let (lane, first) = (lane_id(), thread_idx_x() < 32);
+    let peer = if first && lane < n {
+        ptr(sig, lane as i32)
+    } else {
+        None
+    };
     let mapped = (0..n).all(|d| ptr(b.signals, d as i32).is_some());
     if !mapped {
         quiet();
     }
     sync_threads();
-    if thread_idx_x() == 0 {
-        if mapped {
+    if mapped {
+        if first {
             quiet();
-        } else {
-            scoped::fence_acq_rel(Gpu);
+            if let Some(q) = peer {
+                // SAFETY: `q` is PE `lane`'s copy of the signal word (the caller's contract),
+                // after this lane's fence.
+                unsafe { scoped::add_relaxed(scoped::Sys, q, arrival_share()) };
+            }
         }
+    } else if thread_idx_x() == 0 {
+        scoped::fence_acq_rel(Gpu);
+        // SAFETY: the caller's contract.
+        unsafe { arrive(sig, n) };
     }
 }
 
@@ -1621,17 +1645,13 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
             DispatchPath::LowLatency => send_held(b, s),
         }
     }
-    quiet_block(b, n);
     let sig = b.signals.wrapping_add(SIG_DISPATCH);
-    if thread_idx_x() == 0 {
-        // SAFETY: after `quiet_block`: this block's puts are complete; the signal word counts
-        // rounds (module documentation).
-        unsafe {
-            arrive(sig, n);
-            if block_idx_x() == 0 {
-                wait_arrivals(sig, s.round, n);
-            }
-        }
+    // SAFETY: a signal word, counting rounds (module documentation); the whole block calls
+    // it; the kernel's contract bounds `n`.
+    unsafe { arrive_block(b, sig, n) };
+    if thread_idx_x() == 0 && block_idx_x() == 0 {
+        // SAFETY: as above.
+        unsafe { wait_arrivals(sig, s.round, n) };
     }
     if block_idx_x() != 0 || tp {
         return;
@@ -1716,22 +1736,29 @@ unsafe fn take(cur: Sym<u32>, pe: u32) -> (u32, bool) {
 /// `ARRIVAL` a PE a round, whatever the PE's grid size.
 pub const ARRIVAL: u64 = 1 << 32;
 
-/// This block's share of its PE's [`ARRIVAL`] at `sig` on every PE: block 0 adds
-/// `ARRIVAL - (G - 1)`, every other block of the `G` adds 1. One thread of the block calls it
-/// once its puts are complete ([`quiet_block`]); no block waits for another to send it.
+/// This block's share of its PE's [`ARRIVAL`] at `sig` on every PE, through NVSHMEM: one
+/// thread of the block calls it once the block's puts are complete ([`arrive_block`]); no
+/// block waits for another to send it.
 ///
 /// # Safety
 /// `sig` is a signal word of [`Bufs::signals`].
 #[inline(always)]
 unsafe fn arrive(sig: Sym<u64>, n: u32) {
-    let v = if block_idx_x() == 0 {
-        ARRIVAL - u64::from(grid_dim_x() - 1)
-    } else {
-        1
-    };
+    let v = arrival_share();
     for d in 0..n {
         // SAFETY: the caller's contract; `d < n`.
         unsafe { signal_op(sig, v, SignalOp::Add, d as i32) };
+    }
+}
+
+/// This block's share of its PE's [`ARRIVAL`]: block 0 adds `ARRIVAL - (G - 1)`, every
+/// other block of the `G` adds 1.
+#[inline(always)]
+fn arrival_share() -> u64 {
+    if block_idx_x() == 0 {
+        ARRIVAL - u64::from(grid_dim_x() - 1)
+    } else {
+        1
     }
 }
 
@@ -2222,15 +2249,13 @@ unsafe fn combine_rest(b: Bufs, s: Shape) {
     let (chunks, per_seg, segs32) = segments(s);
     let t32 = t_n as u32;
     // 2. Completion: every block arrives at every PE; every block waits for all PEs' grids.
-    quiet_block(b, n);
+    let sig = b.signals.wrapping_add(SIG_COMBINE);
+    // SAFETY: a signal word, counting rounds (module documentation); the whole block calls
+    // it; the kernel's contract bounds `n`.
+    unsafe { arrive_block(b, sig, n) };
     if thread_idx_x() == 0 {
-        let sig = b.signals.wrapping_add(SIG_COMBINE);
-        // SAFETY: after `quiet_block`: this block's puts are complete; the signal word
-        // counts rounds (module documentation).
-        unsafe {
-            arrive(sig, n);
-            wait_arrivals(sig, s.round, n);
-        }
+        // SAFETY: as above.
+        unsafe { wait_arrivals(sig, s.round, n) };
     }
     sync_threads();
     // 3. Each token: the sums of its destinations, in PE order, the first as it is (its own
