@@ -702,8 +702,12 @@ __device__ __forceinline__ uint32_t take(uint32_t *cur, uint32_t pe, bool &put) 
   put = true;
   return c;
 }
+// This block's share of its PE's ARRIVAL (arrival_share in Rust).
+__device__ __forceinline__ uint64_t arrival_share() {
+  return blockIdx.x == 0 ? ARRIVAL - (gridDim.x - 1) : 1;
+}
 __device__ __forceinline__ void arrive(uint64_t *sig, uint32_t n) {
-  uint64_t v = blockIdx.x == 0 ? ARRIVAL - (gridDim.x - 1) : 1;
+  uint64_t v = arrival_share();
   for (uint32_t d = 0; d < n; d++) nvshmemx_signal_op(sig, v, NVSHMEM_SIGNAL_ADD, d);
 }
 __device__ __forceinline__ void wait_arrivals(uint64_t *sig, uint32_t round, uint32_t n) {
@@ -725,7 +729,7 @@ __device__ __forceinline__ void arrive_block(const Bufs &b, uint64_t *sig, uint3
   if (mapped) {
     if (first) {
       nvshmem_quiet();
-      if (peer) atomicAdd_system(peer, blockIdx.x == 0 ? ARRIVAL - (gridDim.x - 1) : 1ull);
+      if (peer) atomicAdd_system(peer, (unsigned long long)arrival_share());
     }
   } else if (threadIdx.x == 0) {
     __threadfence();
