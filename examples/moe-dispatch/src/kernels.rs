@@ -51,10 +51,11 @@
 //! puts were stores), warp 0 fences after a barrier and its lane `d` signals PE `d`; else
 //! every thread's own `quiet` comes first, and thread 0 signals (`arrive_block`). Every
 //! block adds its share of its PE's arrival to the signal word of every PE, [`ARRIVAL`] a PE
-//! a round whatever the grid size (`arrive`), and does not wait for the other blocks: the signal words count up across rounds, and round `R` waits for
-//! `R * n * ARRIVAL`. In the dispatch, block 0 waits; in low-latency mode it then reads from
-//! every source how many rows and pairs it sent here (the source's cursors, which it resets
-//! for the next round). In the combine every block waits, then adds the returned sums.
+//! a round whatever the grid size (`arrive`), and does not wait for the other blocks: the
+//! signal words count up across rounds, and round `R` waits for `R * n * ARRIVAL`. In the
+//! dispatch, block 0 waits; in low-latency mode it then reads from every source how many
+//! rows and pairs it sent here (the source's cursors, which it resets for the next round).
+//! In the combine every block waits, then adds the returned sums.
 //! (Measured on one H100 against a count of finished blocks whose last sent the signals:
 //! 1.2–1.5 µs less a round for the combine and the throughput dispatch.)
 //!
@@ -1589,9 +1590,9 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
 /// H100 at 128 tokens: 1.4 µs off the combine, 0.5 off the dispatch), and warp 0 runs it as
 /// one instruction whatever its lanes. Each lane looks its PE's copy up before the barrier:
 /// after the fence, the lookup's load of NVSHMEM's table of peer addresses would miss L1,
-/// which that fence invalidates, on the way to every block's arrival (measured on one
-/// H100: 0.1-0.3 µs less a dispatch and a combine at 128 and 512 tokens; BENCHMARKS.md,
-/// thirty-seventh session).
+/// which that fence invalidates, on the way to every block's arrival (at 128 and 512 tokens
+/// 0.1-0.3 µs less a dispatch and a combine on one H100, 0.3-0.6 µs on two H200s;
+/// BENCHMARKS.md, thirty-seventh session).
 ///
 /// Else NVSHMEM's transports need every issuing thread's own quiet, before the barrier;
 /// thread 0 then fences (an `acq_rel` count after the quiet would fence twice) and signals
