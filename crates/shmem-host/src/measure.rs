@@ -1,4 +1,5 @@
-//! Measurement helpers shared by the benchmarks: medians and the copy-engine ceiling.
+//! Measurement helpers shared by the benchmarks: medians, the copy-engine ceiling and a
+//! device copy of a kernel's bytes.
 
 use crate::cudarc::driver::{result, sys};
 use crate::{Error, Result, Shmem};
@@ -66,6 +67,45 @@ pub fn copy_engine_peer_bandwidth(rt: &Shmem, reps: usize) -> Result<Option<f64>
     };
     rt.barrier_all()?;
     got.transpose()
+}
+
+/// The time, in seconds, of a device-to-device copy of `bytes` within this PE's memory:
+/// the median of `reps` copies (`cuMemcpyDtoDAsync` between two allocations of this PE's
+/// context, not symmetric), after one warm-up copy, each between two marks on the runtime's
+/// stream ([`Shmem::mark`]). With `held` the stream is held ([`Shmem::hold`]) while each
+/// copy is enqueued, as a benchmark times its kernels on a held stream.
+///
+/// It prices a kernel that reads and writes `2 * bytes` against a plain copy of the same
+/// bytes with its own launch, where [`percent_of_device_copy`] prices it against a copy's
+/// rate on [`CEILING_BYTES`]. Local: no other PE takes part. On a GPU only
+/// ([`Error::Simulator`] under the simulator).
+pub fn device_copy_seconds(rt: &Shmem, bytes: usize, reps: usize, held: bool) -> Result<f64> {
+    use crate::cudarc::driver::DevicePtr;
+    let stream = rt.stream()?;
+    let src = stream.alloc_zeros::<u8>(bytes.max(1))?;
+    let dst = stream.alloc_zeros::<u8>(bytes.max(1))?;
+    let (s, _s) = src.device_ptr(stream);
+    let (d, _d) = dst.device_ptr(stream);
+    let mut times = Vec::with_capacity(reps);
+    for i in 0..=reps {
+        let hold = if held {
+            Some(rt.hold(crate::StreamRef::Runtime)?)
+        } else {
+            None
+        };
+        let start = rt.mark()?;
+        // SAFETY: both ranges are live allocations of at least `bytes` in this PE's context;
+        // the runtime's stream orders the copy between the marks, and the allocations outlive
+        // it (the last mark is waited for below, before they are dropped).
+        unsafe { result::memcpy_dtod_async(d, s, bytes, stream.cu_stream())? };
+        let end = rt.mark()?;
+        drop(hold);
+        end.synchronize()?;
+        if i > 0 {
+            times.push(end.seconds_since(&start)?);
+        }
+    }
+    Ok(median(&times))
 }
 
 /// The share, in percent, of a device-to-device copy's memory rate that a kernel reaches

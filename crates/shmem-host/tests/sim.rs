@@ -304,6 +304,9 @@ fn what_needs_a_gpu_is_a_clear_error() {
             shmem_host::measure::copy_engine_peer_bandwidth(&rt, 1)
                 .unwrap_err()
                 .to_string(),
+            shmem_host::measure::device_copy_seconds(&rt, 1 << 20, 1, true)
+                .unwrap_err()
+                .to_string(),
         ] {
             assert!(e.starts_with("simulator: "), "{e}");
         }

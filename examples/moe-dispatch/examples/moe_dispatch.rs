@@ -93,7 +93,9 @@ struct Cli {
     /// Benchmark: the Rust kernels and the CUDA C++ kernels in CUBIN, both modes, for every
     /// --tokens and --experts given, interleaved (R C R C), --reps times each after a
     /// warm-up; prints medians, ratios, the copy-engine peer bandwidth, and RESULT lines
-    /// (JSON)
+    /// (JSON). On one PE also each phase against the device copy: its rate on the bytes it
+    /// reads and writes as a share of a 256 MiB copy's, and its time against a copy of the
+    /// same bytes timed as the rounds are (--hold-stream or not)
     #[arg(long, value_name = "CUBIN", conflicts_with = "cuda")]
     compare: Option<PathBuf>,
     /// Repetitions for --compare
@@ -278,7 +280,9 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
 /// `--compare`: Rust and CUDA C++ kernels interleaved, every configuration; PE 0 reports.
 fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shmem_host::Result<()> {
     use moe_dispatch::host::{Kernels, Moe, Steps, eager_then_replays, load};
-    use shmem_host::measure::{copy_engine_peer_bandwidth, median, percent_of_device_copy};
+    use shmem_host::measure::{
+        copy_engine_peer_bandwidth, device_copy_seconds, median, percent_of_device_copy,
+    };
     let ce = copy_engine_peer_bandwidth(rt, 5)?;
     let rust = load(rt, &cli.opts.implementation)?;
     let cuda = load(
@@ -378,6 +382,13 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                 // One PE: each phase's memory floor against the device copy (which reads and
                 // writes each byte: twice the copy's rate).
                 let pct = |bytes: u64, us: f64| percent_of_device_copy(bytes, us * 1e-6, ce);
+                // And against a copy of the same bytes, its launch included, timed as the
+                // rounds are (held or not): what the phase costs beyond moving its bytes.
+                let copy_us = |bytes: u64| -> shmem_host::Result<f64> {
+                    let s = device_copy_seconds(rt, (bytes / 2) as usize, 9, o.hold_stream)?;
+                    Ok(s * 1e6)
+                };
+                let (kd, kc) = (copy_us(md)?, copy_us(mc)?);
                 println!(
                     "{:<11} {:<4} T {tokens:>5}  memory floor: dispatch {:.1} MB, rust {:.0} % / cuda {:.0} % of the device copy; combine {:.1} MB, rust {:.0} % / cuda {:.0} %",
                     mode.name(),
@@ -390,7 +401,16 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                     pct(mc, cc)
                 );
                 println!(
-                    "RESULT {{\"mode\": \"{}\", \"dtype\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"n_pes\": 1, \"dispatch_memory_bytes\": {md}, \"combine_memory_bytes\": {mc}, \"device_copy_gbps\": {:.2}, \"rust_dispatch_copy_pct\": {:.1}, \"cuda_dispatch_copy_pct\": {:.1}, \"rust_combine_copy_pct\": {:.1}, \"cuda_combine_copy_pct\": {:.1}}}",
+                    "{:<11} {:<4} T {tokens:>5}  the same bytes copied: dispatch {kd:.2} us (rust {:.3}x / cuda {:.3}x its time), combine {kc:.2} us (rust {:.3}x / cuda {:.3}x)",
+                    mode.name(),
+                    o.dtype.name(),
+                    rd / kd,
+                    cd / kd,
+                    rc / kc,
+                    cc / kc
+                );
+                println!(
+                    "RESULT {{\"mode\": \"{}\", \"dtype\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"n_pes\": 1, \"dispatch_memory_bytes\": {md}, \"combine_memory_bytes\": {mc}, \"device_copy_gbps\": {:.2}, \"rust_dispatch_copy_pct\": {:.1}, \"cuda_dispatch_copy_pct\": {:.1}, \"rust_combine_copy_pct\": {:.1}, \"cuda_combine_copy_pct\": {:.1}, \"dispatch_bytes_copy_us\": {kd:.3}, \"combine_bytes_copy_us\": {kc:.3}}}",
                     mode.name(),
                     o.dtype.name(),
                     2.0 * ce,
