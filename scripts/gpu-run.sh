@@ -13,8 +13,8 @@
 #     mps-refusal    `shmem-run -n <GPUs+1> ring` without MPS: must fail, naming MPS
 #     api            the device-API GPU suite on --pes PEs
 #     ring           the ring: started directly, under `shmem-run -n PES`, and with SHMEM_SIM=1
-#     examples       halo_exchange --verify (1024^2, both variants) and moe_dispatch with its
-#                    defaults (both modes, checked), on --pes PEs
+#     examples       halo_exchange --verify (1024^2, both variants), at 4096^2 with --variant auto,
+#                    and moe_dispatch with its defaults (both modes, checked), on --pes PEs
 #     example-tests  the halo-exchange and MoE GPU test suites (Rust and CUDA C++ kernels)
 #     halo-bench     halo_exchange --compare against the CUDA C++ twin (--size, f32)
 #     moe-bench      moe_dispatch --compare against the CUDA C++ twin (128, 512, 4096 tokens;
@@ -104,6 +104,9 @@ stage_examples() {
   run 120 carry/bin/halo_exchange --pes "$pes" --size 1024 --iters 200 --verify --variant per-iteration
   cleanup
   run 120 carry/bin/halo_exchange --pes "$pes" --size 1024 --iters 200 --verify --variant persistent
+  cleanup
+  # The default, auto: both timed, the faster run (the summary names it with both times).
+  run 120 carry/bin/halo_exchange --pes "$pes" --size 4096 --iters 200 --check-every 50
   cleanup
   run 180 carry/bin/moe_dispatch --pes "$pes"
 }

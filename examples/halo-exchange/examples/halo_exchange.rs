@@ -45,8 +45,9 @@ struct Cli {
     /// Element type
     #[arg(long = "type", value_name = "T", default_value = "f32", value_parser = ["f32", "f64"])]
     dtype: String,
-    /// One launch per solve (persistent) or one per iteration; auto: the one measured faster
-    /// for the grid's points per PE (persistent up to 2048 × 4096 a PE), named in the summary
+    /// One launch per solve (persistent) or one per iteration; auto: both timed on this GPU
+    /// first (--warmup iterations each, at least one, twice), the faster runs; the summary
+    /// names it with both trial times
     #[arg(long, default_value = "auto", value_parser = ["auto", "persistent", "per-iteration"])]
     variant: String,
     /// Residual norm every K iterations, 0 for never [default: 100; 10 on the simulator]
@@ -99,7 +100,7 @@ fn ptx_dir() -> PathBuf {
 
 impl Cli {
     /// The solve's options; `simulated` picks the simulator's defaults for what was not given.
-    fn options(&self, simulated: bool, n_pes: u32) -> Options {
+    fn options(&self, simulated: bool) -> Options {
         let pick = |given: Option<u32>, gpu: u32, sim: u32| {
             given.unwrap_or(if simulated { sim } else { gpu })
         };
@@ -122,7 +123,7 @@ impl Cli {
         o.variant = match self.variant.as_str() {
             "per-iteration" => Variant::PerIteration,
             "persistent" => Variant::Persistent,
-            _ => Variant::faster(o.nx, o.ny, n_pes),
+            _ => Variant::Auto,
         };
         if let Some(cubin) = &self.cuda {
             o.implementation = Implementation::Cuda {
@@ -232,7 +233,7 @@ fn compare(
     Ok(())
 }
 
-fn summary(o: &Options, auto: bool, out: &Outcome, n: i32) -> String {
+fn summary(o: &Options, out: &Outcome, n: i32) -> String {
     let us = out.seconds_per_iter * 1e6;
     let mut s = format!(
         "halo_exchange {}x{} {:?} {:?}{} {} on {n} PE(s), {} iterations{}, {} blocks x {} threads\n  \
@@ -240,8 +241,15 @@ fn summary(o: &Options, auto: bool, out: &Outcome, n: i32) -> String {
         o.nx,
         o.ny,
         o.dtype,
-        o.variant,
-        if auto { " (auto)" } else { "" },
+        out.variant,
+        match out.trial_seconds_per_iter {
+            Some([p, i]) => format!(
+                " (auto: measured {:.2} us an iteration persistent, {:.2} per-iteration)",
+                p * 1e6,
+                i * 1e6
+            ),
+            None => String::new(),
+        },
         match &o.implementation {
             Implementation::Rust { .. } => "rust".to_string(),
             Implementation::Cuda { cubin } => format!("cuda ({})", cubin.display()),
@@ -276,7 +284,7 @@ fn summary(o: &Options, auto: bool, out: &Outcome, n: i32) -> String {
 
 fn pe(cli: &Cli) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
-    let o = &cli.options(rt.is_simulated(), rt.n_pes() as u32);
+    let o = &cli.options(rt.is_simulated());
     if let Some(cubin) = &cli.compare {
         return compare(&rt, o, cubin, cli.reps as usize);
     }
@@ -291,7 +299,7 @@ fn pe(cli: &Cli) -> shmem_host::Result<()> {
         )));
     }
     if rt.my_pe() == 0 {
-        println!("{}", summary(o, cli.variant == "auto", &out, rt.n_pes()));
+        println!("{}", summary(o, &out, rt.n_pes()));
         if rt.is_simulated() {
             println!(
                 "  (on the CPU simulator: the times are the simulator's, not a GPU's; \

@@ -36,43 +36,18 @@ pub enum Variant {
     PerIteration,
     /// One launch for all iterations, with a grid barrier between them.
     Persistent,
-}
-
-/// Points per PE up to which [`Variant::faster`] picks the persistent kernel: 2048 × 4096.
-pub const PERSISTENT_MAX_POINTS_PER_PE: u64 = 1 << 23;
-
-impl Variant {
-    /// The variant that measured faster for an `nx` × `ny` grid on `n_pes` PEs
-    /// (BENCHMARKS.md, halo exchange, tenth session, on H200s): the persistent kernel while
-    /// each PE's slab is at most [`PERSISTENT_MAX_POINTS_PER_PE`] points, where a launch per
-    /// iteration costs more than the grid barrier (1024² on 1 GPU: 3.0 µs against 4.5;
-    /// 4096² on 2 GPUs: 20.7 against 21.3); the per-iteration kernel above, where its
-    /// occupancy (3 blocks an SM against 2) wins (16384² on 2 GPUs: 289 against 298 µs; on
-    /// 1: 574 against 597). At 4096² on one GPU the two are within 0.3 %.
-    pub fn faster(nx: u32, ny: u32, n_pes: u32) -> Variant {
-        let per_pe = u64::from(nx) * u64::from(ny) / u64::from(n_pes.max(1));
-        if per_pe <= PERSISTENT_MAX_POINTS_PER_PE {
-            Variant::Persistent
-        } else {
-            Variant::PerIteration
-        }
-    }
-}
-
-#[cfg(test)]
-mod variant_tests {
-    use super::Variant;
-
-    #[test]
-    fn the_persistent_kernel_for_small_slabs_only() {
-        assert_eq!(Variant::faster(1024, 1024, 2), Variant::Persistent);
-        assert_eq!(Variant::faster(1024, 1024, 1), Variant::Persistent);
-        assert_eq!(Variant::faster(4096, 4096, 2), Variant::Persistent);
-        assert_eq!(Variant::faster(4096, 4096, 1), Variant::PerIteration);
-        assert_eq!(Variant::faster(8192, 8192, 8), Variant::Persistent);
-        assert_eq!(Variant::faster(16384, 16384, 8), Variant::PerIteration);
-        assert_eq!(Variant::faster(16384, 16384, 2), Variant::PerIteration);
-    }
+    /// Both, timed on this GPU before the solve; the faster runs ([`Outcome::variant`]).
+    ///
+    /// Which one is faster depends on the GPU as much as on the grid: at 4096² on one PE
+    /// the persistent kernel took 0.91 of the per-iteration one's time on an H100 and 1.003
+    /// on an H200; at 16384², 0.99 on the H100 and 1.04 on the H200 (BENCHMARKS.md, halo
+    /// exchange, thirty-eighth session). So `Auto` measures instead of following a rule of
+    /// grid sizes: after the usual reset, each variant runs [`Options::warmup`] iterations
+    /// (at least one) twice, eagerly, and the second run is timed on the slowest PE; the
+    /// faster per iteration (the persistent one on a tie) then runs the solve. Every PE
+    /// takes the same times ([`Shmem::min_max`]), so every PE picks the same variant. With
+    /// [`Options::graph`] the trial still launches eagerly.
+    Auto,
 }
 
 /// Whose kernels run: this crate's Rust kernels or the CUDA C++ ones of `cuda/`.
@@ -91,7 +66,7 @@ pub struct Options {
     pub warmup: u32,
     /// Element type.
     pub dtype: Dtype,
-    /// Launch per iteration or persistent.
+    /// Launch per iteration, persistent, or the one measured faster ([`Variant::Auto`]).
     pub variant: Variant,
     /// Residual every this many iterations (0: never).
     pub check_every: u32,
@@ -151,6 +126,11 @@ pub struct Outcome {
     pub residuals: Vec<(u32, f64)>,
     /// Blocks and threads per block of the launches.
     pub launch: (u32, u32),
+    /// The variant that ran: [`Options::variant`], or with [`Variant::Auto`] the faster.
+    pub variant: Variant,
+    /// With [`Variant::Auto`]: the trial's seconds per iteration on the slowest PE,
+    /// `[persistent, per-iteration]`.
+    pub trial_seconds_per_iter: Option<[f64; 2]>,
     /// With `verify`: points of this PE's slab that differ from the CPU reference.
     pub mismatches: Option<usize>,
     /// With `verify`: the largest relative difference of a residual from the CPU's.
@@ -295,13 +275,17 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
 
     let threads = opts.threads;
     let probe = LaunchConfig::linear(1, threads);
-    let fit = match opts.variant {
-        Variant::PerIteration => step.max_coresident_blocks(&probe)?,
-        Variant::Persistent => persistent.max_coresident_blocks(&probe)?,
-    };
-    let blocks = opts.blocks.unwrap_or_else(|| fit.min(s.rows + 2).max(3));
+    // A variant's launch: as many blocks as fit at once (at most rows + 2), or the caller's.
     // Both kernels wait on other PEs: cooperative (for the CUDA C++ twin too).
-    let cfg = LaunchConfig::linear(blocks, threads).with_cooperative(true);
+    let cfg = |persistent_kernel: bool| -> Result<LaunchConfig<'static>> {
+        let fit = if persistent_kernel {
+            persistent.max_coresident_blocks(&probe)?
+        } else {
+            step.max_coresident_blocks(&probe)?
+        };
+        let blocks = opts.blocks.unwrap_or_else(|| fit.min(s.rows + 2).max(3));
+        Ok(LaunchConfig::linear(blocks, threads).with_cooperative(true))
+    };
     let init = initial_slab::<T>(opts, me, n);
 
     // Resets the grid and the synchronisation words; collective.
@@ -315,20 +299,55 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
         norms.zero()?;
         rt.barrier_all()
     };
-    let solver = Solver {
-        a: &a,
-        a_new: &a_new,
-        sync: &sync,
-        work: &work,
-        stats: &stats,
-        norms: &norms,
-        step: &step,
-        persistent: &persistent,
-        cfg,
-        slab: s,
-        opts,
+    let solver = |persistent_kernel: bool| -> Result<Solver<'_, '_, T>> {
+        Ok(Solver {
+            a: &a,
+            a_new: &a_new,
+            sync: &sync,
+            work: &work,
+            stats: &stats,
+            norms: &norms,
+            step: &step,
+            persistent: &persistent,
+            persistent_kernel,
+            cfg: cfg(persistent_kernel)?,
+            slab: s,
+            opts,
+        })
     };
     let eager = rt.on(StreamRef::Runtime);
+    // Seconds per iteration on the slowest PE of `iters` iterations enqueued by `go`, from
+    // the reset grid; collective.
+    let timed = |iters: u32, go: &dyn Fn(u32) -> Result<bool>| -> Result<(bool, f64)> {
+        let start = rt.mark()?;
+        let r = go(iters)?;
+        rt.barrier_all_on(StreamRef::Runtime)?;
+        let end = rt.mark()?;
+        end.synchronize()?;
+        let (_, slowest_ns) = rt.min_max((end.seconds_since(&start)? * 1e9) as i64)?;
+        Ok((r, slowest_ns as f64 * 1e-9 / f64::from(iters)))
+    };
+    let (variant, trial_seconds_per_iter) = match opts.variant {
+        Variant::Auto => {
+            let trial = opts.warmup.max(1);
+            let mut per_iter = [0.0; 2];
+            for (i, persistent_kernel) in [true, false].into_iter().enumerate() {
+                let sv = solver(persistent_kernel)?;
+                for _ in 0..2 {
+                    reset()?;
+                    per_iter[i] = timed(trial, &|k| sv.iterate(eager, k))?.1;
+                }
+            }
+            let v = if per_iter[0] <= per_iter[1] {
+                Variant::Persistent
+            } else {
+                Variant::PerIteration
+            };
+            (v, Some(per_iter))
+        }
+        v => (v, None),
+    };
+    let solver = solver(variant == Variant::Persistent)?;
     // With a graph: `opts.graph` iterations from epoch 0, after the signal words and
     // counters are cleared and every PE has cleared them; a barrier at the end keeps the
     // next replay's clearing after the last halo has landed.
@@ -371,32 +390,21 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
         rt.synchronize()?;
     }
     reset()?;
-    let start = rt.mark()?;
     // `done` is set once the GPU has finished (not when the host has queued the work), so
     // that the watcher's last look sees every residual; the end event is recorded right
     // after the work, never after waiting for the watcher.
     let done = std::sync::atomic::AtomicBool::new(false);
-    let (in_a_new, end) = std::thread::scope(|scope| -> Result<_> {
+    let (in_a_new, seconds_per_iter) = std::thread::scope(|scope| -> Result<_> {
         // A watcher reads the GPU while it works; under the simulator a launch returns
         // when it has finished, so the residuals are printed afterwards instead.
         if opts.progress && me == 0 && checks > 0 && !rt.is_simulated() {
             let (ctx, done, addr, len) = (rt.context()?, &done, stats.device_ptr(), stats.len());
             scope.spawn(move || watch(ctx, addr, len, opts, done));
         }
-        let finish = || -> Result<_> {
-            let r = iterate(opts.iters)?;
-            rt.barrier_all_on(shmem_host::StreamRef::Runtime)?;
-            let end = rt.mark()?;
-            end.synchronize()?;
-            Ok((r, end))
-        };
-        let out = finish();
+        let out = timed(opts.iters, &iterate);
         done.store(true, std::sync::atomic::Ordering::Release);
         out
     })?;
-    let ns = end.seconds_since(&start)? * 1e9;
-    let (_, slowest_ns) = rt.min_max(ns as i64)?;
-    let seconds_per_iter = slowest_ns as f64 * 1e-9 / f64::from(opts.iters);
 
     let all_stats = stats.to_vec()?;
     // With a graph, the checks of the last replay (each replay writes the same slots).
@@ -456,7 +464,9 @@ fn solve<T: Element>(rt: &Shmem, opts: &Options) -> Result<Outcome> {
             * u64::from(opts.nx)
             * size_of::<T>() as u64,
         residuals,
-        launch: (blocks, threads),
+        launch: (solver.cfg.grid.0, threads),
+        variant,
+        trial_seconds_per_iter,
         mismatches,
         residual_error,
     })
@@ -472,6 +482,8 @@ struct Solver<'a, 'rt, T: Element> {
     norms: &'a SymBuffer<'rt, f64>,
     step: &'a KernelFn<'a, T::Step>,
     persistent: &'a KernelFn<'a, T::Persistent>,
+    /// Whether the persistent kernel runs (else one launch per iteration).
+    persistent_kernel: bool,
     cfg: LaunchConfig<'static>,
     slab: Slab,
     opts: &'a Options,
@@ -483,49 +495,46 @@ impl<'a, T: Element> Solver<'a, '_, T> {
     fn iterate(&self, to: Enqueue<'_, 'a>, iters: u32) -> Result<bool> {
         let (a, a_new, opts) = (self.a, self.a_new, self.opts);
         let (sync, work, stats, norms) = (self.sync, self.work, self.stats, self.norms);
-        match opts.variant {
-            Variant::PerIteration => {
-                let mut check = 0;
-                for e in 0..iters {
-                    let (src, dst) = if e % 2 == 0 { (a, a_new) } else { (a_new, a) };
-                    let c = if opts.check_every > 0 && (e + 1) % opts.check_every == 0 {
-                        check += 1;
-                        check - 1
-                    } else {
-                        -1
-                    };
-                    let args = (
-                        src,
-                        dst,
-                        sync,
-                        work,
-                        stats,
-                        norms,
-                        self.slab,
-                        u64::from(e),
-                        c,
-                    );
-                    // SAFETY: every PE enqueues the same sequence (collective `run`); buffers
-                    // and shape as the kernel documents; epochs count up from 0 after the
-                    // reset (or the graph's fill).
-                    unsafe { to.launch(self.step, self.cfg, args)? };
-                }
-            }
-            Variant::Persistent => {
+        if !self.persistent_kernel {
+            let mut check = 0;
+            for e in 0..iters {
+                let (src, dst) = if e % 2 == 0 { (a, a_new) } else { (a_new, a) };
+                let c = if opts.check_every > 0 && (e + 1) % opts.check_every == 0 {
+                    check += 1;
+                    check - 1
+                } else {
+                    -1
+                };
                 let args = (
-                    a,
-                    a_new,
+                    src,
+                    dst,
                     sync,
                     work,
                     stats,
                     norms,
                     self.slab,
-                    iters,
-                    opts.check_every,
+                    u64::from(e),
+                    c,
                 );
-                // SAFETY: as above; `work` was zeroed by the reset (or the graph's fill).
-                unsafe { to.launch(self.persistent, self.cfg, args)? };
+                // SAFETY: every PE enqueues the same sequence (collective `run`); buffers
+                // and shape as the kernel documents; epochs count up from 0 after the
+                // reset (or the graph's fill).
+                unsafe { to.launch(self.step, self.cfg, args)? };
             }
+        } else {
+            let args = (
+                a,
+                a_new,
+                sync,
+                work,
+                stats,
+                norms,
+                self.slab,
+                iters,
+                opts.check_every,
+            );
+            // SAFETY: as above; `work` was zeroed by the reset (or the graph's fill).
+            unsafe { to.launch(self.persistent, self.cfg, args)? };
         }
         Ok(iters % 2 == 1)
     }

@@ -20,10 +20,11 @@ fn ptx_dir() -> PathBuf {
     )
 }
 
-/// Solves `nx × ny` for `iters` iterations with every variant and type, and checks each.
+/// Solves `nx × ny` for `iters` iterations with every variant (and `Auto`, which runs the
+/// one its trial timed faster) and type, and checks each.
 fn check(rt: &Shmem, nx: u32, ny: u32, iters: u32, imp: &Implementation) {
     for dtype in [Dtype::F32, Dtype::F64] {
-        for variant in [Variant::Persistent, Variant::PerIteration] {
+        for variant in [Variant::Persistent, Variant::PerIteration, Variant::Auto] {
             let mut o = Options::new(nx, ny, ptx_dir());
             (o.iters, o.warmup, o.check_every) = (iters, 3, 7);
             (o.dtype, o.variant, o.verify) = (dtype, variant, true);
@@ -41,9 +42,22 @@ fn check(rt: &Shmem, nx: u32, ny: u32, iters: u32, imp: &Implementation) {
                 out.residuals.iter().all(|(_, r)| r.is_finite() && *r > 0.0),
                 "{what}"
             );
+            match (variant, out.trial_seconds_per_iter) {
+                (Variant::Auto, Some([p, i])) => {
+                    assert!(p > 0.0 && i > 0.0, "{what}: {p} {i}");
+                    let faster = if p <= i {
+                        Variant::Persistent
+                    } else {
+                        Variant::PerIteration
+                    };
+                    assert_eq!(out.variant, faster, "{what}: trial {p} {i}");
+                }
+                (Variant::Auto, None) => panic!("{what}: no trial"),
+                (v, t) => assert_eq!((out.variant, t), (v, None), "{what}"),
+            }
             println!(
-                "{what}: ok, {} blocks, residual {:.3e}",
-                out.launch.0, out.residuals[0].1
+                "{what}: ok, {:?} on {} blocks, residual {:.3e}, trial {:?}",
+                out.variant, out.launch.0, out.residuals[0].1, out.trial_seconds_per_iter
             );
         }
     }

@@ -180,6 +180,45 @@ fn the_host_driver_runs_on_simulated_pes() {
     }
 }
 
+/// `Variant::Auto` times both kernels first and runs the faster: every PE reports the same
+/// trial times and the same variant, the one with the smaller time, and the grid still
+/// matches the CPU reference; a variant that was asked for runs without a trial.
+#[test]
+fn auto_runs_the_variant_its_trial_timed_faster_on_every_pe() {
+    use halo_exchange::host::{Options, Variant, run};
+    use shmem_host::{Shmem, sim};
+    let outcomes = sim::run(3, || {
+        let rt = Shmem::init()?;
+        let mut o = Options::new(20, 14, "/nonexistent".into());
+        (o.iters, o.warmup, o.check_every, o.threads) = (6, 1, 2, 32);
+        (o.variant, o.verify) = (Variant::Auto, true);
+        let auto = run(&rt, &o)?;
+        o.variant = Variant::PerIteration;
+        Ok((auto, run(&rt, &o)?))
+    })
+    .unwrap();
+    let first = outcomes[0].0.trial_seconds_per_iter.expect("a trial");
+    for (pe, (auto, fixed)) in outcomes.iter().enumerate() {
+        assert_eq!(auto.mismatches, Some(0), "PE {pe}");
+        let [p, i] = auto.trial_seconds_per_iter.expect("a trial");
+        assert!(p > 0.0 && i > 0.0, "PE {pe}: {p} {i}");
+        assert_eq!(
+            [p, i],
+            first,
+            "PE {pe}: the slowest PE's times, the same everywhere"
+        );
+        let faster = if p <= i {
+            Variant::Persistent
+        } else {
+            Variant::PerIteration
+        };
+        assert_eq!(auto.variant, faster, "PE {pe}");
+        assert_eq!(fixed.variant, Variant::PerIteration, "PE {pe}");
+        assert_eq!(fixed.trial_seconds_per_iter, None, "PE {pe}");
+        assert_eq!(fixed.mismatches, Some(0), "PE {pe}");
+    }
+}
+
 /// Iterations captured into a graph (a fill of the signal words, barriers, the launches)
 /// and replayed give the eager solve's grid, bit for bit (both match the CPU reference),
 /// and the residuals of the last replay; both variants, 2 PEs. A graph that does not fit
