@@ -1,7 +1,7 @@
 //! Measurement helpers shared by the benchmarks: medians, the copy-engine ceiling and a
 //! device copy of a kernel's bytes.
 
-use crate::cudarc::driver::{result, sys};
+use crate::cudarc::driver::result;
 use crate::{Error, Result, Shmem};
 
 /// The copy size of [`copy_engine_peer_bandwidth`]: 256 MiB.
@@ -23,12 +23,12 @@ pub fn median(v: &[f64]) -> f64 {
 
 /// The copy-engine peer bandwidth in GB/s (1e9 B/s): the median of `reps` copies of
 /// [`CEILING_BYTES`] from PE 0 into PE 1's memory (`cuMemcpyDtoDAsync` to the address
-/// `nvshmem_ptr` gives), after one warm-up copy, timed with CUDA events. `Some` on PE 0,
-/// `None` elsewhere (and on one PE, which has no peer, it copies into its own memory).
-/// Collective; a failure on PE 0 is returned after the closing barrier, so the other PEs
-/// never hang.
+/// `nvshmem_ptr` gives), after one warm-up copy, timed with marks on the runtime's stream
+/// (CUDA events). `Some` on PE 0, `None` elsewhere (and on one PE, which has no peer, it
+/// copies into its own memory). Collective; a failure on PE 0 is returned after the closing
+/// barrier, so the other PEs never hang.
 pub fn copy_engine_peer_bandwidth(rt: &Shmem, reps: usize) -> Result<Option<f64>> {
-    let stream = rt.stream()?; // a GPU's copy engine: an error under the simulator
+    rt.stream()?; // a GPU's copy engine: an error under the simulator
     let src = rt.alloc::<u8>(CEILING_BYTES)?;
     let dst = rt.alloc::<u8>(CEILING_BYTES)?;
     src.copy_from(&vec![0x5a; CEILING_BYTES])?;
@@ -37,28 +37,10 @@ pub fn copy_engine_peer_bandwidth(rt: &Shmem, reps: usize) -> Result<Option<f64>
         let peer = dst.peer_device_ptr(1 % rt.n_pes())?.ok_or_else(|| {
             Error::Invalid("PE 1's memory is not mapped here: no copy-engine path".into())
         })?;
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let mut times = Vec::new();
-        for i in 0..=reps {
-            let start = stream.record_event(flags)?;
-            // SAFETY: both ranges are live symmetric allocations of `CEILING_BYTES` (the
-            // destination mapped into this context by NVSHMEM); the stream orders the copy
-            // between the events.
-            unsafe {
-                result::memcpy_dtod_async(
-                    peer,
-                    src.device_ptr(),
-                    CEILING_BYTES,
-                    stream.cu_stream(),
-                )?
-            };
-            let end = stream.record_event(flags)?;
-            end.synchronize()?;
-            if i > 0 {
-                times.push(f64::from(start.elapsed_ms(&end)?));
-            }
-        }
-        Ok(CEILING_BYTES as f64 / (median(&times) * 1e-3) / 1e9)
+        // SAFETY: both ranges are live symmetric allocations of `CEILING_BYTES` (the
+        // destination mapped into this context by NVSHMEM), alive until after the call.
+        let s = unsafe { copy_seconds(rt, peer, src.device_ptr(), CEILING_BYTES, reps, false)? };
+        Ok(CEILING_BYTES as f64 / s / 1e9)
     };
     let got = if rt.my_pe() == 0 {
         Some(measure())
@@ -86,6 +68,27 @@ pub fn device_copy_seconds(rt: &Shmem, bytes: usize, reps: usize, held: bool) ->
     let dst = stream.alloc_zeros::<u8>(bytes.max(1))?;
     let (s, _s) = src.device_ptr(stream);
     let (d, _d) = dst.device_ptr(stream);
+    // SAFETY: both ranges are live allocations of at least `bytes` in this PE's context,
+    // dropped only after the call.
+    unsafe { copy_seconds(rt, d, s, bytes, reps, held) }
+}
+
+/// The median time, in seconds, of `reps` copies of `bytes` from `src` to `dst` on the
+/// runtime's stream, after one warm-up copy, each between two marks ([`Shmem::mark`]), the
+/// stream held while each is enqueued when `held`.
+///
+/// # Safety
+/// `src` and `dst` are device addresses of `bytes` each, valid in this PE's context until
+/// the call returns.
+unsafe fn copy_seconds(
+    rt: &Shmem,
+    dst: u64,
+    src: u64,
+    bytes: usize,
+    reps: usize,
+    held: bool,
+) -> Result<f64> {
+    let stream = rt.stream()?;
     let mut times = Vec::with_capacity(reps);
     for i in 0..=reps {
         let hold = if held {
@@ -94,10 +97,9 @@ pub fn device_copy_seconds(rt: &Shmem, bytes: usize, reps: usize, held: bool) ->
             None
         };
         let start = rt.mark()?;
-        // SAFETY: both ranges are live allocations of at least `bytes` in this PE's context;
-        // the runtime's stream orders the copy between the marks, and the allocations outlive
-        // it (the last mark is waited for below, before they are dropped).
-        unsafe { result::memcpy_dtod_async(d, s, bytes, stream.cu_stream())? };
+        // SAFETY: the caller's contract; the runtime's stream orders the copy between the
+        // marks, and the last mark is waited for before the call returns.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, stream.cu_stream())? };
         let end = rt.mark()?;
         drop(hold);
         end.synchronize()?;
