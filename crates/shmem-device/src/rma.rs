@@ -210,8 +210,11 @@ impl Chunk {
 /// aligned and `bytes >= 16` (16 bytes per load and store, four in flight per thread at
 /// warp scope beyond four chunks a lane and at thread scope beyond 64 bytes, but two at a
 /// time for a thread of a whole warp copying at most 128 bytes; the tail in words or
-/// bytes), then synchronises the group; returns `false`, copying nothing,
-/// otherwise. The local end is accessed as global memory
+/// bytes); returns `false`, copying nothing, otherwise. A warp or block meets before the
+/// copy and after it, as NVSHMEM's warp and block forms do (`nvshmemi_threadgroup_sync`
+/// on entry and exit): every thread's writes to the source and reads of the destination
+/// before the call come before any thread's copy, and the copy is complete in every thread
+/// of the group when it returns. The local end is accessed as global memory
 /// (`ld.global`/`st.global`: a [`LocalSlice`](crate::mem::LocalSlice) is global memory), the
 /// peer's end through generic addresses: what nvcc emits for NVSHMEM's copy in a kernel.
 /// With both ends in the same state space (both generic, or both global) a warp's put or get
@@ -225,9 +228,10 @@ impl Chunk {
 /// Stores are plain (weak) stores, as in NVSHMEM's library: `quiet`, `fence` and barriers
 /// order them as they order NVSHMEM's own.
 ///
-/// `peer` (`nvshmem_ptr`) is called once, after a warp's put has loaded its first round of
-/// local chunks, so that the lookup runs under the loads' latency; a warp with at most a
-/// chunk a lane then returns right after its store, as does a warp's get of at most a chunk
+/// `peer` (`nvshmem_ptr`) is called once: by a block before it meets, so that its load runs
+/// under the barrier; by a warp's put after it has loaded its first round of local chunks,
+/// so that the lookup runs under the loads' latency; a warp with at most a chunk a lane
+/// then returns right after its store, as does a warp's get of at most a chunk
 /// a lane. Measured against the perftest twin (BENCHMARKS.md, thirty-third and thirty-fourth
 /// sessions): warp puts of 16-512 bytes from 1.02x to 0.86-0.89x the twin's latency; the
 /// warp-scope bandwidth points below 0.98x the twin from 15 to 0-1 (2 PEs on one H200 under
@@ -260,6 +264,28 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
         ScopeKind::Warp => (lane_id(), WARP_SIZE),
         ScopeKind::Block => (thread_rank_in_block(), block_size()),
     };
+    // The group meets before the copy: a thread's chunks may be another's writes (a put's
+    // source) or another's reads still to come (a get's destination). Without it a block's
+    // put sent what its slower warps had not yet written (the API suite's `group_entry`).
+    // A block looks the peer's address up first, so that the lookup's load runs while the
+    // block meets, as in NVSHMEM's library (its `__ldg` of the peer's base comes before the
+    // barrier). With the lookup after the meeting, 13-14 of the 80 block-scope put
+    // bandwidth points read under 0.98 of the perftest twin's (0.958-0.979, most at 64-256 KiB,
+    // on two H100s and on two H200s), and 3 with it first (two H200s; BENCHMARKS.md,
+    // thirty-ninth session). A warp's meeting costs next to nothing, and a warp looks up
+    // where it did before (held across the meeting, the address made `moe_dispatch` spill
+    // 24 bytes).
+    let (early, later) = if matches!(S::KIND, ScopeKind::Block) {
+        (Some(peer()), None)
+    } else {
+        (None, Some(peer))
+    };
+    let meet = || match S::KIND {
+        ScopeKind::Thread => {}
+        ScopeKind::Warp => sync_warp(u32::MAX),
+        ScopeKind::Block => sync_threads(),
+    };
+    meet();
     let chunks = (bytes / 16) as u32;
     let at = |i: u32| i as usize;
     // The tail (under 16 bytes: in 4-byte words when it is made of them, else bytes), then
@@ -287,19 +313,19 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
                 }
             }
         }
-        match S::KIND {
-            ScopeKind::Thread => {}
-            ScopeKind::Warp => sync_warp(u32::MAX),
-            ScopeKind::Block => sync_threads(),
-        }
+        meet();
         true
     };
     let resolve = || {
-        let p = peer();
+        let p = match (early, later) {
+            (Some(p), _) => p,
+            (None, Some(peer)) => peer(),
+            (None, None) => core::ptr::null_mut(),
+        };
         (!p.is_null() && (p as usize).is_multiple_of(16)).then_some(p)
     };
-    // A warp's put loads its first round from the local end before it looks the peer up, so
-    // that the lookup and the checks on the peer's address run under the loads' latency:
+    // A warp's put loads its first round from the local end before it checks the peer's
+    // address, so that the lookup and the checks run under the loads' latency:
     // four chunks a lane when the copy has more than four a lane, else the lane's one chunk,
     // if any. `i` is then the lane's first chunk after that round.
     let mut i = me;

@@ -11,6 +11,13 @@
 //! **Convergence rule.** With [`Warp`], every lane of the warp must make the same call with
 //! the same arguments; with [`Block`], every thread of the block. Otherwise the call hangs
 //! or transfers garbage.
+//!
+//! **A scoped put or get meets its group on entry and on return** (every form: `put`,
+//! `put_nbi`, `get`, `get_nbi`, `put_signal`), as NVSHMEM's own do, whether the data moves
+//! by this crate's peer copy or by NVSHMEM: what any thread of the group wrote to the source
+//! before the call is what the call moves, reads of the destination made before the call by
+//! any thread see the old contents, and a blocking get's data is in place for every thread
+//! of the group when the call returns.
 
 /// The scope of a cooperative NVSHMEM call. Implemented by [`Thread`], [`Warp`], [`Block`].
 pub trait Scope: Copy + sealed::Sealed {

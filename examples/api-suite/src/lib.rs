@@ -11,6 +11,7 @@
 //! | [`rma_p_g`](rma_p_g()) | `p`, `g` for every standard type | no |
 //! | [`rma_bulk`](rma_bulk()) | `put`, `put_nbi`, `get`, `get_nbi` × thread/warp/block | no |
 //! | [`rma_small`](rma_small()) | thread-scope `put`, `put_nbi`, `get`, `get_nbi` of 4 to 160 bytes | no |
+//! | [`group_entry`](group_entry()) | block- and warp-scope `put` and `get` after the group's own writes and reads | no |
 //! | [`rma_warp`](rma_warp()) | warp-scope `put`, `put_nbi`, `get`, `get_nbi`, `rma::put_nbi_unmapped` of 4 bytes to 16 KiB | no |
 //! | [`signals`](signals()) | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` | yes (waits) |
 //! | [`waits`](waits()) | `wait_until`, `test` and their `_all`/`_any` forms, 4 types | yes (waits) |
@@ -122,6 +123,86 @@ pub unsafe fn rma_bulk(src: SymSlice<u32>, dst: SymSlice<u32>) {
     case!(11, get_nbi, Block, true);
     quiet();
     sync_threads();
+}
+
+/// Block- and warp-scope `put` and `get` against the group's own accesses right before the
+/// call: the group meets on entry (`crate::scope`), so a put moves what every thread wrote
+/// to the source just before, and a get overwrites the destination only after every thread
+/// has read it. Thread `t` writes, or reads, the chunk of 16 bytes the group's copy gives
+/// to thread `b - 1 - t` (lane `31 - l`), after a wait that grows with its warp (lane): the
+/// last warp's accesses come long after the first warp reached the call.
+///
+/// With `b` threads and `r = 4 * b` (one chunk a thread), `dst`'s regions are: `[0, r)` a
+/// block put, `[r, 2r)` a block get, then [`ENTRY_WARP`] elements each for a warp put and a
+/// warp get. The host sets `src[i] = pattern(pe, i)` and `dst[i] = ENTRY_OLD + i`. The kernel
+/// writes `pattern(pe, i) + ENTRY_MARK` to the put regions' source and copies the get
+/// regions' old destination into `got` (`[0, r)` for the block's, `[r, r + ENTRY_WARP)` for
+/// the warp's; the waits' results after that). After: see `expect::group_entry`.
+///
+/// # Safety
+/// Launch one block of [`ENTRY_THREADS`] threads on every PE; buffers symmetric, `src` and
+/// `dst` [`entry_len`]`(ENTRY_THREADS)` elements, `got` [`entry_got_len`]`(ENTRY_THREADS)`.
+#[shmem_kernel]
+pub unsafe fn group_entry(src: SymSlice<u32>, dst: SymSlice<u32>, got: SymSlice<u32>) {
+    let (me, n) = (my_pe(), n_pes());
+    let (next, _) = neighbours(me, n);
+    let (t, b) = (thread_idx_x() as usize, block_dim_x() as usize);
+    let r = 4 * b;
+    let (w, lane) = (warp_id(), lane_id() as usize);
+    // Spins `steps` rounds the compiler cannot fold away; its result goes to `got` past the
+    // checked elements.
+    let late = |steps: u32, sink: usize| {
+        let mut x = t as u32;
+        for _ in 0..steps {
+            x = shmem_device::hint::opaque(x)
+                .wrapping_mul(3)
+                .wrapping_add(1);
+        }
+        // SAFETY: `sink` is below `entry_got_len(b)` (the caller's sizes).
+        unsafe { got.write(sink, x) };
+    };
+    let sinks = r + ENTRY_WARP;
+    // Element `k` of the chunk thread `t` accesses in a region of one chunk a thread.
+    let (mine, lane_mine) = (4 * (b - 1 - t), 4 * (31 - lane));
+    // SAFETY: every index is inside the regions above (the caller's sizes); `next` is a
+    // valid PE; the whole block makes the block calls and the whole of warp 0 the warp
+    // calls.
+    unsafe {
+        late(w * ENTRY_SPIN, sinks + t);
+        for k in mine..mine + 4 {
+            src.write(k, pattern(me, k) as u32 + ENTRY_MARK);
+        }
+        put(Block, dst.sub(0, r), src.sub(0, r), next);
+        late(w * ENTRY_SPIN, sinks + b + t);
+        for k in mine..mine + 4 {
+            got.write(k, dst.read(r + k));
+        }
+        get(Block, dst.sub(r, r), src.sub(r, r), next);
+        if w == 0 {
+            let (put_at, get_at) = (2 * r, 2 * r + ENTRY_WARP);
+            late(lane as u32 * ENTRY_SPIN / 8, sinks + 2 * b + lane);
+            for k in lane_mine..lane_mine + 4 {
+                src.write(put_at + k, pattern(me, put_at + k) as u32 + ENTRY_MARK);
+            }
+            put(
+                Warp,
+                dst.sub(put_at, ENTRY_WARP),
+                src.sub(put_at, ENTRY_WARP),
+                next,
+            );
+            late(lane as u32 * ENTRY_SPIN / 8, sinks + 2 * b + 32 + lane);
+            for k in lane_mine..lane_mine + 4 {
+                got.write(r + k, dst.read(get_at + k));
+            }
+            get(
+                Warp,
+                dst.sub(get_at, ENTRY_WARP),
+                src.sub(get_at, ENTRY_WARP),
+                next,
+            );
+        }
+    }
+    quiet();
 }
 
 /// Thread-scope RMA of every length from 1 to `max` (≤ [`SMALL_MAX`]) `u32`s: the peer copy's

@@ -3,7 +3,8 @@
 //! simulator, so the expectations are written once.
 
 use crate::{
-    BULK_CASE, SIGNAL_CASE, SMALL_MAX, SMALL_SLOT, Val, WARP_LENS, WARP_SLOT, neighbours, pattern,
+    BULK_CASE, ENTRY_MARK, ENTRY_OLD, ENTRY_WARP, SIGNAL_CASE, SMALL_MAX, SMALL_SLOT, Val,
+    WARP_LENS, WARP_SLOT, neighbours, pattern,
 };
 
 /// `rma_p_g`: what the host puts in `src[k]` on PE `pe`: `pattern(pe, k)` as slot `k`'s type,
@@ -39,6 +40,28 @@ pub fn bulk(pe: i32, n: i32, i: usize) -> u32 {
     } else {
         pattern(next, i)
     }) as u32
+}
+
+/// `group_entry` with `b` threads: `(dst[i], got[i])` on PE `pe`; `got` is `None` past the
+/// old contents it checks.
+pub fn group_entry(pe: i32, n: i32, b: usize, i: usize) -> (u32, Option<u32>) {
+    let (next, prev) = neighbours(pe, n);
+    let r = 4 * b;
+    let put = i < r || (2 * r..2 * r + ENTRY_WARP).contains(&i);
+    let dst = if put {
+        pattern(prev, i) as u32 + ENTRY_MARK
+    } else {
+        pattern(next, i) as u32
+    };
+    // got[j]: the old contents of the block get's element r + j, then the warp get's.
+    let got = if i < r {
+        Some(ENTRY_OLD + (r + i) as u32)
+    } else if i < r + ENTRY_WARP {
+        Some(ENTRY_OLD + (2 * r + ENTRY_WARP + i - r) as u32)
+    } else {
+        None
+    };
+    (dst, got)
 }
 
 /// `rma_small`: `dst[i]` on PE `pe`: what its case moved, and zero past the case's length

@@ -54,6 +54,27 @@ pub fn neighbours(me: i32, n: i32) -> (i32, i32) {
 pub const BULK_CASE: usize = 256;
 /// Cases in `rma_bulk`: `[put, put_nbi, get, get_nbi] × [Thread, Warp, Block]`, in that order.
 pub const BULK_CASES: usize = 12;
+/// Threads of `group_entry`'s block.
+pub const ENTRY_THREADS: usize = 128;
+/// Elements of each of `group_entry`'s warp regions: a chunk of 16 bytes a lane.
+pub const ENTRY_WARP: usize = 128;
+/// Added by `group_entry` to what its put regions' source held.
+pub const ENTRY_MARK: u32 = 1000;
+/// What the host writes to `group_entry`'s `dst[i]` before the launch: `ENTRY_OLD + i`.
+pub const ENTRY_OLD: u32 = 5000;
+/// Rounds of `group_entry`'s wait a warp (a lane: an eighth of it).
+pub const ENTRY_SPIN: u32 = 20_000;
+/// Elements of `group_entry`'s `src` and `dst` with `b` threads: two regions of one chunk
+/// a thread, two of [`ENTRY_WARP`].
+pub const fn entry_len(b: usize) -> usize {
+    8 * b + 2 * ENTRY_WARP
+}
+/// Elements of `group_entry`'s `got` with `b` threads: the old contents of the two get
+/// regions, then the waits' results.
+pub const fn entry_got_len(b: usize) -> usize {
+    4 * b + ENTRY_WARP + 2 * b + 64
+}
+
 /// Longest message of `rma_small`, in `u32`s (4 to 160 bytes: one to ten 16-byte chunks,
 /// with and without a tail of words).
 pub const SMALL_MAX: usize = 40;

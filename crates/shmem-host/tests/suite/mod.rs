@@ -37,6 +37,7 @@ macro_rules! simulated_cases {
             rma_bulk: 1,
             rma_small: 1,
             rma_warp: 1,
+            group_entry: 1,
             signals: 1,
             waits: 1,
             atomics: 1,
@@ -147,6 +148,48 @@ pub fn rma_bulk(rt: &Shmem) {
         expect::bulk,
         |i| format!("case {}", i / BULK_CASE),
     );
+}
+
+pub fn group_entry(rt: &Shmem) {
+    let (me, n) = (rt.my_pe(), rt.n_pes());
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let b = ENTRY_THREADS;
+    let src = filled(rt, entry_len(b), |i| pattern(me, i) as u32);
+    let dst = filled(rt, entry_len(b), |i| ENTRY_OLD + i as u32);
+    let got = rt.alloc::<u32>(entry_got_len(b)).unwrap();
+    let k = m.kernel::<api_suite_kernels::group_entry>().unwrap();
+    rt.barrier_all().unwrap();
+    // SAFETY: one block of `ENTRY_THREADS` on every PE; the buffers have the kernel's sizes.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, b as u32), (&src, &dst, &got))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let (dst, got) = (dst.to_vec().unwrap(), got.to_vec().unwrap());
+    let region = |i: usize| match i / (4 * b) {
+        0 => "block put",
+        1 => "block get",
+        _ if i < 8 * b + ENTRY_WARP => "warp put",
+        _ => "warp get",
+    };
+    for (i, v) in dst.iter().enumerate() {
+        let (want, _) = expect::group_entry(me, n, b, i);
+        assert_eq!(
+            *v,
+            want,
+            "dst[{i}] ({}): the group's own writes before the call",
+            region(i)
+        );
+    }
+    for (i, v) in got.iter().enumerate() {
+        if let (_, Some(want)) = expect::group_entry(me, n, b, i) {
+            let what = if i < 4 * b { "block get" } else { "warp get" };
+            assert_eq!(
+                *v, want,
+                "got[{i}] ({what}): a read before the call saw the get's data"
+            );
+        }
+    }
 }
 
 pub fn rma_small(rt: &Shmem) {
