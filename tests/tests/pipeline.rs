@@ -160,6 +160,7 @@ const API: &[(&str, bool)] = &[
     ("rma_bulk", false),
     ("rma_small", false),
     ("rma_warp", false),
+    ("group_entry", false),
     ("signals", true),
     ("waits", true),
     ("atomics", false),
