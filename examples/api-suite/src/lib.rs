@@ -11,7 +11,7 @@
 //! | [`rma_p_g`](rma_p_g()) | `p`, `g` for every standard type | no |
 //! | [`rma_bulk`](rma_bulk()) | `put`, `put_nbi`, `get`, `get_nbi` × thread/warp/block | no |
 //! | [`rma_small`](rma_small()) | thread-scope `put`, `put_nbi`, `get`, `get_nbi` of 4 to 160 bytes | no |
-//! | [`group_entry`](group_entry()) | block- and warp-scope `put` and `get` after the group's own writes and reads | no |
+//! | [`group_entry`](group_entry()) | block- and warp-scope `put`, `get` and `put_signal` after the group's own writes and reads | no |
 //! | [`rma_warp`](rma_warp()) | warp-scope `put`, `put_nbi`, `get`, `get_nbi`, `rma::put_nbi_unmapped` of 4 bytes to 16 KiB | no |
 //! | [`signals`](signals()) | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` | yes (waits) |
 //! | [`waits`](waits()) | `wait_until`, `test` and their `_all`/`_any` forms, 4 types | yes (waits) |
@@ -125,25 +125,33 @@ pub unsafe fn rma_bulk(src: SymSlice<u32>, dst: SymSlice<u32>) {
     sync_threads();
 }
 
-/// Block- and warp-scope `put` and `get` against the group's own accesses right before the
-/// call: the group meets on entry (`crate::scope`), so a put moves what every thread wrote
-/// to the source just before, and a get overwrites the destination only after every thread
-/// has read it. Thread `t` writes, or reads, the chunk of 16 bytes the group's copy gives
-/// to thread `b - 1 - t` (lane `31 - l`), after a wait that grows with its warp (lane): the
-/// last warp's accesses come long after the first warp reached the call.
+/// Block- and warp-scope `put`, `get` and `put_signal` against the group's own accesses
+/// right before the call: the group meets on entry (`crate::scope`), so a put moves what
+/// every thread wrote to the source just before, and a get overwrites the destination only
+/// after every thread has read it. Thread `t` writes, or reads, the chunk of 16 bytes the
+/// group's copy gives to thread `b - 1 - t` (lane `31 - l`), after a wait that grows with its
+/// warp (lane): the last warp's accesses come long after the first warp reached the call.
 ///
 /// With `b` threads and `r = 4 * b` (one chunk a thread), `dst`'s regions are: `[0, r)` a
 /// block put, `[r, 2r)` a block get, then [`ENTRY_WARP`] elements each for a warp put and a
-/// warp get. The host sets `src[i] = pattern(pe, i)` and `dst[i] = ENTRY_OLD + i`. The kernel
-/// writes `pattern(pe, i) + ENTRY_MARK` to the put regions' source and copies the get
-/// regions' old destination into `got` (`[0, r)` for the block's, `[r, r + ENTRY_WARP)` for
-/// the warp's; the waits' results after that). After: see `expect::group_entry`.
+/// warp get, then `r` for a block put-signal and [`ENTRY_WARP`] for a warp put-signal (which
+/// set `sig[0]` to [`ENTRY_SIGNAL`] and `sig[1]` to one more). The host sets
+/// `src[i] = pattern(pe, i)`, `dst[i] = ENTRY_OLD + i` and `sig` to zeros. The kernel writes
+/// `pattern(pe, i) + ENTRY_MARK` to the put regions' source and copies the get regions' old
+/// destination into `got` (`[0, r)` for the block's, `[r, r + ENTRY_WARP)` for the warp's;
+/// the waits' results after that). After: see `expect::group_entry`.
 ///
 /// # Safety
 /// Launch one block of [`ENTRY_THREADS`] threads on every PE; buffers symmetric, `src` and
-/// `dst` [`entry_len`]`(ENTRY_THREADS)` elements, `got` [`entry_got_len`]`(ENTRY_THREADS)`.
+/// `dst` [`entry_len`]`(ENTRY_THREADS)` elements, `got` [`entry_got_len`]`(ENTRY_THREADS)`,
+/// `sig` 2.
 #[shmem_kernel]
-pub unsafe fn group_entry(src: SymSlice<u32>, dst: SymSlice<u32>, got: SymSlice<u32>) {
+pub unsafe fn group_entry(
+    src: SymSlice<u32>,
+    dst: SymSlice<u32>,
+    got: SymSlice<u32>,
+    sig: SymSlice<u64>,
+) {
     let (me, n) = (my_pe(), n_pes());
     let (next, _) = neighbours(me, n);
     let (t, b) = (thread_idx_x() as usize, block_dim_x() as usize);
@@ -198,6 +206,36 @@ pub unsafe fn group_entry(src: SymSlice<u32>, dst: SymSlice<u32>, got: SymSlice<
                 Warp,
                 dst.sub(get_at, ENTRY_WARP),
                 src.sub(get_at, ENTRY_WARP),
+                next,
+            );
+        }
+        let block_at = 2 * r + 2 * ENTRY_WARP;
+        late(w * ENTRY_SPIN, sinks + 2 * b + 64 + t);
+        for k in mine..mine + 4 {
+            src.write(block_at + k, pattern(me, block_at + k) as u32 + ENTRY_MARK);
+        }
+        put_signal(
+            Block,
+            dst.sub(block_at, r),
+            src.sub(block_at, r),
+            sig.at(0),
+            ENTRY_SIGNAL,
+            SignalOp::Set,
+            next,
+        );
+        if w == 0 {
+            let warp_at = 3 * r + 2 * ENTRY_WARP;
+            late(lane as u32 * ENTRY_SPIN / 8, sinks + 3 * b + 64 + lane);
+            for k in lane_mine..lane_mine + 4 {
+                src.write(warp_at + k, pattern(me, warp_at + k) as u32 + ENTRY_MARK);
+            }
+            put_signal(
+                Warp,
+                dst.sub(warp_at, ENTRY_WARP),
+                src.sub(warp_at, ENTRY_WARP),
+                sig.at(1),
+                ENTRY_SIGNAL + 1,
+                SignalOp::Set,
                 next,
             );
         }

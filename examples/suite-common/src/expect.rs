@@ -47,11 +47,12 @@ pub fn bulk(pe: i32, n: i32, i: usize) -> u32 {
 pub fn group_entry(pe: i32, n: i32, b: usize, i: usize) -> (u32, Option<u32>) {
     let (next, prev) = neighbours(pe, n);
     let r = 4 * b;
-    let put = i < r || (2 * r..2 * r + ENTRY_WARP).contains(&i);
-    let dst = if put {
-        pattern(prev, i) as u32 + ENTRY_MARK
-    } else {
+    // The gets fill `[r, 2r)` and the second warp region; the puts and put-signals the rest.
+    let get = (r..2 * r).contains(&i) || (2 * r + ENTRY_WARP..2 * r + 2 * ENTRY_WARP).contains(&i);
+    let dst = if get {
         pattern(next, i) as u32
+    } else {
+        pattern(prev, i) as u32 + ENTRY_MARK
     };
     // got[j]: the old contents of the block get's element r + j, then the warp get's.
     let got = if i < r {

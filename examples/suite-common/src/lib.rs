@@ -64,16 +64,20 @@ pub const ENTRY_MARK: u32 = 1000;
 pub const ENTRY_OLD: u32 = 5000;
 /// Rounds of `group_entry`'s wait a warp (a lane: an eighth of it).
 pub const ENTRY_SPIN: u32 = 20_000;
-/// Elements of `group_entry`'s `src` and `dst` with `b` threads: two regions of one chunk
-/// a thread, two of [`ENTRY_WARP`].
+/// Elements of `group_entry`'s `src` and `dst` with `b` threads: regions of one chunk a
+/// thread (block put, block get), two of [`ENTRY_WARP`] (warp put, warp get), then one of
+/// each for the put-signals (block, warp).
 pub const fn entry_len(b: usize) -> usize {
-    8 * b + 2 * ENTRY_WARP
+    12 * b + 3 * ENTRY_WARP
 }
 /// Elements of `group_entry`'s `got` with `b` threads: the old contents of the two get
 /// regions, then the waits' results.
 pub const fn entry_got_len(b: usize) -> usize {
-    4 * b + ENTRY_WARP + 2 * b + 64
+    4 * b + ENTRY_WARP + 3 * b + 96
 }
+/// `group_entry`'s signal words: the block's put-signal sets word 0 to this, the warp's word 1
+/// to this plus one.
+pub const ENTRY_SIGNAL: u64 = 7;
 
 /// Longest message of `rma_small`, in `u32`s (4 to 160 bytes: one to ten 16-byte chunks,
 /// with and without a tail of words).

@@ -157,20 +157,29 @@ pub fn group_entry(rt: &Shmem) {
     let src = filled(rt, entry_len(b), |i| pattern(me, i) as u32);
     let dst = filled(rt, entry_len(b), |i| ENTRY_OLD + i as u32);
     let got = rt.alloc::<u32>(entry_got_len(b)).unwrap();
+    let sig = filled(rt, 2, |_| 0u64);
     let k = m.kernel::<api_suite_kernels::group_entry>().unwrap();
     rt.barrier_all().unwrap();
     // SAFETY: one block of `ENTRY_THREADS` on every PE; the buffers have the kernel's sizes.
     unsafe {
-        k.launch(LaunchConfig::linear(1, b as u32), (&src, &dst, &got))
+        k.launch(LaunchConfig::linear(1, b as u32), (&src, &dst, &got, &sig))
             .unwrap()
     };
     rt.barrier_all().unwrap();
     let (dst, got) = (dst.to_vec().unwrap(), got.to_vec().unwrap());
-    let region = |i: usize| match i / (4 * b) {
-        0 => "block put",
-        1 => "block get",
-        _ if i < 8 * b + ENTRY_WARP => "warp put",
-        _ => "warp get",
+    assert_eq!(
+        sig.to_vec().unwrap(),
+        [ENTRY_SIGNAL, ENTRY_SIGNAL + 1],
+        "the put-signals' words"
+    );
+    let (r, w) = (4 * b, ENTRY_WARP);
+    let region = |i: usize| match i {
+        _ if i < r => "block put",
+        _ if i < 2 * r => "block get",
+        _ if i < 2 * r + w => "warp put",
+        _ if i < 2 * r + 2 * w => "warp get",
+        _ if i < 3 * r + 2 * w => "block put-signal",
+        _ => "warp put-signal",
     };
     for (i, v) in dst.iter().enumerate() {
         let (want, _) = expect::group_entry(me, n, b, i);
