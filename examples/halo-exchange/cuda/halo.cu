@@ -163,7 +163,7 @@ __device__ __forceinline__ double iterate(const T *a, T *a_new, const Bufs &b, S
     }
     __syncthreads();
     update_row<K>(a, a_new, nx, row, tid, bs, check, acc);
-    __syncthreads();
+    // No barrier before the send: nvshmemx_putmem_signal_block meets the block on entry.
     T *src = a_new + row * nx;
     if (to_top)
       nvshmemx_putmem_signal_block(a_new + (s.top_rows + 1) * nx, src, nx * sizeof(T),
