@@ -286,7 +286,11 @@ fn by_chunks<T: Real>(a: *const T, a_new: *mut T, nx: usize) -> bool {
 /// store. So the grid is read from memory once and written once. The border columns (the
 /// first element of chunk 0, the last of chunk `w - 1`) are stored with the value they have
 /// in `a`, which is theirs in `a_new` too (fixed values, the same in both grids), and add 0
-/// to the residual. Adds the squared changes to `acc` when `check`.
+/// to the residual. Adds the squared changes to `acc` when `CHECK`.
+///
+/// `CHECK` is a constant so that a sweep without the residual has none of its arithmetic:
+/// with a run-time flag LLVM computed the squared changes on every row and selected them
+/// away (`FSEL`), where nvcc keeps two loops.
 ///
 /// # Safety
 /// [`by_chunks`] holds, `w = nx / LANES`, `v < w`, `1 <= row0`, `row0 + n` is at most the
@@ -294,7 +298,7 @@ fn by_chunks<T: Real>(a: *const T, a_new: *mut T, nx: usize) -> bool {
 /// writes the points this call writes or reads.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn update_strip<T: Real>(
+unsafe fn update_strip<T: Real, const CHECK: bool>(
     a: *const T,
     a_new: *mut T,
     nx: usize,
@@ -302,7 +306,6 @@ unsafe fn update_strip<T: Real>(
     row0: usize,
     n: u32,
     v: usize,
-    check: bool,
     acc: &mut f64,
 ) {
     let (first, last) = (v == 0, v == w - 1);
@@ -331,7 +334,7 @@ unsafe fn update_strip<T: Real>(
                 T::set_lane(&mut out, i, if border { T::lane(&cur, i) } else { val });
             }
             out.store_global(dst.cast());
-            if check {
+            if CHECK {
                 for i in 0..T::LANES {
                     let d = T::lane(&out, i).to_f64() - T::lane(&cur, i).to_f64();
                     *acc += d * d;
@@ -446,7 +449,11 @@ unsafe fn iterate<T: Real, const ROLE: u8, const STEP: bool>(
                 // strip `i` is this thread's alone.
                 unsafe {
                     let (row0, v) = (row0 as usize, (i % w) as usize);
-                    update_strip(a, a_new, nx, w as usize, row0, n, v, check, &mut acc)
+                    if check {
+                        update_strip::<T, true>(a, a_new, nx, w as usize, row0, n, v, &mut acc)
+                    } else {
+                        update_strip::<T, false>(a, a_new, nx, w as usize, row0, n, v, &mut acc)
+                    }
                 };
                 i += threads;
             }
