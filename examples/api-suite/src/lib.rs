@@ -172,14 +172,20 @@ pub unsafe fn group_entry(
     let sinks = r + ENTRY_WARP;
     // Element `k` of the chunk thread `t` accesses in a region of one chunk a thread.
     let (mine, lane_mine) = (4 * (b - 1 - t), 4 * (31 - lane));
+    // After `late(steps, sink)`, writes the marked source of this thread's chunk, its four
+    // elements from `at + first`, for a put to send.
+    let write_late = |steps: u32, sink: usize, at: usize, first: usize| {
+        late(steps, sink);
+        for k in at + first..at + first + 4 {
+            // SAFETY: `k` is inside a put region of `src` (the caller's sizes).
+            unsafe { src.write(k, pattern(me, k) as u32 + ENTRY_MARK) };
+        }
+    };
     // SAFETY: every index is inside the regions above (the caller's sizes); `next` is a
     // valid PE; the whole block makes the block calls and the whole of warp 0 the warp
     // calls.
     unsafe {
-        late(w * ENTRY_SPIN, sinks + t);
-        for k in mine..mine + 4 {
-            src.write(k, pattern(me, k) as u32 + ENTRY_MARK);
-        }
+        write_late(w * ENTRY_SPIN, sinks + t, 0, mine);
         put(Block, dst.sub(0, r), src.sub(0, r), next);
         late(w * ENTRY_SPIN, sinks + b + t);
         for k in mine..mine + 4 {
@@ -188,10 +194,12 @@ pub unsafe fn group_entry(
         get(Block, dst.sub(r, r), src.sub(r, r), next);
         if w == 0 {
             let (put_at, get_at) = (2 * r, 2 * r + ENTRY_WARP);
-            late(lane as u32 * ENTRY_SPIN / 8, sinks + 2 * b + lane);
-            for k in lane_mine..lane_mine + 4 {
-                src.write(put_at + k, pattern(me, put_at + k) as u32 + ENTRY_MARK);
-            }
+            write_late(
+                lane as u32 * ENTRY_SPIN / 8,
+                sinks + 2 * b + lane,
+                put_at,
+                lane_mine,
+            );
             put(
                 Warp,
                 dst.sub(put_at, ENTRY_WARP),
@@ -210,10 +218,7 @@ pub unsafe fn group_entry(
             );
         }
         let block_at = 2 * r + 2 * ENTRY_WARP;
-        late(w * ENTRY_SPIN, sinks + 2 * b + 64 + t);
-        for k in mine..mine + 4 {
-            src.write(block_at + k, pattern(me, block_at + k) as u32 + ENTRY_MARK);
-        }
+        write_late(w * ENTRY_SPIN, sinks + 2 * b + 64 + t, block_at, mine);
         put_signal(
             Block,
             dst.sub(block_at, r),
@@ -225,10 +230,8 @@ pub unsafe fn group_entry(
         );
         if w == 0 {
             let warp_at = 3 * r + 2 * ENTRY_WARP;
-            late(lane as u32 * ENTRY_SPIN / 8, sinks + 3 * b + 64 + lane);
-            for k in lane_mine..lane_mine + 4 {
-                src.write(warp_at + k, pattern(me, warp_at + k) as u32 + ENTRY_MARK);
-            }
+            let sink = sinks + 3 * b + 64 + lane;
+            write_late(lane as u32 * ENTRY_SPIN / 8, sink, warp_at, lane_mine);
             put_signal(
                 Warp,
                 dst.sub(warp_at, ENTRY_WARP),
