@@ -530,7 +530,7 @@ unsafe fn edge_block<T: Real, const ROLE: u8, const STEP: bool>(
     // No barrier between the row's update and its send: a block-scope `put_signal` meets
     // the block on entry (`shmem_device::scope`), so it sends what every thread wrote. With
     // a `sync_threads()` of its own here (and `__syncthreads()` in the twin), an iteration
-    // at 1024² took 0.2-1.1 % longer on two H200s, the twin's 2-3.6 % (BENCHMARKS.md,
+    // at 1024² took 0.2-1.1 % longer on two H200s, the twin's 1.8-3.6 % (BENCHMARKS.md,
     // fortieth session).
     // SAFETY: the neighbours are valid PEs with the same buffers, whose halo rows (row 0,
     // row `top_rows + 1`) are in bounds; those rows are theirs to receive (module

@@ -1639,8 +1639,8 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
     // The `bf16` paths fix the mode and the type (the kernel's contract), so that every test
     // of them below folds away: on one H200, at 1 PE, held, 0.991-0.992 of the time at 128
     // and 4096 tokens; the twin, changed alike, 0.948 at 4096 tokens in low-latency mode.
-    // The FP8 kernel keeps `dtype` a parameter: fixed, it took 1.006-1.010 of the time
-    // (BENCHMARKS.md, fortieth session).
+    // The FP8 kernel keeps `dtype` a parameter: fixed, it took 1.006 and 1.010 of the time
+    // at two of its four points (BENCHMARKS.md, fortieth session).
     let s = match path {
         DispatchPath::LowLatency => Shape {
             mode: MODE_LOW_LATENCY,
