@@ -37,30 +37,70 @@ use crate::types::RmaElem;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chunk(pub [u32; 4]);
 
-/// Defines a 16-byte load and store of `Chunk`: `$prelude` (PTX run first), `$space` (the
-/// state space: `""` generic, `".global"`) and `$addr` (the address operand).
-macro_rules! chunk_access {
-    ($(#[$ld_doc:meta])* $load:ident, $(#[$st_doc:meta])* $store:ident, $prelude:literal, $space:literal, $addr:literal) => {
-        $(#[$ld_doc])*
+/// Sixteen bytes as registers of one element type, moved by one vector load or store: CUDA's
+/// `uint4` (`[u32; 4]`, [`Chunk`]'s view), `float4` (`[f32; 4]`) and `double2` (`[f64; 2]`).
+///
+/// A kernel that computes on the elements loads them as their own type, so that they arrive
+/// in registers of that type (a plain read of an array is split by LLVM into narrower
+/// loads). In the halo example's sweep, `f64` rows read as [`Chunk`]s and rebuilt took
+/// more registers: three rows at a time spilled at the step kernel's 40 registers, where
+/// `[f64; 2]` loads fit, and the kernel ran 1.43 M warp instructions at 1024² against
+/// 1.63 M a row at a time (BENCHMARKS.md, forty-first session).
+///
+/// Sealed: implemented for the three types above only.
+pub trait Vec16: Copy + sealed::Sealed {
+    /// One 16-byte load (`ld.v4.u32`, `ld.v2.f64`, ...) through a generic address.
+    ///
+    /// # Safety
+    /// `p` is valid and 16-byte aligned.
+    unsafe fn load(p: *const Self) -> Self;
+    /// One 16-byte store (`st.v4.u32`, `st.v2.f64`, ...) through a generic address.
+    ///
+    /// # Safety
+    /// `p` is valid for writes and 16-byte aligned.
+    unsafe fn store(self, p: *mut Self);
+    /// [`Vec16::load`] from global memory (`ld.global.v4.u32`, ..., SASS `LDG.E.128`): what
+    /// nvcc emits for a pointer it knows to be global. The generic form goes through the
+    /// generic address path (`LD.E.128`).
+    ///
+    /// # Safety
+    /// `p` is valid, 16-byte aligned, and points to global memory (device memory of this
+    /// GPU, or of a peer mapped by `nvshmem_ptr` / [`crate::ptr`]), not shared or local
+    /// memory.
+    unsafe fn load_global(p: *const Self) -> Self;
+    /// [`Vec16::store`] to global memory (`st.global.v4.u32`, ..., SASS `STG.E.128`).
+    ///
+    /// # Safety
+    /// As [`Vec16::load_global`], and `p` is valid for writes.
+    unsafe fn store_global(self, p: *mut Self);
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// One of [`Vec16`]'s loads and stores: `$prelude` (PTX run first), `$space` (the state
+/// space: `""` generic, `".global"`) and `$addr` (the address operand), for the vector
+/// `$v` (`".v4.u32"`) of the elements `$el` in registers `$reg`, named `$l` (listed in PTX
+/// as `$list`).
+macro_rules! vec16_access {
+    ($load:ident, $store:ident, $prelude:literal, $space:literal, $addr:literal, $v:literal, $el:ty, $reg:ident, $list:literal, [$($l:ident)+]) => {
         #[inline(always)]
         #[cfg_attr(shmem_sim, track_caller)]
-        pub unsafe fn $load(p: *const Chunk) -> Chunk {
+        unsafe fn $load(p: *const Self) -> Self {
             #[cfg(target_arch = "nvptx64")]
             {
-                let (a, b, c, d): (u32, u32, u32, u32);
+                $(let $l: $el;)+
                 // SAFETY: the caller's contract; the asm reads the 16 bytes at `p` only.
                 unsafe {
                     core::arch::asm!(
-                        concat!("{{ ", $prelude, "ld", $space, ".v4.u32 {{{a}, {b}, {c}, {d}}}, [", $addr, "]; }}"),
+                        concat!("{{ ", $prelude, "ld", $space, $v, " {{", $list, "}}, [", $addr, "]; }}"),
                         p = in(reg64) p,
-                        a = out(reg32) a,
-                        b = out(reg32) b,
-                        c = out(reg32) c,
-                        d = out(reg32) d,
+                        $($l = out($reg) $l,)+
                         options(readonly, nostack, preserves_flags)
                     )
                 };
-                Chunk([a, b, c, d])
+                [$($l),+]
             }
             #[cfg(not(target_arch = "nvptx64"))]
             // SAFETY: the caller's contract.
@@ -69,21 +109,17 @@ macro_rules! chunk_access {
             }
         }
 
-        $(#[$st_doc])*
         #[inline(always)]
         #[cfg_attr(shmem_sim, track_caller)]
-        pub unsafe fn $store(self, p: *mut Chunk) {
+        unsafe fn $store(self, p: *mut Self) {
             #[cfg(target_arch = "nvptx64")]
             // SAFETY: the caller's contract; the asm writes the 16 bytes at `p` only.
             unsafe {
-                let [a, b, c, d] = self.0;
+                let [$($l),+] = self;
                 core::arch::asm!(
-                    concat!("{{ ", $prelude, "st", $space, ".v4.u32 [", $addr, "], {{{a}, {b}, {c}, {d}}}; }}"),
+                    concat!("{{ ", $prelude, "st", $space, $v, " [", $addr, "], {{", $list, "}}; }}"),
                     p = in(reg64) p,
-                    a = in(reg32) a,
-                    b = in(reg32) b,
-                    c = in(reg32) c,
-                    d = in(reg32) d,
+                    $($l = in($reg) $l,)+
                     options(nostack, preserves_flags)
                 )
             }
@@ -96,42 +132,81 @@ macro_rules! chunk_access {
     };
 }
 
+/// Implements [`Vec16`] for `[$el; $n]` (`$v`: the PTX vector type, `".v4.u32"`).
+macro_rules! vec16 {
+    ($el:ty, $n:literal, $v:literal, $reg:ident, $list:literal, [$($l:ident)+]) => {
+        impl sealed::Sealed for [$el; $n] {}
+        impl Vec16 for [$el; $n] {
+            vec16_access!(load, store, "", "", "{p}", $v, $el, $reg, $list, [$($l)+]);
+            vec16_access!(
+                load_global,
+                store_global,
+                ".reg .u64 g; cvta.to.global.u64 g, {p}; ",
+                ".global",
+                "g",
+                $v,
+                $el,
+                $reg,
+                $list,
+                [$($l)+]
+            );
+        }
+    };
+}
+
+vec16!(u32, 4, ".v4.u32", reg32, "{a}, {b}, {c}, {d}", [a b c d]);
+vec16!(f32, 4, ".v4.f32", reg32, "{a}, {b}, {c}, {d}", [a b c d]);
+vec16!(f64, 2, ".v2.f64", reg64, "{a}, {b}", [a b]);
+
 impl Chunk {
-    chunk_access!(
-        /// One 16-byte load (`ld.v4.u32`; LLVM would split a plain read into two 8-byte
-        /// ones).
-        ///
-        /// # Safety
-        /// `p` is valid and 16-byte aligned.
-        load,
-        /// One 16-byte store (`st.v4.u32`).
-        ///
-        /// # Safety
-        /// `p` is valid for writes and 16-byte aligned.
-        store,
-        "",
-        "",
-        "{p}"
-    );
-    chunk_access!(
-        /// [`Chunk::load`] from global memory (`ld.global.v4.u32`, SASS `LDG.E.128`): what
-        /// nvcc emits for a pointer it knows to be global. The generic form goes through
-        /// the generic address path (`LD.E.128`).
-        ///
-        /// # Safety
-        /// `p` is valid, 16-byte aligned, and points to global memory (device memory of
-        /// this GPU, or of a peer mapped by `nvshmem_ptr` / [`crate::ptr`]), not shared or
-        /// local memory.
-        load_global,
-        /// [`Chunk::store`] to global memory (`st.global.v4.u32`, SASS `STG.E.128`).
-        ///
-        /// # Safety
-        /// As [`Chunk::load_global`], and `p` is valid for writes.
-        store_global,
-        ".reg .u64 g; cvta.to.global.u64 g, {p}; ",
-        ".global",
-        "g"
-    );
+    /// One 16-byte load (`ld.v4.u32`; LLVM would split a plain read into two 8-byte ones):
+    /// [`Vec16::load`] of the `[u32; 4]`.
+    ///
+    /// # Safety
+    /// `p` is valid and 16-byte aligned.
+    #[inline(always)]
+    #[cfg_attr(shmem_sim, track_caller)]
+    pub unsafe fn load(p: *const Chunk) -> Chunk {
+        // SAFETY: the caller's contract; `Chunk` is a `[u32; 4]` (`repr(C)`).
+        Chunk(unsafe { Vec16::load(p.cast::<[u32; 4]>()) })
+    }
+
+    /// One 16-byte store (`st.v4.u32`).
+    ///
+    /// # Safety
+    /// `p` is valid for writes and 16-byte aligned.
+    #[inline(always)]
+    #[cfg_attr(shmem_sim, track_caller)]
+    pub unsafe fn store(self, p: *mut Chunk) {
+        // SAFETY: as for `load`.
+        unsafe { self.0.store(p.cast::<[u32; 4]>()) }
+    }
+
+    /// [`Chunk::load`] from global memory (`ld.global.v4.u32`, SASS `LDG.E.128`): what nvcc
+    /// emits for a pointer it knows to be global. The generic form goes through the generic
+    /// address path (`LD.E.128`).
+    ///
+    /// # Safety
+    /// `p` is valid, 16-byte aligned, and points to global memory (device memory of this
+    /// GPU, or of a peer mapped by `nvshmem_ptr` / [`crate::ptr`]), not shared or local
+    /// memory.
+    #[inline(always)]
+    #[cfg_attr(shmem_sim, track_caller)]
+    pub unsafe fn load_global(p: *const Chunk) -> Chunk {
+        // SAFETY: as for `load`.
+        Chunk(unsafe { Vec16::load_global(p.cast::<[u32; 4]>()) })
+    }
+
+    /// [`Chunk::store`] to global memory (`st.global.v4.u32`, SASS `STG.E.128`).
+    ///
+    /// # Safety
+    /// As [`Chunk::load_global`], and `p` is valid for writes.
+    #[inline(always)]
+    #[cfg_attr(shmem_sim, track_caller)]
+    pub unsafe fn store_global(self, p: *mut Chunk) {
+        // SAFETY: as for `load`.
+        unsafe { self.0.store_global(p.cast::<[u32; 4]>()) }
+    }
 }
 
 /// A predicated 16-byte load from global memory with the load qualifiers `$qual` (after
