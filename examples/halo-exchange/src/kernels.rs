@@ -57,11 +57,11 @@
 //! [`fence`], adds 1 to every PE's arrival word; it waits for all `n` arrivals and writes
 //! the sum over PEs, in PE order (so every PE has the same bits), to `stats[1 + check]`.
 
-use core::ops::{Add, Mul};
+use core::ops::{Add, Index, IndexMut, Mul};
 use shmem_device::hint;
 use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
-use shmem_device::rma::Chunk;
+use shmem_device::rma::Vec16;
 use shmem_device::scoped::{self, Gpu};
 
 /// The part of the grid one PE owns, and its neighbours. Passed by value to every kernel;
@@ -109,46 +109,29 @@ impl Slab {
 pub trait Real: Copy + Add<Output = Self> + Mul<Output = Self> + 'static {
     /// `0.25`.
     const QUARTER: Self;
-    /// Elements in a 16-byte [`Chunk`].
+    /// Elements in 16 bytes.
     const LANES: usize;
+    /// `LANES` elements: one 16-byte load or store ([`Vec16`]).
+    type Lanes: Vec16 + Index<usize, Output = Self> + IndexMut<usize>;
     /// Widening to `f64` (exact for both types).
     fn to_f64(self) -> f64;
-    /// Element `i` (`< LANES`) of `c`.
-    fn lane(c: &Chunk, i: usize) -> Self;
-    /// Sets element `i` (`< LANES`) of `c` to `v`.
-    fn set_lane(c: &mut Chunk, i: usize, v: Self);
 }
 impl Real for f32 {
     const QUARTER: f32 = 0.25;
     const LANES: usize = 4;
+    type Lanes = [f32; 4];
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self as f64
-    }
-    #[inline(always)]
-    fn lane(c: &Chunk, i: usize) -> f32 {
-        f32::from_bits(c.0[i])
-    }
-    #[inline(always)]
-    fn set_lane(c: &mut Chunk, i: usize, v: f32) {
-        c.0[i] = v.to_bits();
     }
 }
 impl Real for f64 {
     const QUARTER: f64 = 0.25;
     const LANES: usize = 2;
+    type Lanes = [f64; 2];
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self
-    }
-    #[inline(always)]
-    fn lane(c: &Chunk, i: usize) -> f64 {
-        f64::from_bits(u64::from(c.0[2 * i]) | u64::from(c.0[2 * i + 1]) << 32)
-    }
-    #[inline(always)]
-    fn set_lane(c: &mut Chunk, i: usize, v: f64) {
-        let b = v.to_bits();
-        (c.0[2 * i], c.0[2 * i + 1]) = (b as u32, (b >> 32) as u32);
     }
 }
 
@@ -272,8 +255,8 @@ unsafe fn update_row<T: Real, const K: usize>(
 }
 
 /// Whether the interior rows can be swept 16 bytes at a time ([`update_strip`]): rows of
-/// whole [`Chunk`]s, both grids 16-byte aligned. Otherwise [`update_row`] goes element by
-/// element.
+/// whole 16-byte chunks, both grids 16-byte aligned. Otherwise [`update_row`] goes element
+/// by element.
 #[inline(always)]
 fn by_chunks<T: Real>(a: *const T, a_new: *mut T, nx: usize) -> bool {
     nx.is_multiple_of(T::LANES) && (a as usize | a_new as usize).is_multiple_of(16)
@@ -292,57 +275,102 @@ fn by_chunks<T: Real>(a: *const T, a_new: *mut T, nx: usize) -> bool {
 /// with a run-time flag LLVM computed the squared changes on every row and selected them
 /// away (`FSEL`), where nvcc keeps two loops.
 ///
+/// Each row's loads are typed ([`Real::Lanes`]), and with `BY_THREE` (the per-iteration
+/// kernels) the rows go three at a time: the three register sets take turns as the rows
+/// above, at and below, so no values move between registers, as in nvcc's unrolled loop.
+/// One row at a time, rotating the rows through register moves, and loaded as
+/// [`Chunk`](shmem_device::rma::Chunk)s, a row took 37 instructions (`f64`, sm_90) against
+/// 23, and `step_f64` 1.63 M warp instructions at 1024² against 1.43 M (nvcc's: 1.36 M);
+/// Rust/twin time there went from 1.018-1.022 to 1.013-1.016 (one H200, 1 PE). Three at a
+/// time with `Chunk` loads, or four at a time, ptxas spilled at the step kernels' 40
+/// registers; in the persistent kernels (64) it spilled 4 bytes on sm_100 and measured no
+/// faster on sm_90, so they go a row at a time (BENCHMARKS.md, forty-first session).
+///
 /// # Safety
 /// [`by_chunks`] holds, `w = nx / LANES`, `v < w`, `1 <= row0`, `row0 + n` is at most the
 /// slab's last halo row, both grids hold the same border columns, and no other thread
 /// writes the points this call writes or reads.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn update_strip<T: Real, const CHECK: bool>(
+unsafe fn update_strip<T: Real, const CHECK: bool, const BY_THREE: bool>(
     a: *const T,
     a_new: *mut T,
-    nx: usize,
-    w: usize,
-    row0: usize,
+    nx: u32,
+    w: u32,
+    row0: u32,
     n: u32,
-    v: usize,
+    v: u32,
     acc: &mut f64,
 ) {
     let (first, last) = (v == 0, v == w - 1);
-    // SAFETY: rows `row0 - 1 ..= row0 + n` hold this chunk, and the elements on either side
-    // of it are in the buffer: before chunk 0 the previous row's last element (`row0 >= 1`),
-    // after chunk `w - 1` the next row's first (caller's contract); 16-byte aligned
-    // (`by_chunks`), global memory (a kernel's grids); the stores are this call's points.
-    unsafe {
-        let mut src = a.add(row0 * nx + v * T::LANES);
-        let mut dst = a_new.add(row0 * nx + v * T::LANES);
-        let mut up = Chunk::load_global(src.sub(nx).cast());
-        let mut cur = Chunk::load_global(src.cast());
-        for _ in 0..n {
-            let down = Chunk::load_global(src.add(nx).cast());
-            let (left, right) = (*src.sub(1), *src.add(T::LANES));
-            let mut out = cur;
-            for i in 0..T::LANES {
-                let l = if i == 0 { left } else { T::lane(&cur, i - 1) };
-                let x = if i + 1 == T::LANES {
-                    right
-                } else {
-                    T::lane(&cur, i + 1)
-                };
-                let val = (((l + x) + T::lane(&up, i)) + T::lane(&down, i)) * T::QUARTER;
-                let border = (i == 0 && first) || (i + 1 == T::LANES && last);
-                T::set_lane(&mut out, i, if border { T::lane(&cur, i) } else { val });
-            }
-            out.store_global(dst.cast());
-            if CHECK {
+    let (nx, at) = (nx as usize, |row: u32| {
+        row as usize * nx as usize + v as usize * T::LANES
+    });
+    // Updates the row at `*src` into `*dst` from the rows `up`, `cur` (its own) and the row
+    // below, which it loads and returns; moves both pointers down a row.
+    let row =
+        |up: &T::Lanes, cur: &T::Lanes, src: &mut *const T, dst: &mut *mut T, acc: &mut f64| {
+            // SAFETY: `*src` and `*dst` are a row of this strip in `row0..row0 + n`: the row
+            // below and the elements on either side of the chunk are in the buffer (before
+            // chunk 0 the previous row's last element, after chunk `w - 1` the next row's
+            // first: the caller's contract); 16-byte aligned (`by_chunks`), global memory (a
+            // kernel's grids); the store is this call's points.
+            unsafe {
+                let (s, d, below) = (*src, *dst, (*src).add(nx));
+                (*src, *dst) = (below, d.add(nx));
+                let down = T::Lanes::load_global(below.cast::<T::Lanes>());
+                let (left, right) = (*s.sub(1), *s.add(T::LANES));
+                let mut out = *cur;
                 for i in 0..T::LANES {
-                    let d = T::lane(&out, i).to_f64() - T::lane(&cur, i).to_f64();
-                    *acc += d * d;
+                    let l = if i == 0 { left } else { cur[i - 1] };
+                    let x = if i + 1 == T::LANES { right } else { cur[i + 1] };
+                    let val = (((l + x) + up[i]) + down[i]) * T::QUARTER;
+                    let border = (i == 0 && first) || (i + 1 == T::LANES && last);
+                    out[i] = if border { cur[i] } else { val };
                 }
+                out.store_global(d.cast::<T::Lanes>());
+                if CHECK {
+                    for i in 0..T::LANES {
+                        let d = out[i].to_f64() - cur[i].to_f64();
+                        *acc += d * d;
+                    }
+                }
+                down
             }
+        };
+    // SAFETY: rows `row0 - 1` and `row0` hold this chunk (`row0 >= 1`, the caller's
+    // contract), aligned global memory as above. (The row above is addressed from `a`,
+    // not as `src - nx`: that offset held in two more registers made ptxas spill.)
+    let (mut src, mut dst, mut up, mut cur) = unsafe {
+        let src = a.add(at(row0));
+        let up = T::Lanes::load_global(a.add(at(row0 - 1)).cast::<T::Lanes>());
+        (
+            src,
+            a_new.add(at(row0)),
+            up,
+            T::Lanes::load_global(src.cast::<T::Lanes>()),
+        )
+    };
+    let (s, d) = (&mut src, &mut dst);
+    if !BY_THREE {
+        for _ in 0..n {
+            let down = row(&up, &cur, s, d, acc);
             (up, cur) = (cur, down);
-            src = src.add(nx);
-            dst = dst.add(nx);
+        }
+        return;
+    }
+    let mut k = n;
+    while k >= 3 {
+        let d0 = row(&up, &cur, s, d, acc);
+        let d1 = row(&cur, &d0, s, d, acc);
+        let d2 = row(&d0, &d1, s, d, acc);
+        (up, cur) = (d1, d2);
+        k -= 3;
+    }
+    if k >= 1 {
+        let d0 = row(&up, &cur, s, d, acc);
+        if k >= 2 {
+            row(&cur, &d0, s, d, acc);
         }
     }
 }
@@ -404,8 +432,8 @@ fn is_edge_block(s: Slab) -> bool {
 }
 
 /// One iteration over the whole slab by the whole grid; returns this thread's residual part.
-/// `STEP`: in the per-iteration kernel (whose edge rows go [`EDGE_POINTS`] a round), not a
-/// persistent loop.
+/// `STEP`: in the per-iteration kernel (whose edge rows go [`EDGE_POINTS`] a round and
+/// interior rows three at a time, [`update_strip`]), not a persistent loop.
 ///
 /// # Safety
 /// The kernels' contract; every block of the grid calls it with the same arguments.
@@ -448,11 +476,11 @@ unsafe fn iterate<T: Real, const ROLE: u8, const STEP: bool>(
                 // SAFETY: rows `row0..row0 + n` are in `2..rows`, interior rows of the slab;
                 // strip `i` is this thread's alone.
                 unsafe {
-                    let (row0, v) = (row0 as usize, (i % w) as usize);
+                    let (nx, v) = (s.nx, i % w);
                     if check {
-                        update_strip::<T, true>(a, a_new, nx, w as usize, row0, n, v, &mut acc)
+                        update_strip::<T, true, STEP>(a, a_new, nx, w, row0, n, v, &mut acc)
                     } else {
-                        update_strip::<T, false>(a, a_new, nx, w as usize, row0, n, v, &mut acc)
+                        update_strip::<T, false, STEP>(a, a_new, nx, w, row0, n, v, &mut acc)
                     }
                 };
                 i += threads;

@@ -105,10 +105,11 @@ fn persistent_kernel_matches_the_cpu_on_1_2_4_and_8_pes() {
 /// per thread (20), more chunk columns than interior threads so that a thread walks two
 /// strips (260: 65 columns, 32 threads), and rows that are not whole chunks, swept element
 /// by element (23). At 260 the edge rows give a thread 8 or 9 points: rounds of
-/// `EDGE_POINTS` and one left over.
+/// `EDGE_POINTS` and one left over. The strips go three rows at a time and then one or
+/// two: 1 row a strip at 20 × 9, 3 at 260 × 12, 5 at 20 × 56, 7 and 4 at 20 × 84.
 #[test]
 fn per_iteration_kernel_matches_the_cpu_on_2_pes() {
-    for (nx, ny) in [(20u32, 9u32), (260, 12), (23, 9)] {
+    for (nx, ny) in [(20u32, 9u32), (260, 12), (23, 9), (20, 56), (20, 84)] {
         per_iteration_on_2_pes(nx, ny);
     }
 }
