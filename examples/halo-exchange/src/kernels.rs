@@ -275,16 +275,15 @@ fn by_chunks<T: Real>(a: *const T, a_new: *mut T, nx: usize) -> bool {
 /// with a run-time flag LLVM computed the squared changes on every row and selected them
 /// away (`FSEL`), where nvcc keeps two loops.
 ///
-/// Each row's loads are typed ([`Real::Lanes`]), and with `BY_THREE` (the per-iteration
-/// kernels) the rows go three at a time: the three register sets take turns as the rows
-/// above, at and below, so no values move between registers, as in nvcc's unrolled loop.
-/// One row at a time, rotating the rows through register moves, and loaded as
-/// [`Chunk`](shmem_device::rma::Chunk)s, a row took 37 instructions (`f64`, sm_90) against
-/// 23, and `step_f64` 1.63 M warp instructions at 1024² against 1.43 M (nvcc's: 1.36 M);
-/// Rust/twin time there went from 1.018-1.022 to 1.013-1.016 (one H200, 1 PE). Three at a
-/// time with `Chunk` loads, or four at a time, ptxas spilled at the step kernels' 40
-/// registers; in the persistent kernels (64) it spilled 4 bytes on sm_100 and measured no
-/// faster on sm_90, so they go a row at a time (BENCHMARKS.md, forty-first session).
+/// Each row's loads are typed ([`Real::Lanes`]), and with `by_three` (a constant after
+/// inlining: [`PERSISTENT_BY_THREE`]) the rows go three at a time: the three register sets
+/// take turns as the rows above, at and below, so no values move between registers, as in
+/// nvcc's unrolled loop. One row at a time, rotating the rows through register moves, and
+/// loaded as [`Chunk`](shmem_device::rma::Chunk)s, a row took 37 instructions (`f64`,
+/// sm_90) against 23, and `step_f64` 1.63 M warp instructions at 1024² against 1.43 M
+/// (nvcc's: 1.36 M); Rust/twin time there went from 1.018-1.022 to 1.013-1.016 (one H200,
+/// 1 PE). Three at a time with `Chunk` loads, or four at a time, ptxas spilled at the step
+/// kernels' 40 registers (BENCHMARKS.md, forty-first session).
 ///
 /// # Safety
 /// [`by_chunks`] holds, `w = nx / LANES`, `v < w`, `1 <= row0`, `row0 + n` is at most the
@@ -292,7 +291,7 @@ fn by_chunks<T: Real>(a: *const T, a_new: *mut T, nx: usize) -> bool {
 /// writes the points this call writes or reads.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn update_strip<T: Real, const CHECK: bool, const BY_THREE: bool>(
+unsafe fn update_strip<T: Real, const CHECK: bool>(
     a: *const T,
     a_new: *mut T,
     nx: u32,
@@ -300,6 +299,7 @@ unsafe fn update_strip<T: Real, const CHECK: bool, const BY_THREE: bool>(
     row0: u32,
     n: u32,
     v: u32,
+    by_three: bool,
     acc: &mut f64,
 ) {
     let (first, last) = (v == 0, v == w - 1);
@@ -352,7 +352,7 @@ unsafe fn update_strip<T: Real, const CHECK: bool, const BY_THREE: bool>(
         )
     };
     let (s, d) = (&mut src, &mut dst);
-    if !BY_THREE {
+    if !by_three {
         for _ in 0..n {
             let down = row(&up, &cur, s, d, acc);
             (up, cur) = (cur, down);
@@ -424,6 +424,14 @@ const BOTTOM: u8 = 4;
 /// (12 with `opaque`), so there blocks 0 and 1 run [`EDGE`].
 const ONE_WAY_LOOPS: bool = !cfg!(all(target_arch = "nvptx64", target_feature = "sm_100"));
 
+/// Whether the persistent kernels sweep their strips three rows at a time, as the
+/// per-iteration kernels do ([`update_strip`]). On sm_90 they measured as fast either way
+/// (one H200, 1 PE, 1024²-16384²), and a row at a time with typed loads, which LLVM
+/// unrolled by two, 3 % slower at 1024² `f32` (BENCHMARKS.md, forty-first session). On
+/// sm_100 three at a time spilled 4 bytes at their 64 registers, so there they go a row at
+/// a time.
+const PERSISTENT_BY_THREE: bool = !cfg!(all(target_arch = "nvptx64", target_feature = "sm_100"));
+
 /// Whether this block updates and sends an edge row (module documentation).
 #[inline(always)]
 fn is_edge_block(s: Slab) -> bool {
@@ -476,11 +484,11 @@ unsafe fn iterate<T: Real, const ROLE: u8, const STEP: bool>(
                 // SAFETY: rows `row0..row0 + n` are in `2..rows`, interior rows of the slab;
                 // strip `i` is this thread's alone.
                 unsafe {
-                    let (nx, v) = (s.nx, i % w);
+                    let (nx, v, by_three) = (s.nx, i % w, STEP || PERSISTENT_BY_THREE);
                     if check {
-                        update_strip::<T, true, STEP>(a, a_new, nx, w, row0, n, v, &mut acc)
+                        update_strip::<T, true>(a, a_new, nx, w, row0, n, v, by_three, &mut acc)
                     } else {
-                        update_strip::<T, false, STEP>(a, a_new, nx, w, row0, n, v, &mut acc)
+                        update_strip::<T, false>(a, a_new, nx, w, row0, n, v, by_three, &mut acc)
                     }
                 };
                 i += threads;
