@@ -380,12 +380,17 @@ unsafe fn update_strip<T: Real, const CHECK: bool>(
 /// band `i / w` at column `i % w`. Returns the band height and the number of strips: as
 /// many bands as give each of the `threads` interior threads one strip (at least one
 /// band), so the threads walk down their strips side by side and none waits on a second
-/// round. `m > 0`.
+/// round. `m > 0`, `w > 0`, `m + threads < 2^32`.
+///
+/// Rounded up by `(m + d - 1) / d` as the twin does: `div_ceil`'s remainder test and its
+/// checks for zero took about 6 more instructions in every interior warp's prologue
+/// (`ncu`, BENCHMARKS.md, forty-first session).
 #[inline(always)]
+#[allow(clippy::manual_div_ceil, reason = "measured: fewer instructions")]
 pub fn strips(m: u32, w: u32, threads: u32) -> (u32, u32) {
     let bands = (threads / w).max(1);
-    let height = m.div_ceil(bands);
-    (height, m.div_ceil(height) * w)
+    let height = (m + bands - 1) / bands;
+    (height, (m + height - 1) / height * w)
 }
 
 /// The symmetric buffers of a solve.
@@ -475,6 +480,9 @@ unsafe fn iterate<T: Real, const ROLE: u8, const STEP: bool>(
         // an interior one. The CPU simulator found `blk - 2` underflowing here.)
         if by_chunks(a, a_new, nx) {
             let w = (nx / T::LANES) as u32;
+            // SAFETY: `nx >= 3` (the kernels' contract) and `by_chunks`: a chunk at least.
+            // (Told to LLVM so that the divisions by `w` carry no check for zero.)
+            unsafe { core::hint::assert_unchecked(w > 0) };
             let threads = ((nblk - 2) * bs) as u32;
             let (height, count) = strips(rows as u32 - 2, w, threads);
             let mut i = ((blk - 2) * bs + tid) as u32;
@@ -762,8 +770,9 @@ macro_rules! kernels {
         /// Every PE launches it, with the same `epoch` and `check`, grid of at least 3 blocks
         /// whose block size is a multiple of 32, co-resident (cooperative launch). `a` and
         /// `a_new` are symmetric `(max_rows + 2) * nx` buffers laid out as in the module
-        /// documentation with `slab` this PE's part from [`crate::partition`], holding the
-        /// same values in the border columns (the sweep rewrites them); `sync` (3),
+        /// documentation with `slab` this PE's part from [`crate::partition`] of a grid of
+        /// at least 3 × 3, holding the same values in the border columns (the sweep
+        /// rewrites them); `sync` (3),
         /// `work` (2), `stats` (1 + checks) and `norms` (`n_pes * checks`) are symmetric,
         /// zeroed together with a barrier before epoch 0, and epochs go up by one per launch.
         #[shmem_kernel(max_threads = 512, min_blocks = 3)]
