@@ -169,6 +169,7 @@ const API: &[(&str, bool)] = &[
     ("peer_memory", false),
     ("block_shared", false),
     ("block_votes", false),
+    ("vec16", false),
     ("fp8_convert", false),
     ("bounds_check", false),
 ];

@@ -22,6 +22,7 @@
 //! | [`peer_memory`](peer_memory()) | `ptr`, scoped loads/stores/atomics over peer mappings | no (spins on memory) |
 //! | [`block_shared`](block_shared()) | dynamic shared memory: its size, a release/acquire hand-off and atomics at block scope | no |
 //! | [`block_votes`](block_votes()) | `sync_threads_count`, `sync_threads_and`, `sync_threads_or` | no |
+//! | [`vec16`](vec16()) | `rma::Vec16`: 16-byte loads and stores of `[u32; 4]`, `[f32; 4]`, `[f64; 2]`, generic and global | no |
 //! | [`fp8_convert`](fp8_convert()) | `fp8`: the `e4m3` conversions on the GPU's instructions against their definitions | no |
 //! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
 
@@ -807,6 +808,56 @@ pub unsafe fn block_votes(got: SymSlice<u32>) {
     let v = v | u32::from(one) << 10 | u32::from(none) << 11;
     // SAFETY: each thread writes its own word; the caller's `got` has `blocks * n` words.
     unsafe { got.write((n * b + t) as usize, v) };
+}
+
+/// [`rma::Vec16`]'s loads and stores: thread `t` of the block moves chunk `t` of each of
+/// six regions of `src` (`VEC16_CHUNKS` chunks of four words each) to the same place in
+/// `dst`, changing every lane so that a lane moved to the wrong place shows: regions 0 and
+/// 1 as `[u32; 4]` adding `i + 1` to lane `i`, 2 and 3 as `[f32; 4]` adding `0.5 * (i + 1)`,
+/// 4 and 5 as `[f64; 2]` adding `i + 1`. Even regions are loaded through a generic address
+/// and stored to global memory, odd regions the other way round.
+#[shmem_kernel]
+pub unsafe fn vec16(src: SymSlice<u32>, dst: SymSlice<u32>) {
+    use rma::Vec16;
+    let t = thread_idx_x() as usize;
+    if t >= VEC16_CHUNKS {
+        return;
+    }
+    // Moves chunk `t` of region `r` as a `V`, changed by `f`.
+    fn one<V: Vec16>(
+        src: SymSlice<u32>,
+        dst: SymSlice<u32>,
+        r: usize,
+        t: usize,
+        f: impl Fn(V) -> V,
+    ) {
+        let at = 4 * (r * VEC16_CHUNKS + t);
+        let (s, d) = (
+            src.as_ptr().wrapping_add(at).cast::<V>(),
+            dst.as_ptr().wrapping_add(at).cast::<V>(),
+        );
+        // SAFETY: the chunk lies in both buffers (`6 * VEC16_CHUNKS` chunks each, the host's
+        // allocation), 16-byte aligned (symmetric allocations are), global memory; this
+        // thread's alone.
+        unsafe {
+            if r.is_multiple_of(2) {
+                f(V::load(s)).store_global(d)
+            } else {
+                f(V::load_global(s)).store(d)
+            }
+        }
+    }
+    for r in 0..2 {
+        one(src, dst, r, t, |v: [u32; 4]| {
+            core::array::from_fn(|i| v[i].wrapping_add(i as u32 + 1))
+        });
+        one(src, dst, 2 + r, t, |v: [f32; 4]| {
+            core::array::from_fn(|i| v[i] + 0.5 * (i + 1) as f32)
+        });
+        one(src, dst, 4 + r, t, |v: [f64; 2]| {
+            core::array::from_fn(|i| v[i] + (i + 1) as f64)
+        });
+    }
 }
 
 /// Words of dynamic shared memory [`block_shared`](block_shared()) is launched with.

@@ -54,6 +54,9 @@ pub fn neighbours(me: i32, n: i32) -> (i32, i32) {
 pub const BULK_CASE: usize = 256;
 /// Cases in `rma_bulk`: `[put, put_nbi, get, get_nbi] × [Thread, Warp, Block]`, in that order.
 pub const BULK_CASES: usize = 12;
+/// Chunks (a thread each) in each of `vec16`'s six regions.
+pub const VEC16_CHUNKS: usize = 64;
+
 /// Threads of `group_entry`'s block.
 pub const ENTRY_THREADS: usize = 128;
 /// Elements of each of `group_entry`'s warp regions: a chunk of 16 bytes a lane.

@@ -47,6 +47,7 @@ macro_rules! simulated_cases {
             peer_memory: 1,
             block_shared: 1,
             block_votes: 1,
+            vec16: 1,
             fp8_convert: 1,
             unequal_allocation_fails_on_every_pe: 2,
             graph_replays_launches_and_barriers: 1,
@@ -586,6 +587,42 @@ pub fn block_votes(rt: &Shmem) {
         want,
         "per thread: count | and(all) << 8 | and(one false) << 9 | or(one) << 10 | or(none) << 11"
     );
+}
+
+pub fn vec16(rt: &Shmem) {
+    use suite_common::VEC16_CHUNKS as C;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::vec16>().unwrap();
+    let words = 6 * 4 * C;
+    // Regions 0-1 any bits, 2-3 `f32`s, 4-5 `f64`s (word pairs), each distinct.
+    let f32_at = |w: usize| (w as f32 * 0.25 - 100.0).to_bits();
+    let f64_at = |w: usize| (w as f64 * 0.125 - 1000.0).to_bits();
+    let src_of = |w: usize| match w / (8 * C) {
+        0 => (w as u32).wrapping_mul(0x9e37_79b9),
+        1 => f32_at(w),
+        _ => (f64_at(w / 2) >> (32 * (w % 2))) as u32,
+    };
+    let src = filled(rt, words, src_of);
+    let dst = filled(rt, words, |_| 0u32);
+    // SAFETY: both hold six regions of `C` chunks; one block of `C` threads.
+    unsafe {
+        k.launch(LaunchConfig::linear(1, C as u32), (&src, &dst))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let got = dst.to_vec().unwrap();
+    for (w, &g) in got.iter().enumerate() {
+        let lane = w % 4;
+        let want = match w / (8 * C) {
+            0 => src_of(w).wrapping_add(lane as u32 + 1),
+            1 => (f32::from_bits(src_of(w)) + 0.5 * (lane + 1) as f32).to_bits(),
+            _ => {
+                let v = f64::from_bits(f64_at(w / 2)) + (lane / 2 + 1) as f64;
+                (v.to_bits() >> (32 * (w % 2))) as u32
+            }
+        };
+        assert_eq!(g, want, "dst[{w}] (region {}, lane {lane})", w / (4 * C));
+    }
 }
 
 pub fn block_shared(rt: &Shmem) {
