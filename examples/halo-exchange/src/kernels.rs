@@ -430,11 +430,11 @@ const BOTTOM: u8 = 4;
 const ONE_WAY_LOOPS: bool = !cfg!(all(target_arch = "nvptx64", target_feature = "sm_100"));
 
 /// Whether the persistent kernels sweep their strips three rows at a time, as the
-/// per-iteration kernels do ([`update_strip`]). On sm_90 they measured as fast either way
-/// (one H200, 1 PE, 1024²-16384²), and a row at a time with typed loads, which LLVM
-/// unrolled by two, 3 % slower at 1024² `f32` (BENCHMARKS.md, forty-first session). On
-/// sm_100 three at a time spilled 4 bytes at their 64 registers, so there they go a row at
-/// a time.
+/// per-iteration kernels do ([`update_strip`]). On sm_90 that measured as fast as the
+/// `Chunk` rows a row at a time or up to 1 % faster (H200s, 1 PE, 1024²-16384²), and a row
+/// at a time with typed loads, which LLVM unrolled by two, 3 % slower at 1024² `f32`
+/// (BENCHMARKS.md, forty-first session). On sm_100 three at a time spilled 4 bytes at their
+/// 64 registers, so there they go a row at a time.
 const PERSISTENT_BY_THREE: bool = !cfg!(all(target_arch = "nvptx64", target_feature = "sm_100"));
 
 /// Whether this block updates and sends an edge row (module documentation).
