@@ -41,6 +41,7 @@
 //! | `nvshmemx_float_sum_reduce_block(team, d, s, n)` | [`coll::reduce`]`(Block, team, Sum, d, s)` |
 //! | `ld.acquire.sys.global.u32` | [`scoped::load_acquire`]`(Sys, p)` |
 //! | `extern __shared__ uint32_t smem[];` (launched with `n` bytes) | [`shared::dynamic`]`::<u32>(len) -> Option<SharedPtr<u32>>` |
+//! | `cp.async.bulk` with an `mbarrier` (`cuda::memcpy_async`, `cuda::ptx`) | [`bulk::copy_to_shared`]`(dst, src, bytes, bar)`, [`bulk::copy_to_global`], [`bulk::Barrier`] |
 //!
 //! # Memory and safety model
 //!
@@ -76,6 +77,7 @@ mod panic;
 
 pub mod amo;
 pub mod bound;
+pub mod bulk;
 pub mod coll;
 pub mod fp8;
 pub mod hint;

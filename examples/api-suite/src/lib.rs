@@ -23,6 +23,7 @@
 //! | [`block_shared`](block_shared()) | dynamic shared memory: its size, a release/acquire hand-off and atomics at block scope | no |
 //! | [`block_votes`](block_votes()) | `sync_threads_count`, `sync_threads_and`, `sync_threads_or` | no |
 //! | [`vec16`](vec16()) | `rma::Vec16`: 16-byte loads and stores of `[u32; 4]`, `[f32; 4]`, `[f64; 2]`, generic and global | no |
+//! | [`bulk_copies`](bulk_copies()) | `bulk`: copies into shared memory on a barrier's phases, out to the next PE's memory in groups, a slot used again after its group has read it | no |
 //! | [`fp8_convert`](fp8_convert()) | `fp8`: the `e4m3` conversions on the GPU's instructions against their definitions | no |
 //! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
 
@@ -857,6 +858,83 @@ pub unsafe fn vec16(src: SymSlice<u32>, dst: SymSlice<u32>) {
         one(src, dst, 4 + r, t, |v: [f64; 2]| {
             core::array::from_fn(|i| v[i] + (i + 1) as f64)
         });
+    }
+}
+
+/// Bytes of dynamic shared memory [`bulk_copies`](bulk_copies()) is launched with: a line
+/// for the barriers, then the slots.
+pub const BULK_COPY_SHARED: usize = 128 + BULK_COPY_SLOTS * BULK_COPY_PIECE;
+
+/// [`bulk`](shmem_device::bulk): thread 0 moves `BULK_COPY_BYTES` of this PE's `src` into
+/// the next PE's `dst` by bulk copies, `BULK_COPY_PIECES` pieces (the last one shorter, not
+/// a multiple of the others) through `BULK_COPY_SLOTS` slots of shared memory, two pieces in
+/// flight: each piece comes in on its slot's barrier (whose phases wrap, 0, 1, 0), goes out
+/// in a group of its own, and its slot takes a piece again once that group has read it. The
+/// block then waits for every group, quiets, and meets every PE. Where the build has no bulk
+/// copies (`bulk::AVAILABLE`, before sm_90) thread 0 copies with ordinary loads and stores,
+/// so that the suite's check still holds there. The next PE's memory must be mapped here.
+///
+/// # Safety
+/// `src` and `dst` hold `BULK_COPY_BYTES` bytes each on every PE; one block, launched with
+/// `BULK_COPY_SHARED` bytes of dynamic shared memory, on every PE.
+#[shmem_kernel]
+pub unsafe fn bulk_copies(src: SymSlice<u8>, dst: SymSlice<u8>) {
+    use shmem_device::bulk::{self, Barrier};
+    let next = (my_pe() + 1) % n_pes();
+    if thread_idx_x() == 0 {
+        let to = ptr_slice(dst, next);
+        let Some(mem) = shared::dynamic::<u8>(BULK_COPY_SHARED) else {
+            return;
+        };
+        let (Some(to), true) = (to, bulk::AVAILABLE) else {
+            // SAFETY: both ranges hold `BULK_COPY_BYTES` (the kernel's contract); the next
+            // PE's copy through a mapped address, or this PE's when it is not mapped (the
+            // check then fails).
+            unsafe {
+                let to = to.map_or(dst.as_ptr(), |p| p.as_ptr());
+                core::ptr::copy_nonoverlapping(src.as_ptr(), to, BULK_COPY_BYTES);
+            }
+            quiet();
+            return;
+        };
+        let slots = BULK_COPY_SLOTS as u32;
+        // SAFETY: the shared memory is the launch's `BULK_COPY_SHARED` bytes, this thread's
+        // alone: the barriers in its first line, then the slots; the pieces lie within `src`
+        // and the next PE's `dst`, multiples of 16 bytes at offsets of 16; a slot takes a
+        // piece again only after the group that read it has (`wait_read`).
+        unsafe {
+            let at = |off: usize| shared::SharedPtr::from_raw(mem.as_ptr().add(off));
+            let bar = |k: u32| Barrier::from_shared(at(8 * (k % slots) as usize).cast::<u64>());
+            let slot = |k: u32| at(128 + (k % slots) as usize * BULK_COPY_PIECE);
+            for i in 0..slots {
+                Barrier::init(at(8 * i as usize).cast::<u64>(), 1);
+            }
+            let piece = |k: u32| {
+                let off = k as usize * BULK_COPY_PIECE;
+                (off, BULK_COPY_PIECE.min(BULK_COPY_BYTES - off) as u32)
+            };
+            let load = |k: u32| {
+                let (off, len) = piece(k);
+                bar(k).arrive_expect_tx(len);
+                bulk::copy_to_shared(slot(k), src.as_ptr().add(off), len, bar(k));
+            };
+            let pieces = BULK_COPY_PIECES as u32;
+            for k in 0..slots - 1 {
+                load(k);
+            }
+            for k in 0..pieces {
+                if k + slots - 1 < pieces {
+                    bulk::wait_read::<0>();
+                    load(k + slots - 1);
+                }
+                bar(k).wait(k / slots % 2);
+                let (off, len) = piece(k);
+                bulk::copy_to_global(to.as_ptr().add(off), slot(k), len);
+                bulk::commit_group();
+            }
+            bulk::wait_all();
+        }
+        quiet();
     }
 }
 

@@ -56,6 +56,17 @@ pub const BULK_CASE: usize = 256;
 pub const BULK_CASES: usize = 12;
 /// Chunks (a thread each) in each of `vec16`'s six regions.
 pub const VEC16_CHUNKS: usize = 64;
+/// `bulk_copies`: bytes of each full piece, the pieces (the last one `BULK_TAIL` bytes), and
+/// the shared slots they go through.
+pub const BULK_COPY_PIECE: usize = 4096;
+/// See [`BULK_COPY_PIECE`].
+pub const BULK_COPY_PIECES: usize = 8;
+/// See [`BULK_COPY_PIECE`].
+pub const BULK_TAIL: usize = 1040;
+/// See [`BULK_COPY_PIECE`].
+pub const BULK_COPY_SLOTS: usize = 3;
+/// Bytes `bulk_copies` moves: seven full pieces and the tail.
+pub const BULK_COPY_BYTES: usize = (BULK_COPY_PIECES - 1) * BULK_COPY_PIECE + BULK_TAIL;
 
 /// Threads of `group_entry`'s block.
 pub const ENTRY_THREADS: usize = 128;

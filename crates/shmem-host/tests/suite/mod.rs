@@ -48,6 +48,7 @@ macro_rules! simulated_cases {
             block_shared: 1,
             block_votes: 1,
             vec16: 1,
+            bulk_copies: 2,
             fp8_convert: 1,
             unequal_allocation_fails_on_every_pe: 2,
             graph_replays_launches_and_barriers: 1,
@@ -622,6 +623,38 @@ pub fn vec16(rt: &Shmem) {
             }
         };
         assert_eq!(g, want, "dst[{w}] (region {}, lane {lane})", w / (4 * C));
+    }
+}
+
+pub fn bulk_copies(rt: &Shmem) {
+    use suite_common::BULK_COPY_BYTES as B;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::bulk_copies>().unwrap();
+    let (me, n) = (rt.my_pe() as usize, rt.n_pes() as usize);
+    let byte = |pe: usize, i: usize| (i.wrapping_mul(131) ^ (pe * 77 + i / 251)) as u8;
+    let src = filled(rt, B, |i| byte(me, i));
+    let dst = filled(rt, B, |_| 0u8);
+    rt.barrier_all().unwrap();
+    let shared = api_suite_kernels::BULK_COPY_SHARED as u32;
+    // SAFETY: both hold `BULK_COPY_BYTES` on every PE; one block, with the shared memory the
+    // kernel uses; every PE launches it.
+    unsafe {
+        k.launch(
+            LaunchConfig::linear(1, 32).with_shared_mem(shared),
+            (&src, &dst),
+        )
+        .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let from = (me + n - 1) % n;
+    let got = dst.to_vec().unwrap();
+    for (i, &g) in got.iter().enumerate() {
+        assert_eq!(
+            g,
+            byte(from, i),
+            "dst[{i}] (piece {}): PE {from}'s byte",
+            i / suite_common::BULK_COPY_PIECE
+        );
     }
 }
 

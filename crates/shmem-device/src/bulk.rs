@@ -1,0 +1,458 @@
+//! Bulk copies: the SM's copy engine (the Tensor Memory Accelerator of sm_90 and up) moves a
+//! whole range between global memory and the block's shared memory in one instruction,
+//! holding no registers while the bytes are in flight. CUDA: `cp.async.bulk` with an
+//! `mbarrier` (`cuda::memcpy_async` with a `cuda::barrier`, or `cuda::ptx`).
+//!
+//! - **In:** [`copy_to_shared`] completes on a [`Barrier`] in shared memory. A thread
+//!   announces the bytes with [`Barrier::arrive_expect_tx`], issues the copy, and the
+//!   threads that read the bytes wait for the barrier's phase ([`Barrier::wait`]).
+//! - **Out:** [`copy_to_global`] reads shared memory and writes global memory: this GPU's,
+//!   or a peer's mapped through [`crate::ptr`] (NVLink). The copies a thread issued since
+//!   its last [`commit_group`] form a *bulk group*. [`wait_read`] waits until all but the
+//!   newest `N` groups have read their shared memory (which may then be written again), and
+//!   [`wait_all`] until every group's writes are complete and visible to the thread's
+//!   ordinary loads, stores and fences ([`crate::quiet`] then publishes them).
+//!
+//! ```ignore
+//! // One thread moves `bytes` from `src` to `dst` through `buf` (shared memory).
+//! let bar = unsafe { Barrier::init(bar_at, 1) };
+//! unsafe {
+//!     bar.arrive_expect_tx(bytes);
+//!     copy_to_shared(buf, src, bytes, bar);
+//!     bar.wait(0);
+//!     copy_to_global(dst, buf, bytes);
+//! }
+//! commit_group();
+//! wait_all();
+//! ```
+//!
+//! They exist where [`AVAILABLE`] is true: in builds for sm_90 and up, and on the simulator.
+//! In older builds every function of this module stops the kernel (a trap); a kernel that
+//! must run there tests [`AVAILABLE`] (a constant) first.
+//!
+//! The simulator makes the copies' bytes appear as late as the GPU may: a copy into shared
+//! memory lands when a thread's [`Barrier::wait`] sees its phase complete, and a copy out
+//! reads shared memory and writes global memory at the [`wait_read`] or [`wait_all`] of its
+//! thread that covers its group. So a read of a slot before its wait, a slot written again
+//! before its store has read it, and a result published before [`wait_all`] show up as
+//! wrong data there. (On the GPU, copies out that no wait covers complete with the kernel;
+//! the simulator drops them, which flags the missing wait.)
+//!
+//! # Safety common to every copy
+//! Addresses and sizes are multiples of 16 bytes. The shared end is this block's shared
+//! memory ([`crate::shared::dynamic`]); the global end is global memory (this GPU's or a
+//! mapped peer's) valid for the bytes; neither end is touched by another thread or copy
+//! while the copy may still read or write it.
+
+use crate::mem::SharedPtr;
+
+/// Whether this build has bulk copies: sm_90 and up, and the simulator.
+pub const AVAILABLE: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90"));
+
+/// The alignment and the granularity of a bulk copy's addresses and sizes, in bytes.
+pub const ALIGN: usize = 16;
+
+/// An `mbarrier` in the block's shared memory: the completion of [`copy_to_shared`]s. Each
+/// phase completes when the expected arrivals have arrived and every byte they announced has
+/// landed; then the next phase begins, and the phases' parities alternate (0, 1, 0, ...).
+#[derive(Clone, Copy)]
+pub struct Barrier {
+    at: *mut u64,
+}
+
+// The simulator's barrier word: pending transaction bytes (low 32 bits, signed), pending
+// arrivals (16 bits), expected arrivals (15 bits), the phase's parity (top bit).
+#[cfg(not(target_arch = "nvptx64"))]
+mod word {
+    pub(super) const PHASE: u64 = 1 << 63;
+    pub(super) fn count(w: u64) -> u64 {
+        (w >> 48) & 0x7fff
+    }
+    pub(super) fn pending(w: u64) -> u64 {
+        (w >> 32) & 0xffff
+    }
+    /// `w` after `arrivals` arrivals and `tx` more bytes announced (negative: landed), with
+    /// the phase completed when nothing is pending.
+    pub(super) fn update(w: u64, arrivals: u64, tx: i64) -> u64 {
+        let bytes = (w as u32 as i32 as i64) + tx;
+        let left = pending(w)
+            .checked_sub(arrivals)
+            .expect("bulk::Barrier: more arrivals than the phase expects");
+        if left == 0 && bytes == 0 {
+            ((w & PHASE) ^ PHASE) | count(w) << 48 | count(w) << 32
+        } else {
+            (w & PHASE) | count(w) << 48 | left << 32 | u64::from(bytes as i32 as u32)
+        }
+    }
+}
+
+/// The simulator's copies in flight.
+#[cfg(not(target_arch = "nvptx64"))]
+mod flight {
+    extern crate std;
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::vec::Vec;
+
+    /// A copy into shared memory whose bytes have not landed: its destination, and the bytes
+    /// as they were read.
+    type Landing = (usize, Vec<u8>);
+    /// Those copies by the address of their barrier.
+    type Inbound = BTreeMap<usize, Vec<Landing>>;
+    /// A copy out: its group, destination, source and length.
+    type Out = (u64, usize, usize, usize);
+
+    static INBOUND: Mutex<Inbound> = Mutex::new(BTreeMap::new());
+
+    std::thread_local! {
+        /// This simulated thread's copies out, and its current group's number.
+        static OUTBOUND: RefCell<(u64, Vec<Out>)> = const { RefCell::new((0, Vec::new())) };
+    }
+
+    fn inbound() -> std::sync::MutexGuard<'static, Inbound> {
+        INBOUND.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new barrier at `bar`: nothing in flight towards it.
+    pub(super) fn reset(bar: usize) {
+        inbound().remove(&bar);
+    }
+
+    /// Reads `len` bytes at `src` now, to land at `dst` when `bar`'s phase is waited for.
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `len` bytes.
+    pub(super) unsafe fn read_in(bar: usize, dst: usize, src: *const u8, len: usize) {
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { core::slice::from_raw_parts(src, len) }.to_vec();
+        inbound().entry(bar).or_default().push((dst, bytes));
+    }
+
+    /// Lands the copies towards `bar`.
+    ///
+    /// # Safety
+    /// Their destinations are valid for writes (the copies' contract).
+    pub(super) unsafe fn land(bar: usize) {
+        for (dst, bytes) in inbound().remove(&bar).unwrap_or_default() {
+            // SAFETY: the caller's contract.
+            unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
+        }
+    }
+
+    /// Records a copy out in the current group.
+    pub(super) fn write_out(dst: usize, src: usize, len: usize) {
+        OUTBOUND.with_borrow_mut(|(group, v)| v.push((*group, dst, src, len)));
+    }
+
+    /// Closes the current group.
+    pub(super) fn commit() {
+        OUTBOUND.with_borrow_mut(|(group, _)| *group += 1);
+    }
+
+    /// Performs the copies out of every committed group but the newest `keep` (copies not
+    /// yet committed belong to no group and stay).
+    ///
+    /// # Safety
+    /// The copies' ends are valid (the copies' contract).
+    pub(super) unsafe fn complete(keep: u64) {
+        let done: Vec<_> = OUTBOUND.with_borrow_mut(|(group, v)| {
+            let before = group.saturating_sub(keep);
+            let (done, left) = v.drain(..).partition(|c| c.0 < before);
+            *v = left;
+            done
+        });
+        for (_, dst, src, len) in done {
+            // SAFETY: the caller's contract.
+            unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
+        }
+    }
+}
+
+/// The shared-memory address space's 32-bit address of a generic pointer into it.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+#[inline(always)]
+fn shared_addr<T>(p: *const T) -> u32 {
+    let a: u32;
+    // SAFETY: converts an address; nothing is accessed.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .u64 a; cvta.to.shared.u64 a, {p}; cvt.u32.u64 {a}, a; }}",
+            p = in(reg64) p,
+            a = out(reg32) a,
+            options(pure, nomem, nostack)
+        )
+    };
+    a
+}
+
+/// Stops the kernel: a bulk copy in a build without them (see [`AVAILABLE`]).
+#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
+#[inline(always)]
+fn unavailable() -> ! {
+    // SAFETY: `trap` ends the kernel with an error the host reports; nothing is left half done
+    // that a caller relied on (the copy was never issued).
+    unsafe { core::arch::nvptx::trap() }
+}
+
+impl Barrier {
+    /// Initialises the barrier at `at` for `arrivals` arrivals a phase (at most 2^15 - 1), its
+    /// first phase of parity 0, and makes that visible to the copy engine.
+    ///
+    /// # Safety
+    /// `at` is this block's shared memory, 8-byte aligned; one thread initialises it, and the
+    /// threads that use it synchronise with that thread afterwards (a barrier, or
+    /// [`crate::sync_warp`] within its warp); nothing else uses the word meanwhile.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+    pub unsafe fn init(at: SharedPtr<u64>, arrivals: u32) -> Barrier {
+        let at = at.as_ptr();
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+        // SAFETY: the caller's contract: an aligned word of this block's shared memory.
+        unsafe {
+            core::arch::asm!(
+                "mbarrier.init.shared::cta.b64 [{a}], {n};",
+                "fence.mbarrier_init.release.cluster;",
+                a = in(reg32) shared_addr(at),
+                n = in(reg32) arrivals,
+                options(nostack)
+            )
+        };
+        #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
+        {
+            let _ = arrivals;
+            unavailable();
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            crate::host::step("bulk::Barrier::init", false);
+            flight::reset(at as usize);
+            let n = u64::from(arrivals & 0x7fff);
+            // SAFETY: the caller's contract.
+            unsafe { at.write(n << 48 | n << 32) };
+        }
+        Barrier { at }
+    }
+
+    /// The barrier at `at`, which a thread of the block has initialised ([`Barrier::init`]).
+    ///
+    /// # Safety
+    /// As [`Barrier::init`]'s: the calling thread has synchronised with the initialising one.
+    #[inline(always)]
+    pub unsafe fn from_shared(at: SharedPtr<u64>) -> Barrier {
+        Barrier { at: at.as_ptr() }
+    }
+
+    /// Arrives once at the current phase and announces `bytes` more that copies into shared
+    /// memory will land in it (`mbarrier.arrive.expect_tx`).
+    ///
+    /// # Safety
+    /// The barrier is initialised ([`Barrier::from_shared`]); the phase expects this arrival.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+    pub unsafe fn arrive_expect_tx(self, bytes: u32) {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+        // SAFETY: the caller's contract.
+        unsafe {
+            core::arch::asm!(
+                "mbarrier.arrive.expect_tx.shared::cta.b64 _, [{a}], {b};",
+                a = in(reg32) shared_addr(self.at),
+                b = in(reg32) bytes,
+                options(nostack)
+            )
+        };
+        #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
+        {
+            let _ = bytes;
+            unavailable();
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            crate::host::step("bulk::Barrier::arrive_expect_tx", false);
+            // SAFETY: the caller's contract; one simulated thread runs at a time.
+            unsafe {
+                self.at
+                    .write(word::update(self.at.read(), 1, i64::from(bytes)))
+            };
+        }
+    }
+
+    /// Waits until the phase of parity `parity` (0 or 1) has completed: the bytes of its
+    /// copies are in shared memory and visible to the calling thread.
+    ///
+    /// # Safety
+    /// The barrier is initialised; the phase of that parity is the current or the one before.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+    pub unsafe fn wait(self, parity: u32) {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+        loop {
+            let done: u32;
+            // SAFETY: the caller's contract.
+            unsafe {
+                core::arch::asm!(
+                    "{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [{a}], {q}; selp.u32 {d}, 1, 0, p; }}",
+                    a = in(reg32) shared_addr(self.at),
+                    q = in(reg32) parity,
+                    d = out(reg32) done,
+                    options(nostack)
+                )
+            };
+            if done != 0 {
+                break;
+            }
+        }
+        #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
+        {
+            let _ = parity;
+            unavailable();
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        loop {
+            // SAFETY: the caller's contract; one simulated thread runs at a time.
+            let w = unsafe { self.at.read() };
+            if (w >> 63) as u32 != parity & 1 {
+                // SAFETY: the copies' contract.
+                unsafe { flight::land(self.at as usize) };
+                crate::host::step("bulk::Barrier::wait", false);
+                break;
+            }
+            crate::host::step("bulk::Barrier::wait", true);
+        }
+    }
+}
+
+/// Copies `bytes` from global memory at `src` into shared memory at `dst`; they count
+/// against `bar`'s current phase as they land (`cp.async.bulk.shared::cluster.global`).
+///
+/// # Safety
+/// The module's [copy contract](self#safety-common-to-every-copy); the bytes were announced
+/// to `bar`'s phase ([`Barrier::arrive_expect_tx`]), before or after this call.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub unsafe fn copy_to_shared(dst: SharedPtr<u8>, src: *const u8, bytes: u32, bar: Barrier) {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        core::arch::asm!(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
+            d = in(reg32) shared_addr(dst.as_ptr()),
+            s = in(reg64) src,
+            n = in(reg32) bytes,
+            b = in(reg32) shared_addr(bar.at),
+            options(nostack)
+        )
+    };
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
+    {
+        let _ = (dst, src, bytes, bar);
+        unavailable();
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        crate::host::step("bulk::copy_to_shared", false);
+        // SAFETY: the caller's contract; one simulated thread runs at a time.
+        unsafe {
+            flight::read_in(bar.at as usize, dst.as_ptr() as usize, src, bytes as usize);
+            bar.at
+                .write(word::update(bar.at.read(), 0, -i64::from(bytes)));
+        }
+    }
+}
+
+/// Copies `bytes` from shared memory at `src` to global memory at `dst` (this GPU's or a
+/// mapped peer's), in the calling thread's current bulk group
+/// (`cp.async.bulk.global.shared::cta.bulk_group`).
+///
+/// # Safety
+/// The module's [copy contract](self#safety-common-to-every-copy); `src`'s bytes stay as
+/// they are until [`wait_read`] or [`wait_all`] says the group has read them.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub unsafe fn copy_to_global(dst: *mut u8, src: SharedPtr<u8>, bytes: u32) {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        core::arch::asm!(
+            "cp.async.bulk.global.shared::cta.bulk_group [{d}], [{s}], {n};",
+            d = in(reg64) dst,
+            s = in(reg32) shared_addr(src.as_ptr()),
+            n = in(reg32) bytes,
+            options(nostack)
+        )
+    };
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
+    {
+        let _ = (dst, src, bytes);
+        unavailable();
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        crate::host::step("bulk::copy_to_global", false);
+        flight::write_out(dst as usize, src.as_ptr() as usize, bytes as usize);
+    }
+}
+
+/// Closes the calling thread's current bulk group of [`copy_to_global`]s
+/// (`cp.async.bulk.commit_group`).
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn commit_group() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+    // SAFETY: groups this thread's own bulk copies; touches no memory.
+    unsafe {
+        core::arch::asm!("cp.async.bulk.commit_group;", options(nostack))
+    };
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
+    unavailable();
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        crate::host::step("bulk::commit_group", false);
+        flight::commit();
+    }
+}
+
+/// Waits until every bulk group of the calling thread but the newest `N` has read its shared
+/// memory, which may then be written again (`cp.async.bulk.wait_group.read N`).
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn wait_read<const N: u32>() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+    // SAFETY: waits for this thread's own bulk copies.
+    unsafe {
+        core::arch::asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack))
+    };
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
+    unavailable();
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        crate::host::step("bulk::wait_read", false);
+        // SAFETY: the copies' contract.
+        unsafe { flight::complete(u64::from(N)) };
+    }
+}
+
+/// Waits until every bulk group of the calling thread is complete, and orders their writes
+/// before the thread's later memory operations, fences included (`cp.async.bulk.wait_group 0`
+/// and `fence.proxy.async.global`): a [`crate::quiet`] or a release after it publishes them.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn wait_all() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+    // SAFETY: waits for this thread's own bulk copies, then fences between proxies.
+    unsafe {
+        core::arch::asm!(
+            "cp.async.bulk.wait_group 0;",
+            "fence.proxy.async.global;",
+            options(nostack)
+        )
+    };
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
+    unavailable();
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        crate::host::step("bulk::wait_all", false);
+        // SAFETY: the copies' contract.
+        unsafe { flight::complete(0) };
+    }
+}
