@@ -521,11 +521,125 @@ struct Held {
   uint4 v[HELD];
 };
 
-// The low-latency bf16 dispatch (send_grouped): the block copies a row through registers,
-// loading it once for all its destinations.
+// The low-latency bf16 dispatch by bulk copies (send_bulk in Rust): BULK_SLOTS slots of
+// shared memory, a piece of a row (at most BULK_PIECE bytes) each, after their barriers'
+// line (BULK_HEADER bytes).
+constexpr uint32_t BULK_SLOTS = 3;
+constexpr uint32_t BULK_PIECE = 14336;
+constexpr uint32_t BULK_HEADER = 128;
+__device__ __forceinline__ uint32_t bulk_piece(const Shape &s) { return min(s.hidden * 2, BULK_PIECE); }
+__device__ __forceinline__ uint32_t bulk_slot_bytes(const Shape &s) { return (bulk_piece(s) + 127) / 128 * 128; }
+// Shape::dispatch_shared_bytes for the low-latency bf16 path.
+__device__ __forceinline__ uint32_t bulk_shared_bytes(const Shape &s) {
+  return BULK_HEADER + BULK_SLOTS * bulk_slot_bytes(s);
+}
+__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
+  uint32_t v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+}
+extern __shared__ __align__(128) uint8_t dispatch_smem[];
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void bar_init(uint64_t *bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n\tfence.mbarrier_init.release.cluster;" ::"r"(smem_u32(bar)),
+               "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void bar_expect_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint64_t *bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(smem_u32(bar)), "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void copy_to_shared(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+__device__ __forceinline__ void copy_to_global(void *dst, const void *src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_u32(src)), "r"(bytes)
+               : "memory");
+}
+
+// Warp 0 moves the block's rows through the slots (lane 0 copies a piece in two pieces ahead,
+// then out to every mapped PE the token goes to, found from the routing); the other warps send
+// the metadata; rows to unmapped PEs go afterwards (kernels.rs, send_bulk).
+template <class Put>
+__device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put) {
+  uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
+  size_t t_n = s.tokens, h = s.hidden, stride = gridDim.x, t0 = blockIdx.x;
+  uint32_t count = t0 < t_n ? (uint32_t)((t_n - t0 + stride - 1) / stride) : 0;
+  bool unmapped = false;
+  if (w == 0) {
+    uint64_t *bar = reinterpret_cast<uint64_t *>(dispatch_smem);
+    uint8_t *slots = dispatch_smem + BULK_HEADER;
+    uint32_t slot_bytes = bulk_slot_bytes(s);
+    if (lane == 0)
+      for (uint32_t i = 0; i < BULK_SLOTS; i++) bar_init(&bar[i], 1);
+    __syncwarp();
+    uint32_t row_bytes = s.hidden * 2, piece = bulk_piece(s);
+    uint32_t pieces = (row_bytes + piece - 1) / piece, steps = count * pieces;
+    auto load = [&](uint32_t k) {
+      if (lane != 0) return;
+      uint32_t off = k % pieces * piece, len = min(piece, row_bytes - off), i = k % BULK_SLOTS;
+      size_t t = t0 + k / pieces * stride;
+      bar_expect_tx(&bar[i], len);
+      copy_to_shared(slots + i * slot_bytes, reinterpret_cast<const uint8_t *>(b.x + t * h) + off, len, &bar[i]);
+    };
+    for (uint32_t k = 0; k < steps && k + 1 < BULK_SLOTS; k++) load(k);
+    int32_t e = -1;
+    for (uint32_t k = 0; k < steps; k++) {
+      size_t t = t0 + k / pieces * stride;
+      uint32_t off = k % pieces * piece, len = min(piece, row_bytes - off), i = k % BULK_SLOTS;
+      if (off == 0) e = choice(b, s, t, lane);
+      if (k + BULK_SLOTS - 1 < steps) {
+        if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        load(k + BULK_SLOTS - 1);
+      }
+      bar_wait(&bar[i], k / BULK_SLOTS % 2);
+      unmapped |= each_mapped(b, s, t, Placed{false, e}, [&](uint16_t *peer) {
+        if (lane == 0) copy_to_global(reinterpret_cast<uint8_t *>(peer) + off, slots + i * slot_bytes, len);
+      });
+      if (lane == 0) asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+    if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
+  } else {
+    for (uint32_t u = w - 1; u < count * n; u += nw - 1) send(b, s, t0 + u / n * stride, u % n, lane);
+  }
+  if (__syncthreads_or(unmapped)) {
+    for (uint32_t u = w; u < count * n; u += nw) {
+      size_t t = t0 + u / n * stride;
+      uint32_t d = u % n;
+      uint16_t *peer, *at = target(b, s, t, d, peer);
+      if (at && !peer) put(t, d, at);
+    }
+  }
+}
+#endif
+
+// The low-latency bf16 dispatch: by bulk copies (send_bulk) where the build has them (sm_90
+// and up) and the launch gave the shared memory, else through registers (send_grouped), the
+// block loading each row once for all its destinations.
 __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
   size_t h = s.hidden;
   uint32_t chunks = h / 8;
+  auto put = [&](size_t t, uint32_t d, uint16_t *target) {
+    nvshmemx_putmem_nbi_warp(target, b.x + t * h, h * sizeof(uint16_t), d);
+  };
+#if __CUDA_ARCH__ >= 900
+  if (blockDim.x > 32 && dynamic_smem_bytes() >= bulk_shared_bytes(s)) {
+    send_bulk(b, s, put);
+    return;
+  }
+#endif
   send_grouped<false, Held>(
       b, s,
       [&](uint4 raw[HELD], size_t t, uint32_t first, uint32_t tid, uint32_t bs) {
@@ -539,9 +653,7 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
         return each_mapped(b, s, t, by,
                            [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks, tid, bs); });
       },
-      [&](size_t t, uint32_t d, uint16_t *target) {
-        nvshmemx_putmem_nbi_warp(target, b.x + t * h, h * sizeof(uint16_t), d);
-      });
+      put);
 }
 
 // The throughput bf16 dispatch: a warp per (token, destination), consecutive warps taking one
@@ -776,11 +888,11 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
 }
 
 // Register budgets: the throughput bf16 kernel takes 50 under the Rust kernel's 64 (four
-// blocks of 256 threads an SM), FP8 80 as in Rust (three). The low-latency bf16 kernel at 64
-// spills 44 bytes and took 55.0 us at 4096 tokens on one H100 (held stream), at 80 (8 bytes
-// of spills) 51.7-52.0, as the one kernel of all paths did; nvcc alone takes 90 (two blocks).
-// So it stays at 80, where nvcc's code is fastest (BENCHMARKS.md, seventeenth session).
-extern "C" __global__ void __maxnreg__(80) moe_dispatch(Bufs b, Shape s) {
+// blocks of 256 threads an SM), FP8 80 as in Rust (three). The low-latency bf16 kernel takes
+// 64 as in Rust, without spills: with its bulk copies it took 0.99 of its time at 80 (three
+// blocks an SM) at 4096 tokens on one H200, held (BENCHMARKS.md, forty-second session).
+// (Before them it spilled 44 bytes at 64 and was fastest at 80: seventeenth session.)
+extern "C" __global__ void __maxnreg__(64) moe_dispatch(Bufs b, Shape s) {
   dispatch<LOW_LATENCY_PATH>(b, s);
 }
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput(Bufs b, Shape s) {

@@ -459,7 +459,13 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         ),
         f => (kernels::LAYOUT_THREADS, f),
     };
-    let df = resident("dispatch", k.dispatch_fit(shape, &probe))?;
+    // The low-latency `bf16` dispatch takes shared memory for its bulk copies (the kernel
+    // says how much; without it, it copies through registers).
+    let shared = shape.dispatch_shared_bytes();
+    let df = resident(
+        "dispatch",
+        k.dispatch_fit(shape, &probe.with_shared_mem(shared)),
+    )?;
     let ef = resident("experts", k.experts.max_coresident_blocks(&probe))?;
     let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
     let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
@@ -480,7 +486,9 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         // PEs: cooperative, for the CUDA C++ twin too (the Rust manifest says so itself);
         // experts is local.
         LaunchConfig::linear(layout.div_ceil(lth / 32).clamp(1, lf), lth).with_cooperative(true),
-        LaunchConfig::linear(fit(df, dispatch), th).with_cooperative(true),
+        LaunchConfig::linear(fit(df, dispatch), th)
+            .with_shared_mem(shared)
+            .with_cooperative(true),
         LaunchConfig::linear(ef, th).with_cooperative(false),
         LaunchConfig::linear(fit(cf, combine), th).with_cooperative(true),
     ])

@@ -28,10 +28,12 @@
 //!   sending, and the rows wait for no atomic. Pairs of `(l, s)` have
 //!   fixed slots `(l * n + s) * C ..` with `C = capacity`; a pair beyond `C` is dropped and
 //!   counted in `dropped`. Each receiver reads the counts from the senders' counters once
-//!   every block has arrived (Completion). A block
-//!   takes two tokens at a time: its threads load the first row into registers while the
-//!   atomics of the two tokens' metadata are in flight, then store both rows into every PE
-//!   they go to.
+//!   every block has arrived (Completion). From sm_90 up, given its shared memory
+//!   ([`Shape::dispatch_shared_bytes`]), a block's warp 0 moves its rows by bulk copies
+//!   through shared memory, finding their PEs from the routing, while the other warps send
+//!   the metadata. Else a block takes two tokens at a time: its threads load the first row
+//!   into registers while the atomics of the two tokens' metadata are in flight, then store
+//!   both rows into every PE they go to.
 //! - **Throughput** ([`MODE_THROUGHPUT`]): [`moe_layout()`] first computes, with warp ballots
 //!   over the tokens, every token's row slot per destination and every pair's rank among its
 //!   expert's pairs from this PE, and exchanges the per-expert counts between all PEs (a
@@ -237,6 +239,28 @@ impl Shape {
         } else {
             DispatchPath::LowLatency
         }
+    }
+
+    /// Bytes of dynamic shared memory the dispatch kernel of this shape is launched with:
+    /// the low-latency `bf16` dispatch's bulk copies ([`BULK_SLOTS`] slots of a piece of a row
+    /// each, and their barriers); 0 for the other paths. Given fewer, or built for a GPU
+    /// without bulk copies, the kernel copies through registers instead.
+    pub fn dispatch_shared_bytes(&self) -> u32 {
+        if self.dispatch_path() == DispatchPath::LowLatency {
+            BULK_HEADER + BULK_SLOTS as u32 * self.bulk_slot_bytes()
+        } else {
+            0
+        }
+    }
+
+    /// The bytes of a row that one bulk copy moves: the row, up to [`BULK_PIECE`].
+    fn bulk_piece(&self) -> u32 {
+        (self.hidden * 2).min(BULK_PIECE)
+    }
+
+    /// A bulk slot's bytes in shared memory: a piece, rounded up to 128-byte lines.
+    fn bulk_slot_bytes(&self) -> u32 {
+        self.bulk_piece().next_multiple_of(128)
     }
 
     /// `u16` units of a row as the dispatch sends it: `hidden` `bf16`, or an FP8 row
@@ -1309,8 +1333,23 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
     }
 }
 
-/// The low-latency `bf16` dispatch ([`send_grouped`]): the block copies a row through
-/// registers, loading it once for all its destinations.
+/// Shared-memory slots of the low-latency `bf16` dispatch's bulk copies ([`moe_dispatch()`]):
+/// while its copying warp stores one piece, the next two are on their way in.
+pub const BULK_SLOTS: usize = 3;
+
+/// The most bytes of a row one of the dispatch's bulk copies moves: a whole 7168-value `bf16`
+/// row, and three slots with their barriers stay under the 48 KB of shared memory a block
+/// may have without the launch opting in to more.
+pub const BULK_PIECE: u32 = 14336;
+
+/// Bytes before the bulk slots in the dispatch's shared memory: the slots' barriers, on a
+/// 128-byte line of their own.
+pub const BULK_HEADER: u32 = 128;
+
+/// The low-latency `bf16` dispatch: by bulk copies ([`send_bulk`]) where the build has them
+/// ([`shmem_device::bulk::AVAILABLE`]) and the launch gave the shared memory
+/// ([`Shape::dispatch_shared_bytes`]), else through registers ([`send_grouped`]), the
+/// block loading each row once for all its destinations.
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it.
@@ -1319,6 +1358,30 @@ unsafe fn send_held(b: Bufs, s: Shape) {
     let h = s.hidden as usize;
     let chunks = (h / 8) as u32;
     let row = |t: usize| b.x.as_ptr().wrapping_add(t * h);
+    let put = |t: usize, d: u32, at: Sym<u16>| {
+        // SAFETY: as `send_grouped` and `send_bulk` say: `t < T`, `d < n`, whole warps, after
+        // `send_slot[t]` is complete; the row's slot on `d` is this token's alone; `x` stays as
+        // it is until the dispatch's `quiet` (module documentation).
+        unsafe {
+            put_nbi(
+                Warp,
+                SymSlice::from_raw_parts(at.as_ptr(), h),
+                DeviceSlice::from_raw_parts(row(t), h),
+                d as i32,
+            )
+        }
+    };
+    let need = s.dispatch_shared_bytes();
+    if shmem_device::bulk::AVAILABLE
+        && warps_per_block() > 1
+        && need > 0
+        && shmem_device::shared::dynamic_bytes() >= need
+    {
+        // SAFETY: the kernel's contract; the launch gave the shared memory, the block has a
+        // copying warp and metadata warps.
+        unsafe { send_bulk(b, s, put) };
+        return;
+    }
     // SAFETY: as `send_grouped` says: `t < T`, and `send_slot[t]` complete at `store`; the
     // row's slot on `d` is this token's alone, and the peer address is in `recv_x`'s bounds
     // there; `x` stays as it is until the dispatch's `quiet` (module documentation).
@@ -1333,15 +1396,127 @@ unsafe fn send_held(b: Bufs, s: Shape) {
                     store_held(held, peer.cast(), first, chunks, tid, bs)
                 })
             },
-            |t, d, at| {
-                put_nbi(
-                    Warp,
-                    SymSlice::from_raw_parts(at.as_ptr(), h),
-                    DeviceSlice::from_raw_parts(row(t), h),
-                    d as i32,
-                )
-            },
+            put,
         );
+    }
+}
+
+/// The low-latency `bf16` dispatch by bulk copies: warp 0 moves the block's rows (its
+/// tokens, `block_idx_x()` and on by `grid_dim_x()`) through [`BULK_SLOTS`] slots of shared
+/// memory, a piece of a row at a time ([`Shape::dispatch_shared_bytes`]): lane 0 copies a
+/// piece in (`bulk::copy_to_shared`, completing on the slot's barrier) two pieces ahead, then
+/// out to row `t` of this PE's region on every PE the token goes to whose memory is mapped
+/// here (`bulk::copy_to_global`), which the warp finds from the routing ([`each_mapped`]).
+/// No row waits for the metadata, and no thread holds a row in registers. Meanwhile the
+/// other warps send the metadata of the block's tokens, a warp per (token, destination)
+/// ([`send`]). Rows to PEs whose memory is not mapped go afterwards: the block learns of
+/// them from one `sync_threads_or`, and its warps call `put(t, d, at)`.
+///
+/// # Safety
+/// See [`moe_dispatch()`]; every thread of the block calls it; the block has more than one
+/// warp and the launch gave it [`Shape::dispatch_shared_bytes`] of dynamic shared memory;
+/// [`shmem_device::bulk::AVAILABLE`]. `put` is called by whole warps, with `t < T`, after
+/// `send_slot[t]` is complete.
+#[inline(always)]
+unsafe fn send_bulk(b: Bufs, s: Shape, mut put: impl FnMut(usize, u32, Sym<u16>)) {
+    use shmem_device::bulk::{self, Barrier};
+    use shmem_device::shared::SharedPtr;
+    let (n, t_n, h) = (s.n_pes, s.tokens as usize, s.hidden as usize);
+    let (w, nw, lane) = (warp_id(), warps_per_block(), lane_id());
+    let (t0, stride) = (block_idx_x() as usize, grid_dim_x() as usize);
+    let count = t_n.saturating_sub(t0).div_ceil(stride) as u32;
+    let token = |i: u32| t0 + i as usize * stride;
+    let mut unmapped = false;
+    // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `choice`,
+    // `each_mapped` and `put`, each called by whole warps; the shared memory is this block's,
+    // `dispatch_shared_bytes` of it (the caller's contract): the barriers in its first line,
+    // the slots after it, each used by lane 0 of warp 0 alone; a slot is written again only
+    // after the store that read it has read it (`wait_read`); a row's bytes land in `recv_x`
+    // in this token's row of this PE's region, which no other thread writes.
+    unsafe {
+        if w == 0 {
+            let Some(mem) = shmem_device::shared::dynamic::<u8>(s.dispatch_shared_bytes() as usize)
+            else {
+                return;
+            };
+            let at = |off: u32| SharedPtr::from_raw(mem.as_ptr().add(off as usize));
+            let bar = |i: u32| Barrier::from_shared(at(i * 8).cast::<u64>());
+            let slot = |i: u32| at(BULK_HEADER + i * s.bulk_slot_bytes());
+            if lane == 0 {
+                for i in 0..BULK_SLOTS as u32 {
+                    Barrier::init(at(i * 8).cast::<u64>(), 1);
+                }
+            }
+            sync_warp(u32::MAX);
+            let (row_bytes, piece) = (s.hidden * 2, s.bulk_piece());
+            let pieces = row_bytes.div_ceil(piece);
+            let steps = count * pieces;
+            let slots = BULK_SLOTS as u32;
+            // Step `k`: piece `k % pieces` of the block's row `k / pieces`, in slot `k % slots`:
+            // its offset in the row and its length.
+            let part = |k: u32| {
+                let off = k % pieces * piece;
+                (token(k / pieces), off, piece.min(row_bytes - off))
+            };
+            let load = |k: u32| {
+                if lane == 0 {
+                    let (t, off, len) = part(k);
+                    let src = b.x.as_ptr().add(t * h).cast::<u8>().add(off as usize);
+                    bar(k % slots).arrive_expect_tx(len);
+                    bulk::copy_to_shared(slot(k % slots), src, len, bar(k % slots));
+                }
+            };
+            for k in 0..steps.min(slots - 1) {
+                load(k);
+            }
+            let mut e = -1;
+            for k in 0..steps {
+                let (t, off, len) = part(k);
+                if off == 0 {
+                    e = choice(b, s, t, lane);
+                }
+                // The slot of step `k + slots - 1` held step `k - 1`, whose stores are the
+                // newest group.
+                if k + slots - 1 < steps {
+                    if lane == 0 {
+                        bulk::wait_read::<0>();
+                    }
+                    load(k + slots - 1);
+                }
+                bar(k % slots).wait(k / slots % 2);
+                unmapped |= each_mapped(b, s, t, Placed::Choice(e), |peer| {
+                    if lane == 0 {
+                        bulk::copy_to_global(
+                            peer.cast::<u8>().add(off as usize),
+                            slot(k % slots),
+                            len,
+                        );
+                    }
+                });
+                if lane == 0 {
+                    bulk::commit_group();
+                }
+            }
+            if lane == 0 {
+                bulk::wait_all();
+            }
+        } else {
+            let mut u = w - 1;
+            while u < count * n {
+                send(b, s, token(u / n), u % n, lane);
+                u += nw - 1;
+            }
+        }
+        if sync_threads_or(unmapped) {
+            let mut u = w;
+            while u < count * n {
+                let (t, d) = (token(u / n), u % n);
+                if let Some((at, None)) = target(b, s, t, d) {
+                    put(t, d, at);
+                }
+                u += nw;
+            }
+        }
     }
 }
 
@@ -2353,12 +2528,17 @@ kernels! {
     /// [`Shape::dispatch_path`] is [`DispatchPath::LowLatency`]. Returns once every PE's
     /// tokens for this PE are here. 64 registers from sm_90 up (four blocks of 256 threads an
     /// SM; 1-2 % faster than 72 on an H100), 72 below: at 64 ptxas spills 12 bytes for sm_80.
+    /// Launched with [`Shape::dispatch_shared_bytes`] of dynamic shared memory, it moves the
+    /// rows by bulk copies from sm_90 up (warp 0; the other warps send the metadata), else
+    /// through registers: on one H200 at 1 PE, held, 0.95-0.96 of the time at 128-4096
+    /// tokens (BENCHMARKS.md, forty-second session).
     ///
     /// # Safety
     /// As [`moe_layout()`] (any grid size; block 0 waits for the rest of the grid to arrive,
     /// so one more block must be able to run beside it), `n_pes <= 32`, `top_k <= 16`,
     /// `hidden` a multiple of 8; the previous round's combine has finished on every PE; `s`
-    /// takes this kernel ([`Shape::dispatch_path`]).
+    /// takes this kernel ([`Shape::dispatch_path`]); the launch's dynamic shared memory, if
+    /// any, is this kernel's alone.
     moe_dispatch(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::LowLatency);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Throughput`], after [`moe_layout()`] of the

@@ -114,6 +114,14 @@ fn the_cuda_twin_uses_the_same_constants() {
     assert_eq!(stride.trim(), k::COUNTER_STRIDE.to_string());
     let arrival = twin_between("constexpr uint64_t ARRIVAL = 1ull << ", ";");
     assert_eq!(1u64 << arrival.trim().parse::<u32>().unwrap(), k::ARRIVAL);
+    for (name, v) in [
+        ("BULK_SLOTS", k::BULK_SLOTS as u32),
+        ("BULK_PIECE", k::BULK_PIECE),
+        ("BULK_HEADER", k::BULK_HEADER),
+    ] {
+        let twin = twin_between(&format!("constexpr uint32_t {name} = "), ";");
+        assert_eq!(twin.trim(), v.to_string(), "{name}");
+    }
 }
 
 struct Case {
@@ -179,8 +187,15 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             // Both of the combine's loads, a round each.
             read_once: round % 2,
         };
-        let launch = |what: &str, kernel: unsafe fn(Bufs, Shape)| {
-            let grid = shmem_device::sim::Shape::linear(2, 64);
+        // The low-latency `bf16` dispatch by bulk copies in odd rounds (given its shared
+        // memory), through registers in even ones.
+        let shared = if round % 2 == 1 {
+            s.dispatch_shared_bytes()
+        } else {
+            0
+        };
+        let launch = |what: &str, kernel: unsafe fn(Bufs, Shape), shared: u32| {
+            let grid = shmem_device::sim::Shape::linear(2, 64).with_shared(shared);
             w.run_shape(grid, seed * 10 + u64::from(round), || {
                 // SAFETY: every PE launches the kernels of a round in order, with the shape
                 // and buffers they document (all simulated threads are co-resident).
@@ -194,7 +209,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             });
         };
         if mode == MODE_THROUGHPUT {
-            launch("layout", k::moe_layout);
+            launch("layout", k::moe_layout, 0);
         }
         launch(
             "dispatch",
@@ -203,9 +218,10 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
                 DispatchPath::Throughput => k::moe_dispatch_throughput,
                 DispatchPath::Fp8 => k::moe_dispatch_fp8,
             },
+            shared,
         );
-        launch("experts", k::moe_experts);
-        launch("combine", k::moe_combine);
+        launch("experts", k::moe_experts, 0);
+        launch("combine", k::moe_combine, 0);
         for pe in 0..n {
             let got = Received {
                 recv_count: hd.recv_count.read(pe),
@@ -293,6 +309,26 @@ fn eight_pes() {
     };
     run_case(&c, MODE_LOW_LATENCY, 6, 1);
     run_case(&c, MODE_THROUGHPUT, 7, 1);
+}
+
+/// Rows longer than one bulk copy ([`BULK_PIECE`](k::BULK_PIECE)): the low-latency `bf16`
+/// dispatch moves each in two pieces, the second shorter (7232 values: 14336 bytes, then 128),
+/// through its three slots, so that the slots' barriers go through both parities; the
+/// second round copies through registers.
+#[test]
+fn rows_past_a_bulk_piece() {
+    let c = Case {
+        n: 2,
+        tokens: 5,
+        hidden: 7232,
+        experts: 4,
+        top_k: 2,
+        dist: Distribution::Uniform,
+        capacity: None,
+        dtype: DTYPE_BF16,
+        peers_mapped: true,
+    };
+    run_case(&c, MODE_LOW_LATENCY, 17, 2);
 }
 
 /// More experts than a warp has lanes, each PE's spanning a boundary of 32 (`L = 40`): the
