@@ -1418,7 +1418,7 @@ unsafe fn send_held(b: Bufs, s: Shape) {
 /// [`shmem_device::bulk::AVAILABLE`]. `put` is called by whole warps, with `t < T`, after
 /// `send_slot[t]` is complete.
 #[inline(always)]
-unsafe fn send_bulk(b: Bufs, s: Shape, mut put: impl FnMut(usize, u32, Sym<u16>)) {
+unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
     use shmem_device::bulk::{self, Barrier};
     use shmem_device::shared::SharedPtr;
     let (n, t_n, h) = (s.n_pes, s.tokens as usize, s.hidden as usize);
@@ -1508,14 +1508,7 @@ unsafe fn send_bulk(b: Bufs, s: Shape, mut put: impl FnMut(usize, u32, Sym<u16>)
             }
         }
         if sync_threads_or(unmapped) {
-            let mut u = w;
-            while u < count * n {
-                let (t, d) = (token(u / n), u % n);
-                if let Some((at, None)) = target(b, s, t, d) {
-                    put(t, d, at);
-                }
-                u += nw;
-            }
+            put_unmapped(b, s, (w, nw), count, token, put);
         }
     }
 }
@@ -1596,7 +1589,7 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
     prep: P,
     mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
-    mut put: impl FnMut(usize, u32, Sym<u16>),
+    put: impl FnMut(usize, u32, Sym<u16>),
 ) {
     let (n, t_n) = (s.n_pes, s.tokens as usize);
     let (w, nw, lane, tid, bs) = (
@@ -1690,15 +1683,36 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
         if sync_threads_or(unmapped) {
             // Counted again rather than kept across the copy, where its register spilled.
             let count = count_from(shmem_device::hint::opaque(t0));
-            let mut u = w;
-            while u < count * n {
-                let (t, d) = (token(u / n), u % n);
-                if let Some((at, None)) = target(b, s, t, d) {
-                    put(t, d, at);
-                }
-                u += nw;
-            }
+            put_unmapped(b, s, (w, nw), count, token, put);
         }
+    }
+}
+
+/// After a block's rows, when some went to a PE whose memory is not mapped here: its warps
+/// call `put(t, d, at)` for each such (token, destination) of its `count` tokens (`token(i)`,
+/// a warp per pair in turn: warp `w` of `nw`), `at` the row's place on `d`.
+///
+/// # Safety
+/// Every warp of the block calls it whole, after a barrier that follows every `send` of the
+/// block's tokens (so `send_slot` is complete); `token(i) < T` for `i < count`.
+#[inline(always)]
+unsafe fn put_unmapped(
+    b: Bufs,
+    s: Shape,
+    (w, nw): (u32, u32),
+    count: u32,
+    token: impl Fn(u32) -> usize,
+    mut put: impl FnMut(usize, u32, Sym<u16>),
+) {
+    let n = s.n_pes;
+    let mut u = w;
+    while u < count * n {
+        let (t, d) = (token(u / n), u % n);
+        // SAFETY: `t < T`, `d < n`, and `send_slot[t]` complete (the caller's contract).
+        if let Some((at, None)) = unsafe { target(b, s, t, d) } {
+            put(t, d, at);
+        }
+        u += nw;
     }
 }
 
