@@ -60,115 +60,6 @@ pub struct Barrier {
     at: *mut u64,
 }
 
-// The simulator's barrier word: pending transaction bytes (low 32 bits, signed), pending
-// arrivals (16 bits), expected arrivals (15 bits), the phase's parity (top bit).
-#[cfg(not(target_arch = "nvptx64"))]
-mod word {
-    pub(super) const PHASE: u64 = 1 << 63;
-    pub(super) fn count(w: u64) -> u64 {
-        (w >> 48) & 0x7fff
-    }
-    pub(super) fn pending(w: u64) -> u64 {
-        (w >> 32) & 0xffff
-    }
-    /// `w` after `arrivals` arrivals and `tx` more bytes announced (negative: landed), with
-    /// the phase completed when nothing is pending.
-    pub(super) fn update(w: u64, arrivals: u64, tx: i64) -> u64 {
-        let bytes = (w as u32 as i32 as i64) + tx;
-        let left = pending(w)
-            .checked_sub(arrivals)
-            .expect("bulk::Barrier: more arrivals than the phase expects");
-        if left == 0 && bytes == 0 {
-            ((w & PHASE) ^ PHASE) | count(w) << 48 | count(w) << 32
-        } else {
-            (w & PHASE) | count(w) << 48 | left << 32 | u64::from(bytes as i32 as u32)
-        }
-    }
-}
-
-/// The simulator's copies in flight.
-#[cfg(not(target_arch = "nvptx64"))]
-mod flight {
-    extern crate std;
-    use std::cell::RefCell;
-    use std::collections::BTreeMap;
-    use std::sync::Mutex;
-    use std::vec::Vec;
-
-    /// A copy into shared memory whose bytes have not landed: its destination, and the bytes
-    /// as they were read.
-    type Landing = (usize, Vec<u8>);
-    /// Those copies by the address of their barrier.
-    type Inbound = BTreeMap<usize, Vec<Landing>>;
-    /// A copy out: its group, destination, source and length.
-    type Out = (u64, usize, usize, usize);
-
-    static INBOUND: Mutex<Inbound> = Mutex::new(BTreeMap::new());
-
-    std::thread_local! {
-        /// This simulated thread's copies out, and its current group's number.
-        static OUTBOUND: RefCell<(u64, Vec<Out>)> = const { RefCell::new((0, Vec::new())) };
-    }
-
-    fn inbound() -> std::sync::MutexGuard<'static, Inbound> {
-        INBOUND.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A new barrier at `bar`: nothing in flight towards it.
-    pub(super) fn reset(bar: usize) {
-        inbound().remove(&bar);
-    }
-
-    /// Reads `len` bytes at `src` now, to land at `dst` when `bar`'s phase is waited for.
-    ///
-    /// # Safety
-    /// `src` is valid for reads of `len` bytes.
-    pub(super) unsafe fn read_in(bar: usize, dst: usize, src: *const u8, len: usize) {
-        // SAFETY: the caller's contract.
-        let bytes = unsafe { core::slice::from_raw_parts(src, len) }.to_vec();
-        inbound().entry(bar).or_default().push((dst, bytes));
-    }
-
-    /// Lands the copies towards `bar`.
-    ///
-    /// # Safety
-    /// Their destinations are valid for writes (the copies' contract).
-    pub(super) unsafe fn land(bar: usize) {
-        for (dst, bytes) in inbound().remove(&bar).unwrap_or_default() {
-            // SAFETY: the caller's contract.
-            unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
-        }
-    }
-
-    /// Records a copy out in the current group.
-    pub(super) fn write_out(dst: usize, src: usize, len: usize) {
-        OUTBOUND.with_borrow_mut(|(group, v)| v.push((*group, dst, src, len)));
-    }
-
-    /// Closes the current group.
-    pub(super) fn commit() {
-        OUTBOUND.with_borrow_mut(|(group, _)| *group += 1);
-    }
-
-    /// Performs the copies out of every committed group but the newest `keep` (copies not
-    /// yet committed belong to no group and stay).
-    ///
-    /// # Safety
-    /// The copies' ends are valid (the copies' contract).
-    pub(super) unsafe fn complete(keep: u64) {
-        let done: Vec<_> = OUTBOUND.with_borrow_mut(|(group, v)| {
-            let before = group.saturating_sub(keep);
-            let (done, left) = v.drain(..).partition(|c| c.0 < before);
-            *v = left;
-            done
-        });
-        for (_, dst, src, len) in done {
-            // SAFETY: the caller's contract.
-            unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
-        }
-    }
-}
-
 /// The shared-memory address space's 32-bit address of a generic pointer into it.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
 #[inline(always)]
@@ -224,13 +115,10 @@ impl Barrier {
             unavailable();
         }
         #[cfg(not(target_arch = "nvptx64"))]
-        {
-            crate::host::step("bulk::Barrier::init", false);
-            flight::reset(at as usize);
-            let n = u64::from(arrivals & 0x7fff);
-            // SAFETY: the caller's contract.
-            unsafe { at.write(n << 48 | n << 32) };
-        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::host::bulk::init(at, arrivals)
+        };
         Barrier { at }
     }
 
@@ -267,14 +155,10 @@ impl Barrier {
             unavailable();
         }
         #[cfg(not(target_arch = "nvptx64"))]
-        {
-            crate::host::step("bulk::Barrier::arrive_expect_tx", false);
-            // SAFETY: the caller's contract; one simulated thread runs at a time.
-            unsafe {
-                self.at
-                    .write(word::update(self.at.read(), 1, i64::from(bytes)))
-            };
-        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::host::bulk::arrive_expect_tx(self.at, bytes)
+        };
     }
 
     /// Waits until the phase of parity `parity` (0 or 1) has completed: the bytes of its
@@ -308,17 +192,10 @@ impl Barrier {
             unavailable();
         }
         #[cfg(not(target_arch = "nvptx64"))]
-        loop {
-            // SAFETY: the caller's contract; one simulated thread runs at a time.
-            let w = unsafe { self.at.read() };
-            if (w >> 63) as u32 != parity & 1 {
-                // SAFETY: the copies' contract.
-                unsafe { flight::land(self.at as usize) };
-                crate::host::step("bulk::Barrier::wait", false);
-                break;
-            }
-            crate::host::step("bulk::Barrier::wait", true);
-        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::host::bulk::wait(self.at, parity)
+        };
     }
 }
 
@@ -349,15 +226,10 @@ pub unsafe fn copy_to_shared(dst: SharedPtr<u8>, src: *const u8, bytes: u32, bar
         unavailable();
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        crate::host::step("bulk::copy_to_shared", false);
-        // SAFETY: the caller's contract; one simulated thread runs at a time.
-        unsafe {
-            flight::read_in(bar.at as usize, dst.as_ptr() as usize, src, bytes as usize);
-            bar.at
-                .write(word::update(bar.at.read(), 0, -i64::from(bytes)));
-        }
-    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        crate::host::bulk::copy_to_shared(dst.as_ptr(), src, bytes, bar.at)
+    };
 }
 
 /// Copies `bytes` from shared memory at `src` to global memory at `dst` (this GPU's or a
@@ -387,10 +259,7 @@ pub unsafe fn copy_to_global(dst: *mut u8, src: SharedPtr<u8>, bytes: u32) {
         unavailable();
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        crate::host::step("bulk::copy_to_global", false);
-        flight::write_out(dst as usize, src.as_ptr() as usize, bytes as usize);
-    }
+    crate::host::bulk::copy_to_global(dst, src.as_ptr(), bytes);
 }
 
 /// Closes the calling thread's current bulk group of [`copy_to_global`]s
@@ -406,10 +275,7 @@ pub fn commit_group() {
     #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
     unavailable();
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        crate::host::step("bulk::commit_group", false);
-        flight::commit();
-    }
+    crate::host::bulk::commit_group();
 }
 
 /// Waits until every bulk group of the calling thread but the newest `N` has read its shared
@@ -425,11 +291,7 @@ pub fn wait_read<const N: u32>() {
     #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
     unavailable();
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        crate::host::step("bulk::wait_read", false);
-        // SAFETY: the copies' contract.
-        unsafe { flight::complete(u64::from(N)) };
-    }
+    crate::host::bulk::wait_read(N);
 }
 
 /// Waits until every bulk group of the calling thread is complete, and orders their writes
@@ -450,9 +312,5 @@ pub fn wait_all() {
     #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
     unavailable();
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        crate::host::step("bulk::wait_all", false);
-        // SAFETY: the copies' contract.
-        unsafe { flight::complete(0) };
-    }
+    crate::host::bulk::wait_all();
 }

@@ -19,6 +19,9 @@ pub(crate) fn device_only(op: &str) -> ! {
     )
 }
 
+/// Bulk copies ([`crate::bulk`]) as the simulator performs them.
+#[cfg(shmem_sim)]
+pub(crate) use crate::sim::bulk;
 #[cfg(shmem_sim)]
 pub(crate) use crate::sim::device::{
     ballot, dynamic_shared, register, shfl_idx, shfl_xor, step, sync_threads, sync_threads_vote,
@@ -33,6 +36,8 @@ pub(crate) use crate::sim::sys as nvshmem;
 #[cfg(shmem_sim)]
 pub(crate) use crate::sim::{now_ns, wait_bound_ns};
 
+#[cfg(not(shmem_sim))]
+pub(crate) use unsimulated::bulk;
 #[cfg(not(shmem_sim))]
 pub(crate) use unsimulated::{
     ballot, dynamic_shared, now_ns, register, shfl_idx, shfl_xor, step, sync_threads,
@@ -79,6 +84,49 @@ mod unsimulated {
     #[track_caller]
     pub(crate) fn dynamic_shared() -> (*mut u8, u32) {
         device_only("shared::dynamic")
+    }
+
+    /// Bulk copies: each panics with its name.
+    pub(crate) mod bulk {
+        use super::device_only;
+
+        #[track_caller]
+        pub(crate) unsafe fn init(_at: *mut u64, _arrivals: u32) {
+            device_only("bulk::Barrier::init")
+        }
+        #[track_caller]
+        pub(crate) unsafe fn arrive_expect_tx(_at: *mut u64, _bytes: u32) {
+            device_only("bulk::Barrier::arrive_expect_tx")
+        }
+        #[track_caller]
+        pub(crate) unsafe fn wait(_at: *mut u64, _parity: u32) {
+            device_only("bulk::Barrier::wait")
+        }
+        #[track_caller]
+        pub(crate) unsafe fn copy_to_shared(
+            _dst: *mut u8,
+            _src: *const u8,
+            _bytes: u32,
+            _bar: *mut u64,
+        ) {
+            device_only("bulk::copy_to_shared")
+        }
+        #[track_caller]
+        pub(crate) fn copy_to_global(_dst: *mut u8, _src: *const u8, _bytes: u32) {
+            device_only("bulk::copy_to_global")
+        }
+        #[track_caller]
+        pub(crate) fn commit_group() {
+            device_only("bulk::commit_group")
+        }
+        #[track_caller]
+        pub(crate) fn wait_read(_n: u32) {
+            device_only("bulk::wait_read")
+        }
+        #[track_caller]
+        pub(crate) fn wait_all() {
+            device_only("bulk::wait_all")
+        }
     }
     /// No kernel runs here, so no wait is bounded.
     pub(crate) fn wait_bound_ns() -> u64 {

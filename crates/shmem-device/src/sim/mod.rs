@@ -565,6 +565,7 @@ pub fn current_pe() -> Option<u32> {
     ctx().map(|c| c.pe)
 }
 
+pub(crate) mod bulk;
 pub(crate) mod device;
 pub mod shmem;
 pub mod sys;
