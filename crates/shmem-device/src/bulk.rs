@@ -60,30 +60,175 @@ pub struct Barrier {
     at: *mut u64,
 }
 
-/// The shared-memory address space's 32-bit address of a generic pointer into it.
+/// The build's implementation, chosen once: PTX from sm_90 up, traps in older builds, the
+/// simulator (or a panic naming the operation) on the host, through `crate::host`.
+#[cfg(not(target_arch = "nvptx64"))]
+use crate::host::bulk as imp;
+
+/// Bulk copies in PTX (sm_90 and up). Each function's safety is its public caller's contract.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
-#[inline(always)]
-fn shared_addr<T>(p: *const T) -> u32 {
-    let a: u32;
-    // SAFETY: converts an address; nothing is accessed.
-    unsafe {
-        core::arch::asm!(
-            "{{ .reg .u64 a; cvta.to.shared.u64 a, {p}; cvt.u32.u64 {a}, a; }}",
-            p = in(reg64) p,
-            a = out(reg32) a,
-            options(pure, nomem, nostack)
-        )
-    };
-    a
+mod imp {
+    /// The shared-memory address space's 32-bit address of a generic pointer into it.
+    #[inline(always)]
+    fn shared_addr<T>(p: *const T) -> u32 {
+        let a: u32;
+        // SAFETY: converts an address; nothing is accessed.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .u64 a; cvta.to.shared.u64 a, {p}; cvt.u32.u64 {a}, a; }}",
+                p = in(reg64) p,
+                a = out(reg32) a,
+                options(pure, nomem, nostack)
+            )
+        };
+        a
+    }
+
+    #[inline(always)]
+    pub(super) unsafe fn init(at: *mut u64, arrivals: u32) {
+        // SAFETY: the caller's contract: an aligned word of this block's shared memory.
+        unsafe {
+            core::arch::asm!(
+                "mbarrier.init.shared::cta.b64 [{a}], {n};",
+                "fence.mbarrier_init.release.cluster;",
+                a = in(reg32) shared_addr(at),
+                n = in(reg32) arrivals,
+                options(nostack)
+            )
+        }
+    }
+
+    #[inline(always)]
+    pub(super) unsafe fn arrive_expect_tx(at: *mut u64, bytes: u32) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            core::arch::asm!(
+                "mbarrier.arrive.expect_tx.shared::cta.b64 _, [{a}], {b};",
+                a = in(reg32) shared_addr(at),
+                b = in(reg32) bytes,
+                options(nostack)
+            )
+        }
+    }
+
+    #[inline(always)]
+    pub(super) unsafe fn wait(at: *mut u64, parity: u32) {
+        loop {
+            let done: u32;
+            // SAFETY: the caller's contract.
+            unsafe {
+                core::arch::asm!(
+                    "{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [{a}], {q}; selp.u32 {d}, 1, 0, p; }}",
+                    a = in(reg32) shared_addr(at),
+                    q = in(reg32) parity,
+                    d = out(reg32) done,
+                    options(nostack)
+                )
+            };
+            if done != 0 {
+                break;
+            }
+        }
+    }
+
+    #[inline(always)]
+    pub(super) unsafe fn copy_to_shared(dst: *mut u8, src: *const u8, bytes: u32, bar: *mut u64) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            core::arch::asm!(
+                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
+                d = in(reg32) shared_addr(dst),
+                s = in(reg64) src,
+                n = in(reg32) bytes,
+                b = in(reg32) shared_addr(bar),
+                options(nostack)
+            )
+        }
+    }
+
+    #[inline(always)]
+    pub(super) unsafe fn copy_to_global(dst: *mut u8, src: *const u8, bytes: u32) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            core::arch::asm!(
+                "cp.async.bulk.global.shared::cta.bulk_group [{d}], [{s}], {n};",
+                d = in(reg64) dst,
+                s = in(reg32) shared_addr(src),
+                n = in(reg32) bytes,
+                options(nostack)
+            )
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn commit_group() {
+        // SAFETY: groups this thread's own bulk copies; touches no memory.
+        unsafe { core::arch::asm!("cp.async.bulk.commit_group;", options(nostack)) }
+    }
+
+    #[inline(always)]
+    pub(super) fn wait_read<const N: u32>() {
+        // SAFETY: waits for this thread's own bulk copies.
+        unsafe {
+            core::arch::asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack))
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn wait_all() {
+        // SAFETY: waits for this thread's own bulk copies, then fences between proxies.
+        unsafe {
+            core::arch::asm!(
+                "cp.async.bulk.wait_group 0;",
+                "fence.proxy.async.global;",
+                options(nostack)
+            )
+        }
+    }
 }
 
-/// Stops the kernel: a bulk copy in a build without them (see [`AVAILABLE`]).
+/// Builds without bulk copies (before sm_90): every function stops the kernel (see
+/// [`AVAILABLE`](super::AVAILABLE)).
 #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
-#[inline(always)]
-fn unavailable() -> ! {
-    // SAFETY: `trap` ends the kernel with an error the host reports; nothing is left half done
-    // that a caller relied on (the copy was never issued).
-    unsafe { core::arch::nvptx::trap() }
+mod imp {
+    #[inline(always)]
+    fn unavailable() -> ! {
+        // SAFETY: `trap` ends the kernel with an error the host reports; nothing is left half
+        // done that a caller relied on (the copy was never issued).
+        unsafe { core::arch::nvptx::trap() }
+    }
+    #[inline(always)]
+    pub(super) unsafe fn init(_at: *mut u64, _arrivals: u32) {
+        unavailable()
+    }
+    #[inline(always)]
+    pub(super) unsafe fn arrive_expect_tx(_at: *mut u64, _bytes: u32) {
+        unavailable()
+    }
+    #[inline(always)]
+    pub(super) unsafe fn wait(_at: *mut u64, _parity: u32) {
+        unavailable()
+    }
+    #[inline(always)]
+    pub(super) unsafe fn copy_to_shared(_d: *mut u8, _s: *const u8, _n: u32, _b: *mut u64) {
+        unavailable()
+    }
+    #[inline(always)]
+    pub(super) unsafe fn copy_to_global(_d: *mut u8, _s: *const u8, _n: u32) {
+        unavailable()
+    }
+    #[inline(always)]
+    pub(super) fn commit_group() {
+        unavailable()
+    }
+    #[inline(always)]
+    pub(super) fn wait_read<const N: u32>() {
+        unavailable()
+    }
+    #[inline(always)]
+    pub(super) fn wait_all() {
+        unavailable()
+    }
 }
 
 impl Barrier {
@@ -98,27 +243,8 @@ impl Barrier {
     #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn init(at: SharedPtr<u64>, arrivals: u32) -> Barrier {
         let at = at.as_ptr();
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
-        // SAFETY: the caller's contract: an aligned word of this block's shared memory.
-        unsafe {
-            core::arch::asm!(
-                "mbarrier.init.shared::cta.b64 [{a}], {n};",
-                "fence.mbarrier_init.release.cluster;",
-                a = in(reg32) shared_addr(at),
-                n = in(reg32) arrivals,
-                options(nostack)
-            )
-        };
-        #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
-        {
-            let _ = arrivals;
-            unavailable();
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
         // SAFETY: the caller's contract.
-        unsafe {
-            crate::host::bulk::init(at, arrivals)
-        };
+        unsafe { imp::init(at, arrivals) };
         Barrier { at }
     }
 
@@ -139,26 +265,8 @@ impl Barrier {
     #[inline(always)]
     #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn arrive_expect_tx(self, bytes: u32) {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
         // SAFETY: the caller's contract.
-        unsafe {
-            core::arch::asm!(
-                "mbarrier.arrive.expect_tx.shared::cta.b64 _, [{a}], {b};",
-                a = in(reg32) shared_addr(self.at),
-                b = in(reg32) bytes,
-                options(nostack)
-            )
-        };
-        #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
-        {
-            let _ = bytes;
-            unavailable();
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        // SAFETY: the caller's contract.
-        unsafe {
-            crate::host::bulk::arrive_expect_tx(self.at, bytes)
-        };
+        unsafe { imp::arrive_expect_tx(self.at, bytes) }
     }
 
     /// Waits until the phase of parity `parity` (0 or 1) has completed: the bytes of its
@@ -169,33 +277,8 @@ impl Barrier {
     #[inline(always)]
     #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn wait(self, parity: u32) {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
-        loop {
-            let done: u32;
-            // SAFETY: the caller's contract.
-            unsafe {
-                core::arch::asm!(
-                    "{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [{a}], {q}; selp.u32 {d}, 1, 0, p; }}",
-                    a = in(reg32) shared_addr(self.at),
-                    q = in(reg32) parity,
-                    d = out(reg32) done,
-                    options(nostack)
-                )
-            };
-            if done != 0 {
-                break;
-            }
-        }
-        #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
-        {
-            let _ = parity;
-            unavailable();
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
         // SAFETY: the caller's contract.
-        unsafe {
-            crate::host::bulk::wait(self.at, parity)
-        };
+        unsafe { imp::wait(self.at, parity) }
     }
 }
 
@@ -208,28 +291,8 @@ impl Barrier {
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub unsafe fn copy_to_shared(dst: SharedPtr<u8>, src: *const u8, bytes: u32, bar: Barrier) {
-    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
     // SAFETY: the caller's contract.
-    unsafe {
-        core::arch::asm!(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
-            d = in(reg32) shared_addr(dst.as_ptr()),
-            s = in(reg64) src,
-            n = in(reg32) bytes,
-            b = in(reg32) shared_addr(bar.at),
-            options(nostack)
-        )
-    };
-    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
-    {
-        let _ = (dst, src, bytes, bar);
-        unavailable();
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    // SAFETY: the caller's contract.
-    unsafe {
-        crate::host::bulk::copy_to_shared(dst.as_ptr(), src, bytes, bar.at)
-    };
+    unsafe { imp::copy_to_shared(dst.as_ptr(), src, bytes, bar.at) }
 }
 
 /// Copies `bytes` from shared memory at `src` to global memory at `dst` (this GPU's or a
@@ -242,24 +305,8 @@ pub unsafe fn copy_to_shared(dst: SharedPtr<u8>, src: *const u8, bytes: u32, bar
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub unsafe fn copy_to_global(dst: *mut u8, src: SharedPtr<u8>, bytes: u32) {
-    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
     // SAFETY: the caller's contract.
-    unsafe {
-        core::arch::asm!(
-            "cp.async.bulk.global.shared::cta.bulk_group [{d}], [{s}], {n};",
-            d = in(reg64) dst,
-            s = in(reg32) shared_addr(src.as_ptr()),
-            n = in(reg32) bytes,
-            options(nostack)
-        )
-    };
-    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
-    {
-        let _ = (dst, src, bytes);
-        unavailable();
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    crate::host::bulk::copy_to_global(dst, src.as_ptr(), bytes);
+    unsafe { imp::copy_to_global(dst, src.as_ptr(), bytes) }
 }
 
 /// Closes the calling thread's current bulk group of [`copy_to_global`]s
@@ -267,15 +314,7 @@ pub unsafe fn copy_to_global(dst: *mut u8, src: SharedPtr<u8>, bytes: u32) {
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub fn commit_group() {
-    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
-    // SAFETY: groups this thread's own bulk copies; touches no memory.
-    unsafe {
-        core::arch::asm!("cp.async.bulk.commit_group;", options(nostack))
-    };
-    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
-    unavailable();
-    #[cfg(not(target_arch = "nvptx64"))]
-    crate::host::bulk::commit_group();
+    imp::commit_group()
 }
 
 /// Waits until every bulk group of the calling thread but the newest `N` has read its shared
@@ -283,15 +322,7 @@ pub fn commit_group() {
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub fn wait_read<const N: u32>() {
-    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
-    // SAFETY: waits for this thread's own bulk copies.
-    unsafe {
-        core::arch::asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack))
-    };
-    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
-    unavailable();
-    #[cfg(not(target_arch = "nvptx64"))]
-    crate::host::bulk::wait_read(N);
+    imp::wait_read::<N>()
 }
 
 /// Waits until every bulk group of the calling thread is complete, and orders their writes
@@ -300,17 +331,5 @@ pub fn wait_read<const N: u32>() {
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub fn wait_all() {
-    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
-    // SAFETY: waits for this thread's own bulk copies, then fences between proxies.
-    unsafe {
-        core::arch::asm!(
-            "cp.async.bulk.wait_group 0;",
-            "fence.proxy.async.global;",
-            options(nostack)
-        )
-    };
-    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90")))]
-    unavailable();
-    #[cfg(not(target_arch = "nvptx64"))]
-    crate::host::bulk::wait_all();
+    imp::wait_all()
 }

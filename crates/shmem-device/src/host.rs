@@ -112,7 +112,7 @@ mod unsimulated {
             device_only("bulk::copy_to_shared")
         }
         #[track_caller]
-        pub(crate) fn copy_to_global(_dst: *mut u8, _src: *const u8, _bytes: u32) {
+        pub(crate) unsafe fn copy_to_global(_dst: *mut u8, _src: *const u8, _bytes: u32) {
             device_only("bulk::copy_to_global")
         }
         #[track_caller]
@@ -120,7 +120,7 @@ mod unsimulated {
             device_only("bulk::commit_group")
         }
         #[track_caller]
-        pub(crate) fn wait_read(_n: u32) {
+        pub(crate) fn wait_read<const N: u32>() {
             device_only("bulk::wait_read")
         }
         #[track_caller]

@@ -129,9 +129,13 @@ pub(crate) unsafe fn copy_to_shared(dst: *mut u8, src: *const u8, bytes: u32, ba
     }
 }
 
-/// `cp.async.bulk.global.shared::cta.bulk_group`: recorded in the thread's current group.
+/// `cp.async.bulk.global.shared::cta.bulk_group`: recorded in the thread's current group,
+/// performed at the wait that covers it.
+///
+/// # Safety
+/// Both ends stay valid until that wait (the copy contract).
 #[track_caller]
-pub(crate) fn copy_to_global(dst: *mut u8, src: *const u8, bytes: u32) {
+pub(crate) unsafe fn copy_to_global(dst: *mut u8, src: *const u8, bytes: u32) {
     step("bulk::copy_to_global", false);
     OUTBOUND
         .with_borrow_mut(|(group, v)| v.push((*group, dst as usize, src as usize, bytes as usize)));
@@ -160,11 +164,11 @@ fn complete(keep: u64) {
     }
 }
 
-/// `cp.async.bulk.wait_group.read n`.
+/// `cp.async.bulk.wait_group.read N`.
 #[track_caller]
-pub(crate) fn wait_read(n: u32) {
+pub(crate) fn wait_read<const N: u32>() {
     step("bulk::wait_read", false);
-    complete(u64::from(n));
+    complete(u64::from(N));
 }
 
 /// `cp.async.bulk.wait_group 0`.
