@@ -169,6 +169,7 @@ const API: &[(&str, bool)] = &[
     ("peer_memory", false),
     ("block_shared", false),
     ("block_votes", false),
+    ("named_barriers", false),
     ("vec16", false),
     ("bulk_copies", false),
     ("fp8_convert", false),

@@ -24,8 +24,8 @@ pub(crate) fn device_only(op: &str) -> ! {
 pub(crate) use crate::sim::bulk;
 #[cfg(shmem_sim)]
 pub(crate) use crate::sim::device::{
-    ballot, dynamic_shared, register, shfl_idx, shfl_xor, step, sync_threads, sync_threads_vote,
-    sync_warp,
+    ballot, dynamic_shared, named_barrier, register, shfl_idx, shfl_xor, step, sync_threads,
+    sync_threads_vote, sync_warp,
 };
 /// NVSHMEM's device functions as the simulator implements them (what `crate::sys`
 /// re-exports on the host).
@@ -40,8 +40,8 @@ pub(crate) use crate::sim::{now_ns, wait_bound_ns};
 pub(crate) use unsimulated::bulk;
 #[cfg(not(shmem_sim))]
 pub(crate) use unsimulated::{
-    ballot, dynamic_shared, now_ns, register, shfl_idx, shfl_xor, step, sync_threads,
-    sync_threads_vote, sync_warp, wait_bound_ns,
+    ballot, dynamic_shared, named_barrier, now_ns, register, shfl_idx, shfl_xor, step,
+    sync_threads, sync_threads_vote, sync_warp, wait_bound_ns,
 };
 
 /// Without the simulator every device operation reached on the host panics with its name.
@@ -64,6 +64,14 @@ mod unsimulated {
     #[track_caller]
     pub(crate) fn sync_warp(_mask: u32) {
         device_only("sync_warp")
+    }
+    #[track_caller]
+    pub(crate) fn named_barrier(_id: u32, _threads: u32, wait: bool) {
+        device_only(if wait {
+            "NamedBarrier::sync"
+        } else {
+            "NamedBarrier::arrive"
+        })
     }
     #[track_caller]
     pub(crate) fn shfl_xor(_v: u32, _lane_mask: u32) -> u32 {

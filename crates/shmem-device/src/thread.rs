@@ -300,6 +300,101 @@ pub fn sync_warp(mask: u32) {
     crate::host::sync_warp(mask)
 }
 
+/// A barrier that some warps of a block keep among themselves while the others go on: PTX's
+/// named barrier `id` (1 to 15; barrier 0 is [`sync_threads`]'s) of `threads` threads, whole
+/// warps. It is how a warp-specialised kernel's warps meet without stopping the rest: the
+/// metadata warps of a dispatch agreeing on their slots while a copying warp streams rows,
+/// or a producer warp handing consumers a tile ([`NamedBarrier::arrive`]).
+///
+/// Each generation completes when `threads` threads have arrived, by [`sync`](Self::sync)
+/// (which waits for that) or [`arrive`](Self::arrive) (which does not); then the barrier is
+/// ready for the next. Arrivals are counted a warp at a time, so every lane of a warp arrives
+/// at the same call, and every participant names the same `threads`. Like
+/// [`sync_threads`], memory accesses of the arriving threads before the barrier are visible
+/// to those that waited on it after it; a generation that never completes hangs its waiters
+/// (the simulator reports it as a deadlock).
+///
+/// ```ignore
+/// // Warps 1.. of the block agree among themselves; warp 0 does not wait for them.
+/// if warp_id() != 0 {
+///     let meta = NamedBarrier::new(1, block_dim_x() - 32);
+///     // ... each writes its part of a shared table ...
+///     meta.sync();
+///     // ... each reads the whole table ...
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NamedBarrier {
+    id: u32,
+    threads: u32,
+}
+
+impl NamedBarrier {
+    /// Barrier `id` of `threads` threads.
+    ///
+    /// # Panics
+    /// Unless `1 <= id <= 15` and `threads` is a nonzero multiple of 32 (on the GPU a panic
+    /// ends the kernel, as any device panic).
+    #[inline(always)]
+    #[cfg_attr(shmem_sim, track_caller)]
+    pub fn new(id: u32, threads: u32) -> NamedBarrier {
+        assert!(
+            (1..16).contains(&id) && threads != 0 && threads.is_multiple_of(WARP_SIZE),
+            "NamedBarrier: id must be 1 to 15 and threads a nonzero multiple of 32"
+        );
+        NamedBarrier { id, threads }
+    }
+
+    /// The barrier's number.
+    pub fn id(self) -> u32 {
+        self.id
+    }
+
+    /// Threads that complete a generation.
+    pub fn threads(self) -> u32 {
+        self.threads
+    }
+
+    /// `bar.sync id, threads`: arrives and waits until the generation is complete.
+    #[inline(always)]
+    #[cfg_attr(shmem_sim, track_caller)]
+    pub fn sync(self) {
+        #[cfg(target_arch = "nvptx64")]
+        // SAFETY: `bar.sync` only synchronises threads (`new` checked its operands); a
+        // generation that never completes hangs but cannot corrupt memory. No `nomem`: it
+        // orders memory as `sync_threads` does.
+        unsafe {
+            core::arch::asm!(
+                "bar.sync {0}, {1};",
+                in(reg32) self.id,
+                in(reg32) self.threads,
+                options(nostack)
+            )
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::host::named_barrier(self.id, self.threads, true)
+    }
+
+    /// `bar.arrive id, threads`: counts this warp's arrival and goes on without waiting (a
+    /// producer's signal that its writes before it are there for the waiters).
+    #[inline(always)]
+    #[cfg_attr(shmem_sim, track_caller)]
+    pub fn arrive(self) {
+        #[cfg(target_arch = "nvptx64")]
+        // SAFETY: as `sync`; `bar.arrive` does not wait.
+        unsafe {
+            core::arch::asm!(
+                "bar.arrive {0}, {1};",
+                in(reg32) self.id,
+                in(reg32) self.threads,
+                options(nostack)
+            )
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::host::named_barrier(self.id, self.threads, false)
+    }
+}
+
 /// Values a warp shuffle moves: 32-bit words in one `shfl`, 64-bit ones in two.
 pub trait Shuffle: Copy + sealed::Sealed {
     #[doc(hidden)]

@@ -23,6 +23,7 @@
 //! | [`block_shared`](block_shared()) | dynamic shared memory: its size, a release/acquire hand-off and atomics at block scope | no |
 //! | [`block_votes`](block_votes()) | `sync_threads_count`, `sync_threads_and`, `sync_threads_or` | no |
 //! | [`vec16`](vec16()) | `rma::Vec16`: 16-byte loads and stores of `[u32; 4]`, `[f32; 4]`, `[f64; 2]`, generic and global | no |
+//! | [`named_barriers`](named_barriers()) | `NamedBarrier`: some warps of a block meeting among themselves, a hand-off by `arrive` | no |
 //! | [`bulk_copies`](bulk_copies()) | `bulk`: copies into shared memory on a barrier's phases, out to the next PE's memory in groups, a slot used again after its group has read it | no |
 //! | [`fp8_convert`](fp8_convert()) | `fp8`: the `e4m3` conversions on the GPU's instructions against their definitions | no |
 //! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
@@ -809,6 +810,62 @@ pub unsafe fn block_votes(got: SymSlice<u32>) {
     let v = v | u32::from(one) << 10 | u32::from(none) << 11;
     // SAFETY: each thread writes its own word; the caller's `got` has `blocks * n` words.
     unsafe { got.write((n * b + t) as usize, v) };
+}
+
+/// Threads a block of [`named_barriers`](named_barriers()) has, and words of dynamic shared
+/// memory (`u32`) it is launched with: one a thread.
+pub const NAMED_THREADS: u32 = 128;
+
+/// Rounds the group of [`named_barriers`](named_barriers()) meets in.
+pub const NAMED_ROUNDS: u32 = 3;
+
+/// [`NamedBarrier`]: in each block of `NAMED_THREADS` threads, warps 1 to 3 meet on barrier 1
+/// (96 threads) for `NAMED_ROUNDS` rounds: each thread writes its shared word, and after the
+/// barrier reads that of a thread of another warp (then meets again before the next round's
+/// writes). Before them, warp 0 hands warp 1 a tile on barrier 2 (64 threads): it writes
+/// words 0 to 31, arrives without waiting and goes on; warp 1 waits, then reads them. Thread
+/// `t` of block `b` writes `got[NAMED_THREADS * b + t]`: bit 0, every read of the rounds was
+/// right (warps 1-3); bit 1, the tile was right (warp 1); bit 2, warp 0 arrived and went on.
+///
+/// # Safety
+/// Blocks of `NAMED_THREADS` threads with `NAMED_THREADS * 4` bytes of dynamic shared memory;
+/// `got` holds a word a thread.
+#[shmem_kernel]
+pub unsafe fn named_barriers(got: SymSlice<u32>) {
+    let (b, t) = (block_idx_x(), thread_idx_x());
+    let Some(words) = shared::dynamic::<u32>(NAMED_THREADS as usize) else {
+        return;
+    };
+    let word = |i: u32| words.wrapping_add(i as usize).as_ptr();
+    let hand = NamedBarrier::new(2, 64);
+    // SAFETY: for the whole kernel: each thread writes only its own shared word, and reads
+    // another's only after a barrier that the writer reached after writing it and before
+    // writing it again; `got` has a word a thread (the kernel's contract).
+    unsafe {
+        let v = if t < 32 {
+            word(t).write_volatile(7000 + t);
+            hand.arrive();
+            4
+        } else {
+            let mut v = 1;
+            if t < 64 {
+                hand.sync();
+                v |= u32::from(word(t - 32).read_volatile() == 7000 + t - 32) << 1;
+            }
+            let group = NamedBarrier::new(1, NAMED_THREADS - 32);
+            let other = 32 + (t - 32 + 37) % (NAMED_THREADS - 32);
+            for r in 0..NAMED_ROUNDS {
+                word(t).write_volatile(r * 1000 + t);
+                group.sync();
+                if word(other).read_volatile() != r * 1000 + other {
+                    v &= !1;
+                }
+                group.sync();
+            }
+            v
+        };
+        got.write((NAMED_THREADS * b + t) as usize, v);
+    }
 }
 
 /// [`rma::Vec16`]'s loads and stores: thread `t` of the block moves chunk `t` of each of

@@ -29,6 +29,19 @@ pub(crate) fn sync_threads_vote(pred: bool) -> (u32, u32) {
     super::sync_threads_vote(pred)
 }
 
+/// `bar.sync id, threads` (`wait`) or `bar.arrive id, threads`.
+#[track_caller]
+pub(crate) fn named_barrier(id: u32, threads: u32, wait: bool) {
+    if super::current_pe().is_none() {
+        device_only(if wait {
+            "NamedBarrier::sync"
+        } else {
+            "NamedBarrier::arrive"
+        })
+    }
+    super::named_barrier(id, threads, wait)
+}
+
 /// The calling simulated thread's block's dynamic shared memory and its size in bytes.
 #[track_caller]
 pub(crate) fn dynamic_shared() -> (*mut u8, u32) {

@@ -103,6 +103,8 @@ struct State {
     /// Per block: `(true, calling)` of its last completed barrier.
     tally: Vec<(u32, u32)>,
     barrier_generation: Vec<u64>,
+    /// Per (block, id): the generation of that named barrier in progress.
+    named: std::collections::BTreeMap<(usize, u32), Named>,
     warps: Vec<WarpOp>,
     abort: Option<String>,
 }
@@ -431,6 +433,7 @@ pub(crate) fn run_pes<F: Fn() + Sync>(
             votes: std::vec![0; blocks as usize],
             tally: std::vec![(0, 0); blocks as usize],
             barrier_generation: std::vec![0; blocks as usize],
+            named: std::collections::BTreeMap::new(),
             warps: (0..blocks as usize * warps_per_block)
                 .map(|_| WarpOp::default())
                 .collect(),
@@ -639,6 +642,59 @@ pub(crate) fn sync_threads_vote(pred: bool) -> (u32, u32) {
     let st = e.wait_turn(st, c.id);
     debug_assert!(st.barrier_generation[block] > generation);
     st.tally[block]
+}
+
+/// A named barrier's generation in progress ([`named_barrier`]).
+struct Named {
+    /// The threads that complete it, as its first arrival named them.
+    threads: u32,
+    arrived: u32,
+    /// The threads waiting in `sync`.
+    waiting: Vec<usize>,
+}
+
+/// `bar.sync id, threads` (`wait`) or `bar.arrive id, threads` in the simulator: counts the
+/// calling thread's arrival at its block's barrier `id`; when `threads` have arrived the
+/// generation completes and its waiters go on. Every arrival of a generation must name the
+/// same `threads` (a different count panics, naming both).
+#[track_caller]
+pub(crate) fn named_barrier(id: u32, threads: u32, wait: bool) {
+    let Some(c) = ctx() else { return };
+    let loc = Location::caller();
+    let e = &c.engine;
+    let block = c.global_block() as usize;
+    let mut st = e.state.lock().unwrap_or_else(|x| x.into_inner());
+    let g = st.named.entry((block, id)).or_insert(Named {
+        threads,
+        arrived: 0,
+        waiting: Vec::new(),
+    });
+    if g.threads != threads {
+        let first = g.threads;
+        drop(st);
+        panic!(
+            "NamedBarrier {id}: this thread arrives for {threads} threads, an earlier arrival of the same generation for {first}"
+        );
+    }
+    g.arrived += 1;
+    let complete = g.arrived == threads;
+    st.threads[c.id] = if wait && !complete {
+        g.waiting.push(c.id);
+        Run::Blocked("NamedBarrier::sync", loc)
+    } else {
+        Run::Ready
+    };
+    if complete {
+        let g = st
+            .named
+            .remove(&(block, id))
+            .expect("the generation in progress");
+        for i in g.waiting {
+            st.threads[i] = Run::Ready;
+        }
+    }
+    e.pass_turn(&mut st);
+    drop(e.wait_turn(st, c.id));
 }
 
 /// A warp collective in the simulator: every live lane of the warp contributes

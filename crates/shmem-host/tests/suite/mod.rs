@@ -47,6 +47,7 @@ macro_rules! simulated_cases {
             peer_memory: 1,
             block_shared: 1,
             block_votes: 1,
+            named_barriers: 1,
             vec16: 1,
             bulk_copies: 2,
             fp8_convert: 1,
@@ -587,6 +588,35 @@ pub fn block_votes(rt: &Shmem) {
         got.to_vec().unwrap(),
         want,
         "per thread: count | and(all) << 8 | and(one false) << 9 | or(one) << 10 | or(none) << 11"
+    );
+}
+
+pub fn named_barriers(rt: &Shmem) {
+    use api_suite_kernels::NAMED_THREADS as T;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::named_barriers>().unwrap();
+    let blocks = 2u32;
+    let got = filled(rt, (blocks * T) as usize, |_| 0u32);
+    // SAFETY: blocks of `T` threads with a shared word a thread; `got` holds a word a thread.
+    unsafe {
+        k.launch(
+            LaunchConfig::linear(blocks, T).with_shared_mem(4 * T),
+            (&got,),
+        )
+        .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    let want: Vec<u32> = (0..blocks * T)
+        .map(|i| match i % T {
+            0..32 => 4,
+            32..64 => 3,
+            _ => 1,
+        })
+        .collect();
+    assert_eq!(
+        got.to_vec().unwrap(),
+        want,
+        "per thread: the group's reads right | the tile right << 1 | warp 0 went on << 2"
     );
 }
 
