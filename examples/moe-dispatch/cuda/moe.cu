@@ -232,8 +232,13 @@ __device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv)
 // index, weights and pairs, and each pair's slot; send_slot[t][d] then holds the row's slot on
 // d (-1: not sent there), which it also returns to every lane. The caller sends the row. In
 // low-latency mode the slot is t, and where the token does not go to d this marks row t from
-// here on d as empty (source index -1).
-__device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint32_t lane) {
+// here on d as empty (source index -1); with ROWS a row sent is counted here, else the warp
+// that copies it counts it (count_rows).
+// A low-latency pair's slot: an atomic on its expert's counter, or with `base` reserved
+// already for the block (reserve_pairs): base[e] plus the pair's rank[k] (rank: the token's).
+template <bool ROWS>
+__device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint32_t lane,
+                                        const uint32_t *base = nullptr, const uint16_t *rank = nullptr) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
   size_t k_n = s.top_k, t_n = s.tokens;
@@ -256,10 +261,10 @@ __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t,
   uint32_t c = 0xffffffffu;
   if (!tp) {
     if (lane == 0) {
-      atomicAdd(counter(b, ROW_CURSORS + d), 1u);
+      if (ROWS) atomicAdd(counter(b, ROW_CURSORS + d), 1u);
       b.send_slot[t * n + d] = (int32_t)t;
     }
-    if (dest == d) c = atomicAdd(counter(b, pair_cursors + (uint32_t)e), 1u);
+    if (dest == d) c = base ? base[e] + rank[lane] : atomicAdd(counter(b, pair_cursors + (uint32_t)e), 1u);
   }
   uint32_t slot = tp ? (uint32_t)b.send_slot[t * n + d] : (uint32_t)t;
   size_t row = (size_t)(me * (uint32_t)t_n + slot);  // rows fit in 32 bits (the host checks)
@@ -408,34 +413,51 @@ __device__ __forceinline__ uint16_t *target(const Bufs &b, const Shape &s, size_
   return at;
 }
 
-// Low latency: this lane's choice of token t (its expert; -1 from lane K on), which
-// each_mapped takes; throughput: -1 (not read).
+// This lane's choice of token t (its expert; -1 from lane K on), from which routed finds the
+// token's PEs.
 __device__ __forceinline__ int32_t choice(const Bufs &b, const Shape &s, size_t t, uint32_t lane) {
-  return s.mode == THROUGHPUT || lane >= s.top_k ? -1 : b.topk[t * s.top_k + lane];
+  return lane >= s.top_k ? -1 : b.topk[t * s.top_k + lane];
+}
+
+// Low latency: the PEs a token goes to, from its choices (each lane's e; bit d: one of its
+// experts is on d; whole warps, a ballot a PE), which each_mapped takes; send_bulk's copying
+// warp counts the rows from it (count_rows). A copying warp loads the choices when it starts a
+// row and finds the PEs once the row's data is there (kernels.rs, routed).
+__device__ __forceinline__ uint32_t routed(const Shape &s, int32_t e) {
+  uint32_t dest = e >= 0 ? (uint32_t)e / (s.experts / s.n_pes) : 0xffffffffu, mask = 0;
+  for (uint32_t d = 0; d < s.n_pes; d++)
+    if (__ballot_sync(0xffffffffu, dest == d)) mask |= 1u << d;
+  return mask;
+}
+
+// Adds the rows towards PE d this warp counted (lane d holds the count) to counter
+// ROW_CURSORS + d: one reduction a block and PE in send_bulk instead of one a row
+// (kernels.rs, count_rows).
+__device__ __forceinline__ void count_rows(const Bufs &b, uint32_t rows) {
+  if (rows) atomicAdd(counter(b, ROW_CURSORS + threadIdx.x % 32), rows);
 }
 
 // How a copying thread finds the PEs token t's row goes to (kernels.rs, Placed): from
-// send_slot[t], complete (slots), or in low-latency mode from the routing, this lane's choice e
-// of t (whole warps).
+// send_slot[t], complete (slots), or in low-latency mode from the routing, the mask routed
+// found.
 struct Placed {
   bool slots;
-  int32_t e;
+  uint32_t mask;
 };
 
 // Calls f(peer) with the address here of token t's row on each PE it goes to whose memory is
 // mapped here; returns whether it goes to some PE whose memory is not. With slots, where
 // send_slot says (target); else row t of this PE's region on every PE its experts are on,
-// from the routing (a ballot a PE), so that the row waits for none of the metadata.
+// from the routing, so that the row waits for none of the metadata.
 template <class F>
 __device__ __forceinline__ bool each_mapped(const Bufs &b, const Shape &s, size_t t, Placed by, F f) {
   bool unmapped = false;
-  uint32_t dest = by.e >= 0 ? (uint32_t)by.e / (s.experts / s.n_pes) : 0xffffffffu;
   for (uint32_t d = 0; d < s.n_pes; d++) {
     uint16_t *peer;
     if (by.slots) {
       if (!target(b, s, t, d, peer)) continue;
     } else {
-      if (!__ballot_sync(0xffffffffu, dest == d)) continue;
+      if (!(by.mask >> d & 1)) continue;
       peer = (uint16_t *)nvshmem_ptr(b.recv_x + ((size_t)nvshmem_my_pe() * s.tokens + t) * s.hidden, d);
     }
     if (peer)
@@ -478,7 +500,7 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
     uint4 raw[HELD], next[HELD];
     for (uint32_t u = w; u < units; u += nw) {
       size_t t = t0 + u / n * stride;
-      if (t < t_n) send(b, s, t, u % n, lane);
+      if (t < t_n) send<true>(b, s, t, u % n, lane);
     }
     size_t rows = (t_n - t0 + stride - 1) / stride;
     uint32_t steps = (uint32_t)(rows < g_n ? rows : g_n) * nb;
@@ -494,7 +516,7 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
     if (s.mode != THROUGHPUT) __syncthreads();
     bool unmapped = false;
     for (uint32_t j = 0;;) {
-      unmapped |= store(t0 + j / nb * stride, j % nb * batch, v, Placed{true, -1}, threadIdx.x, blockDim.x);
+      unmapped |= store(t0 + j / nb * stride, j % nb * batch, v, Placed{true, 0}, threadIdx.x, blockDim.x);
       if (++j == steps) break;
       if (AHEAD) {
         prepare(v, next);
@@ -529,9 +551,18 @@ constexpr uint32_t BULK_PIECE = 14336;
 constexpr uint32_t BULK_HEADER = 128;
 __device__ __forceinline__ uint32_t bulk_piece(const Shape &s) { return min(s.hidden * 2, BULK_PIECE); }
 __device__ __forceinline__ uint32_t bulk_slot_bytes(const Shape &s) { return (bulk_piece(s) + 127) / 128 * 128; }
+// The pair slots a block reserves at once (reserve_pairs): with at most RESERVE_EXPERTS
+// experts and RESERVE_PAIRS (token, choice) pairs a block; the table (a word an expert, then
+// a u16 a pair) follows the barriers' line, the slots follow the table on a line of their own.
+constexpr uint32_t RESERVE_EXPERTS = 256;
+constexpr uint32_t RESERVE_PAIRS = 512;
+__device__ __forceinline__ uint32_t bulk_slots_offset(const Shape &s) {
+  uint32_t table = s.experts <= RESERVE_EXPERTS ? s.experts * 4 + RESERVE_PAIRS * 2 : 0;
+  return BULK_HEADER + (table + 127) / 128 * 128;
+}
 // Shape::dispatch_shared_bytes for the low-latency bf16 path.
 __device__ __forceinline__ uint32_t bulk_shared_bytes(const Shape &s) {
-  return BULK_HEADER + BULK_SLOTS * bulk_slot_bytes(s);
+  return bulk_slots_offset(s) + BULK_SLOTS * bulk_slot_bytes(s);
 }
 __device__ __forceinline__ uint32_t dynamic_smem_bytes() {
   uint32_t v;
@@ -580,7 +611,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
   bool unmapped = false;
   if (w == 0) {
     uint64_t *bar = reinterpret_cast<uint64_t *>(dispatch_smem);
-    uint8_t *slots = dispatch_smem + BULK_HEADER;
+    uint8_t *slots = dispatch_smem + bulk_slots_offset(s);
     uint32_t slot_bytes = bulk_slot_bytes(s);
     if (lane == 0)
       for (uint32_t i = 0; i < BULK_SLOTS; i++) bar_init(&bar[i], 1);
@@ -595,7 +626,8 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
       copy_to_shared(slots + i * slot_bytes, reinterpret_cast<const uint8_t *>(b.x + t * h) + off, len, &bar[i]);
     };
     for (uint32_t k = 0; k < steps && k + 1 < BULK_SLOTS; k++) load(k);
-    int32_t e = -1;
+    int32_t e = -1;     // this lane's choice of the row's token
+    uint32_t rows = 0;  // lane d: the rows counted towards d
     for (uint32_t k = 0; k < steps; k++) {
       size_t t = t0 + k / pieces * stride;
       uint32_t off = k % pieces * piece, len = min(piece, row_bytes - off), i = k % BULK_SLOTS;
@@ -604,15 +636,42 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
         if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         load(k + BULK_SLOTS - 1);
       }
+      // Every lane waits; routed's ballots keep them together, so none still polls a phase
+      // lane 0 has armed again (kernels.rs, send_bulk).
       bar_wait(&bar[i], k / BULK_SLOTS % 2);
-      unmapped |= each_mapped(b, s, t, Placed{false, e}, [&](uint16_t *peer) {
+      uint32_t mask = routed(s, e);
+      if (off == 0) rows += mask >> lane & 1;
+      unmapped |= each_mapped(b, s, t, Placed{false, mask}, [&](uint16_t *peer) {
         if (lane == 0) copy_to_global(reinterpret_cast<uint8_t *>(peer) + off, slots + i * slot_bytes, len);
       });
       if (lane == 0) asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
+    count_rows(b, rows);
     if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
   } else {
-    for (uint32_t u = w - 1; u < count * n; u += nw - 1) send(b, s, t0 + u / n * stride, u % n, lane);
+    // With several tokens, the block's pair slots reserved at once (reserve_pairs in Rust):
+    // the metadata warps count the block's pairs of each expert in `base` (each pair's rank
+    // among them in `rank`), add each count to the expert's counter once, and leave in base[e]
+    // the block's first slot.
+    uint32_t k_n = s.top_k, e_n = s.experts, mt = threadIdx.x - 32, mts = (nw - 1) * 32;
+    uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
+    uint16_t *rank = reinterpret_cast<uint16_t *>(base + e_n);
+    bool reserved = count > 1 && e_n <= RESERVE_EXPERTS && count * k_n <= RESERVE_PAIRS;
+    if (reserved) {
+      for (uint32_t e = mt; e < e_n; e += mts) base[e] = 0;
+      asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
+      for (uint32_t p = mt; p < count * k_n; p += mts) {
+        int32_t e = b.topk[(t0 + p / k_n * stride) * k_n + p % k_n];
+        if (e >= 0) rank[p] = (uint16_t)atomicAdd(&base[e], 1u);
+      }
+      asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
+      for (uint32_t e = mt; e < e_n; e += mts)
+        if (uint32_t c = base[e]) base[e] = atomicAdd(counter(b, ROW_CURSORS + n + e), c);
+      asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
+    }
+    for (uint32_t u = w - 1; u < count * n; u += nw - 1)
+      send<false>(b, s, t0 + u / n * stride, u % n, lane, reserved ? base : nullptr,
+                  reserved ? rank + u / n * k_n : nullptr);
   }
   if (__syncthreads_or(unmapped)) {
     for (uint32_t u = w; u < count * n; u += nw) {
@@ -666,7 +725,7 @@ __device__ __forceinline__ void send_warps(const Bufs &b, const Shape &s) {
   for (size_t i = gw; i < t_n * n; i += nw) {
     size_t t = i / n;
     uint32_t d = i % n;
-    int32_t slot = send(b, s, t, d, lane);
+    int32_t slot = send<true>(b, s, t, d, lane);
     if (slot >= 0)
       nvshmemx_putmem_nbi_warp(b.recv_x + (me * t_n + slot) * h, b.x + t * h, h * sizeof(uint16_t), d);
   }
@@ -707,7 +766,7 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
   if (w < META_WARPS) {
     // (Looped by token rather than by count, which spilled here.)
     for (size_t t = t0; t < t_n; t += stride)
-      for (uint32_t d = 0; d < n; d++) send(b, s, t, d, lane);
+      for (uint32_t d = 0; d < n; d++) send<true>(b, s, t, d, lane);
   } else {
     uint32_t rank = threadIdx.x - META_WARPS * 32, threads = blockDim.x - META_WARPS * 32;
     uint32_t chunks = (uint32_t)(s.hidden / 8), batch = HELD * threads;
@@ -723,14 +782,17 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
       // batch this thread loads, j + 2 with AHEAD (the other holds j + 1), else j + 1. With AHEAD
       // two batches are in flight in registers of their own, two steps a loop iteration
       // (kernels.rs, send_split).
-      int32_t e = -1;  // this lane's choice of the row's token, loaded at its first batch
+      // The PEs of the row's token, found at its first batch. Rust finds them each batch:
+      // there that is faster, here this is (at 4096 tokens on one H200, 0.98 of the time of
+      // finding them each batch; BENCHMARKS.md, forty-third session).
+      uint32_t mask = 0;
       auto step = [&](uint32_t j, uint4 (&held)[HELD]) {
         size_t t = t0 + j / nb * stride;
         uint32_t first = j % nb * batch;
-        if (first == 0) e = choice(b, s, t, lane);
+        if (first == 0) mask = routed(s, choice(b, s, t, lane));
         V v;
         prepare(v, held);
-        unmapped |= store(t, first, v, Placed{false, e}, rank, threads);
+        unmapped |= store(t, first, v, Placed{false, mask}, rank, threads);
         if (AHEAD) ahead(held, j + 2);
         else if (j + 1 < steps) ahead(held, j + 1);
         return j + 1 < steps;

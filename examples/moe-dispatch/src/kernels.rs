@@ -242,15 +242,29 @@ impl Shape {
     }
 
     /// Bytes of dynamic shared memory the dispatch kernel of this shape is launched with:
-    /// the low-latency `bf16` dispatch's bulk copies ([`BULK_SLOTS`] slots of a piece of a row
-    /// each, and their barriers); 0 for the other paths. Given fewer, or built for a GPU
-    /// without bulk copies, the kernel copies through registers instead.
+    /// for the low-latency `bf16` dispatch, a line of barriers ([`BULK_HEADER`]), with at
+    /// most [`RESERVE_EXPERTS`] experts the table of its pair slots reserved a block at a
+    /// time ([`reserve_pairs`]), then its bulk copies' [`BULK_SLOTS`] slots of a piece of a
+    /// row each; 0 for the other paths. Given fewer, or built for a GPU without bulk copies,
+    /// the kernel copies through registers instead.
     pub fn dispatch_shared_bytes(&self) -> u32 {
         if self.dispatch_path() == DispatchPath::LowLatency {
-            BULK_HEADER + BULK_SLOTS as u32 * self.bulk_slot_bytes()
+            self.bulk_slots_offset() + BULK_SLOTS as u32 * self.bulk_slot_bytes()
         } else {
             0
         }
+    }
+
+    /// Where the bulk slots start in the dispatch's shared memory: after the barriers and
+    /// the reserved pair slots' table (which starts at [`BULK_HEADER`]), on a line of their
+    /// own.
+    fn bulk_slots_offset(&self) -> u32 {
+        let table = if self.experts <= RESERVE_EXPERTS {
+            self.experts * 4 + RESERVE_PAIRS * 2
+        } else {
+            0
+        };
+        BULK_HEADER + table.next_multiple_of(128)
     }
 
     /// The bytes of a row that one bulk copy moves: the row, up to [`BULK_PIECE`].
@@ -812,13 +826,23 @@ unsafe fn layout(b: Bufs, s: Shape) {
 /// index, weights and pairs, and each pair's slot in the expert's list. `send_slot[t][d]`
 /// then holds the row's slot on `d` (-1: not sent there), which it also returns to every
 /// lane; the caller sends the row. In low-latency mode the slot is `t`, and where the token
-/// does not go to `d` this marks row `t` from here on `d` as empty (its source index -1).
+/// does not go to `d` this marks row `t` from here on `d` as empty (its source index -1);
+/// with `ROWS` a row sent is counted here, else the warp that copies it counts it
+/// ([`count_rows`]). A low-latency pair's slot comes from `slot`.
 ///
 /// # Safety
 /// `t < T`, `d < n`; the whole warp calls it; the buffers and round as in
-/// [`moe_dispatch()`].
+/// [`moe_dispatch()`]; a [`PairSlot::Reserved`] `slot` is [`reserve_pairs`]'s for `t`'s block
+/// and `t` its token `i`.
 #[inline(always)]
-unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32) -> i32 {
+unsafe fn send<const ROWS: bool>(
+    b: Bufs,
+    s: Shape,
+    t: usize,
+    d: u32,
+    lane: u32,
+    slot: PairSlot,
+) -> i32 {
     let tp = s.mode == MODE_THROUGHPUT;
     let (me, n, e_n, cap) = (my_pe() as u32, s.n_pes, s.experts, s.capacity);
     let (k_n, t_n, l_n) = (s.top_k as usize, s.tokens as usize, e_n / n);
@@ -851,12 +875,26 @@ unsafe fn send(b: Bufs, s: Shape, t: usize, d: u32, lane: u32) -> i32 {
         let mut c = u32::MAX;
         if !tp {
             if lane == 0 {
-                scoped::add_relaxed(Gpu, counter(b, ROW_CURSORS + d as usize), 1u32);
+                if ROWS {
+                    scoped::add_relaxed(Gpu, counter(b, ROW_CURSORS + d as usize), 1u32);
+                }
                 st(b.send_slot, t * nn + d as usize, t as i32);
             }
             if dest == d {
-                let cursor = counter(b, ROW_CURSORS + nn + e as usize);
-                c = scoped::fetch_add_relaxed(Gpu, cursor, 1u32);
+                c = match slot {
+                    PairSlot::Atomic => {
+                        let cursor = counter(b, ROW_CURSORS + nn + e as usize);
+                        scoped::fetch_add_relaxed(Gpu, cursor, 1u32)
+                    }
+                    PairSlot::Reserved(i) => match reserved_table(s) {
+                        Some((base, rank)) => {
+                            let first = base.wrapping_add(e as usize).as_ptr().read();
+                            let at = i as usize * k_n + lane as usize;
+                            first + u32::from(rank.wrapping_add(at).as_ptr().read())
+                        }
+                        None => u32::MAX,
+                    },
+                };
             }
         }
         let slot = if tp {
@@ -1114,19 +1152,58 @@ unsafe fn target(b: Bufs, s: Shape, t: usize, d: u32) -> Option<(Sym<u16>, Optio
     row_at(b, s, slot).map(|at| (at, ptr(at, d as i32)))
 }
 
-/// In low-latency mode, this lane's choice of token `t` (its expert; -1 from lane `K` on),
-/// which [`each_mapped`] takes; in throughput mode -1 (not read).
+/// This lane's choice of token `t` (its expert; -1 from lane `K` on), from which
+/// [`routed`] finds the token's PEs.
 ///
 /// # Safety
 /// `t < T`; the buffers as in [`moe_dispatch()`].
 #[inline(always)]
 unsafe fn choice(b: Bufs, s: Shape, t: usize, lane: u32) -> i32 {
     let k_n = s.top_k as usize;
-    if s.mode == MODE_THROUGHPUT || lane as usize >= k_n {
+    if lane as usize >= k_n {
         -1
     } else {
         // SAFETY: `t < T` and `lane < K`.
         unsafe { ld(b.topk, t * k_n + lane as usize) }
+    }
+}
+
+/// In low-latency mode, the PEs a token goes to, from its choices (each lane's [`choice`],
+/// `e`): bit `d` set when one of its experts is on PE `d` (a ballot a PE, whole warps).
+/// [`each_mapped`] takes it, and [`send_bulk`]'s copying warp counts the rows from it
+/// ([`count_rows`]). A copying warp loads the choices when it starts a row and finds the PEs
+/// once the row's data is there: found at once, the warp waited for the load (on one H200
+/// the FP8 dispatch took 1-2 % more time at 4096 tokens).
+#[inline(always)]
+fn routed(s: Shape, e: i32) -> u32 {
+    let dest = if e >= 0 {
+        e as u32 / (s.experts / s.n_pes)
+    } else {
+        u32::MAX
+    };
+    let mut mask = 0;
+    for d in 0..s.n_pes {
+        if ballot(dest == d) != 0 {
+            mask |= 1 << d;
+        }
+    }
+    mask
+}
+
+/// Adds to counter `ROW_CURSORS + d` the rows towards PE `d` that this warp counted from the
+/// routing ([`routed`]), lane `d` holding that count: one reduction a block and PE in
+/// [`send_bulk`], where one a row ([`send`]'s) put 4096 of them on one word at 1 PE and 4096
+/// tokens, 1.4 µs of the low-latency `bf16` dispatch's time on one H200 (the twin's;
+/// BENCHMARKS.md, forty-third session). The FP8 dispatch, whose one metadata warp sends a
+/// block's tokens one after another, spreads them over its time and keeps them in [`send`].
+///
+/// # Safety
+/// `rows` is zero in lanes `n` and up; the buffers as in [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn count_rows(b: Bufs, rows: u32) {
+    if rows != 0 {
+        // SAFETY: a counter of `work`, as `lane < n` where `rows` is not zero.
+        unsafe { scoped::add_relaxed(Gpu, counter(b, ROW_CURSORS + lane_id() as usize), rows) };
     }
 }
 
@@ -1135,21 +1212,21 @@ unsafe fn choice(b: Bufs, s: Shape, t: usize, lane: u32) -> i32 {
 enum Placed {
     /// From `send_slot[t]`, complete: the layout's, or `send`'s before a barrier.
     Slots,
-    /// In low-latency mode, from the routing, without waiting for `send`: this lane's
-    /// [`choice`] of `t`. Whole warps (a ballot a PE).
-    Choice(i32),
+    /// In low-latency mode, from the routing, without waiting for `send`: the PEs
+    /// [`routed`] found for `t`.
+    Routed(u32),
 }
 
 /// Calls `f(peer)` with the address here of token `t`'s row on each PE it goes to whose
 /// memory is mapped here; returns whether it goes to some PE whose memory is not. With
-/// [`Placed::Slots`], where `send_slot` says ([`target`]). With [`Placed::Choice`], in
+/// [`Placed::Slots`], where `send_slot` says ([`target`]). With [`Placed::Routed`], in
 /// low-latency mode, where a row is row `t` of its source's region on every PE it goes to:
 /// the PEs follow from the routing, so the row waits for none of the metadata, whose atomics
 /// another warp sends meanwhile ([`send_split`]).
 ///
 /// # Safety
-/// As [`target`] with [`Placed::Slots`]; with [`Placed::Choice`] in low-latency mode, `t < T`
-/// and the whole warp calls it.
+/// As [`target`] with [`Placed::Slots`]; with [`Placed::Routed`] in low-latency mode, `t < T`
+/// and the mask [`routed`]'s for `t`.
 #[inline(always)]
 unsafe fn each_mapped(
     b: Bufs,
@@ -1163,17 +1240,10 @@ unsafe fn each_mapped(
         let to = match by {
             // SAFETY: the caller's contract.
             Placed::Slots => unsafe { target(b, s, t, d) },
-            Placed::Choice(e) => {
-                let dest = if e >= 0 {
-                    e as u32 / (s.experts / s.n_pes)
-                } else {
-                    u32::MAX
-                };
-                (ballot(dest == d) != 0)
-                    .then(|| row_at(b, s, t as i32))
-                    .flatten()
-                    .map(|at| (at, ptr(at, d as i32)))
-            }
+            Placed::Routed(mask) => (mask >> d & 1 != 0)
+                .then(|| row_at(b, s, t as i32))
+                .flatten()
+                .map(|at| (at, ptr(at, d as i32))),
         };
         match to {
             Some((_, Some(peer))) => f(peer.as_ptr()),
@@ -1267,10 +1337,12 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
         // `d < n`; `send_slot[t]` is complete after the barrier before `put` (the caller's
         // contract in throughput mode, `send` in low-latency mode).
         unsafe {
-            let mut u = w;
+            // The warp's index taken afresh each group: held across the group, it spilled
+            // (4 bytes at 64 registers on sm_90) once the bulk path reserved its pair slots.
+            let mut u = shmem_device::hint::opaque(w);
             while u < units {
                 if let Some((t, d)) = unit(t0, u) {
-                    send(b, s, t, d, lane);
+                    send::<true>(b, s, t, d, lane, PairSlot::Atomic);
                 }
                 u += nw;
             }
@@ -1346,6 +1418,107 @@ pub const BULK_PIECE: u32 = 14336;
 /// 128-byte line of their own.
 pub const BULK_HEADER: u32 = 128;
 
+/// The most experts for which the low-latency `bf16` dispatch reserves its pair slots a block
+/// at a time ([`reserve_pairs`]): a word of shared memory each.
+pub const RESERVE_EXPERTS: u32 = 256;
+
+/// The most (token, choice) pairs of a block for which the low-latency `bf16` dispatch
+/// reserves its pair slots at once ([`reserve_pairs`]): a `u16` of shared memory each. At
+/// 4096 tokens a block of an H200's grid has 7-8 tokens, 64 pairs at top-8.
+pub const RESERVE_PAIRS: u32 = 512;
+
+/// Where [`send`] takes a low-latency pair's slot in its expert's list.
+#[derive(Clone, Copy)]
+enum PairSlot {
+    /// A fetch-and-add a pair on the expert's counter.
+    Atomic,
+    /// Reserved already for the block's tokens ([`reserve_pairs`]) in its table
+    /// ([`reserved_table`]): the block's first slot of expert `e` in `base[e]`, and the pair's
+    /// place among the block's pairs of that expert in `rank[i * K + k]`, `i` (this) the
+    /// token's place among the block's.
+    Reserved(u32),
+}
+
+/// The table of [`reserve_pairs`] in the dispatch's shared memory: `base` (`E` words) and
+/// `rank` (`RESERVE_PAIRS` entries), or `None` when the launch did not give it. Found afresh
+/// where it is used: held across the metadata warps' loop, its two addresses spilled.
+#[inline(always)]
+fn reserved_table(
+    s: Shape,
+) -> Option<(
+    shmem_device::shared::SharedPtr<u32>,
+    shmem_device::shared::SharedPtr<u16>,
+)> {
+    let mem = shmem_device::shared::dynamic::<u8>(s.dispatch_shared_bytes() as usize)?;
+    if s.experts > RESERVE_EXPERTS {
+        return None;
+    }
+    // SAFETY: the table lies within the `dispatch_shared_bytes` the launch gave, after the
+    // barriers' line (`bulk_slots_offset`), its words 4-byte aligned.
+    let base = unsafe { mem.wrapping_add(BULK_HEADER as usize).cast::<u32>() };
+    // SAFETY: as above; the ranks follow the `E` words.
+    let rank = unsafe { base.wrapping_add(s.experts as usize).cast::<u16>() };
+    Some((base, rank))
+}
+
+/// The low-latency `bf16` dispatch's metadata warps (`meta`, all of them, this thread the
+/// `thread`th of `meta.threads()`) reserve the pair slots of the block's `count` tokens
+/// (`token(i)`) with one atomic an expert instead of one a pair: they count the block's
+/// pairs of each expert in `base` (giving each pair its `rank` among them), then add each
+/// count to the expert's counter, leaving in `base[e]` the block's first slot. What each pair
+/// then takes is [`PairSlot::Reserved`]. On one H200 at 4096 tokens, the twin's dispatch
+/// took 0.5 µs less with it (BENCHMARKS.md, forty-third session); a block of one token has
+/// nothing to share and takes [`PairSlot::Atomic`].
+///
+/// # Safety
+/// Every thread of `meta` calls it; `base` holds `E` words and `rank` `count * K` entries of
+/// this block's shared memory, which no other thread touches meanwhile; `token(i) < T` for
+/// `i < count`; the buffers as in [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn reserve_pairs(
+    b: Bufs,
+    s: Shape,
+    (meta, thread): (NamedBarrier, u32),
+    count: u32,
+    token: impl Fn(u32) -> usize,
+    base: shmem_device::shared::SharedPtr<u32>,
+    ranks: shmem_device::shared::SharedPtr<u16>,
+) {
+    let (k_n, e_n, all) = (s.top_k, s.experts, meta.threads());
+    let first = ROW_CURSORS + s.n_pes as usize;
+    // SAFETY: `e < E` and `p < count * K` index the caller's tables; the barriers order each
+    // step's shared accesses after the previous step's; the counters are `work`'s.
+    unsafe {
+        let mut e = thread;
+        while e < e_n {
+            scoped::store_relaxed(scoped::Cta, base.wrapping_add(e as usize), 0);
+            e += all;
+        }
+        meta.sync();
+        let mut p = thread;
+        while p < count * k_n {
+            let e = ld(b.topk, token(p / k_n) * k_n as usize + (p % k_n) as usize);
+            if e >= 0 {
+                let r = scoped::fetch_add_relaxed(scoped::Cta, base.wrapping_add(e as usize), 1);
+                ranks.wrapping_add(p as usize).as_ptr().write(r as u16);
+            }
+            p += all;
+        }
+        meta.sync();
+        let mut e = thread;
+        while e < e_n {
+            let at = base.wrapping_add(e as usize);
+            let c = scoped::load_relaxed(scoped::Cta, at);
+            if c != 0 {
+                let start = scoped::fetch_add_relaxed(Gpu, counter(b, first + e as usize), c);
+                scoped::store_relaxed(scoped::Cta, at, start);
+            }
+            e += all;
+        }
+        meta.sync();
+    }
+}
+
 /// The low-latency `bf16` dispatch: by bulk copies ([`send_bulk`]) where the build has them
 /// ([`shmem_device::bulk::AVAILABLE`]) and the launch gave the shared memory
 /// ([`Shape::dispatch_shared_bytes`]), else through registers ([`send_grouped`]), the
@@ -1407,10 +1580,14 @@ unsafe fn send_held(b: Bufs, s: Shape) {
 /// piece in (`bulk::copy_to_shared`, completing on the slot's barrier) two pieces ahead, then
 /// out to row `t` of this PE's region on every PE the token goes to whose memory is mapped
 /// here (`bulk::copy_to_global`), which the warp finds from the routing ([`each_mapped`]).
-/// No row waits for the metadata, and no thread holds a row in registers. Meanwhile the
-/// other warps send the metadata of the block's tokens, a warp per (token, destination)
-/// ([`send`]). Rows to PEs whose memory is not mapped go afterwards: the block learns of
-/// them from one `sync_threads_or`, and its warps call `put(t, d, at)`.
+/// No row waits for the metadata, and no thread holds a row in registers. Warp 0 also counts
+/// the rows it finds towards each PE, and adds them to the PE's row counter once
+/// ([`count_rows`]). Meanwhile the other warps send the metadata of the block's tokens, a
+/// warp per (token, destination) ([`send`]); with several tokens a block they first reserve
+/// the block's pair slots together, one atomic an expert ([`reserve_pairs`], on a
+/// [`NamedBarrier`] that warp 0 takes no part in). Rows to PEs whose memory is not mapped go
+/// afterwards: the block learns of them from one `sync_threads_or`, and its warps call
+/// `put(t, d, at)`.
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it; the block has more than one
@@ -1430,9 +1607,11 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
     // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `choice`,
     // `each_mapped` and `put`, each called by whole warps; the shared memory is this block's,
     // `dispatch_shared_bytes` of it (the caller's contract): the barriers in its first line,
-    // the slots after it, each used by lane 0 of warp 0 alone; a slot is written again only
-    // after the store that read it has read it (`wait_read`); a row's bytes land in `recv_x`
-    // in this token's row of this PE's region, which no other thread writes.
+    // the slots after the table, each used by lane 0 of warp 0 alone; the table, the
+    // metadata warps' alone, `reserve_pairs` writes for the block's tokens (`count * K`
+    // pairs fit it) before their `send`s read it; a slot is written again only after the
+    // store that read it has read it (`wait_read`); a row's bytes land in `recv_x` in this
+    // token's row of this PE's region, which no other thread writes.
     unsafe {
         if w == 0 {
             let Some(mem) = shmem_device::shared::dynamic::<u8>(s.dispatch_shared_bytes() as usize)
@@ -1441,7 +1620,8 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
             };
             let at = |off: u32| SharedPtr::from_raw(mem.as_ptr().add(off as usize));
             let bar = |i: u32| Barrier::from_shared(at(i * 8).cast::<u64>());
-            let slot = |i: u32| at(BULK_HEADER + i * s.bulk_slot_bytes());
+            let first = s.bulk_slots_offset();
+            let slot = |i: u32| at(first + i * s.bulk_slot_bytes());
             if lane == 0 {
                 for i in 0..BULK_SLOTS as u32 {
                     Barrier::init(at(i * 8).cast::<u64>(), 1);
@@ -1469,7 +1649,9 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
             for k in 0..steps.min(slots - 1) {
                 load(k);
             }
-            let mut e = -1;
+            // This lane's choice of the row being copied, and (lane `d`) the rows counted
+            // towards `d`.
+            let (mut e, mut rows) = (-1, 0);
             for k in 0..steps {
                 let (t, off, len) = part(k);
                 if off == 0 {
@@ -1483,8 +1665,16 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                     }
                     load(k + slots - 1);
                 }
+                // Every lane waits (with lane 0 alone waiting, 0.3-0.5 µs more at 128 tokens
+                // on one H200), and `routed`'s ballots then keep them together: a lane still
+                // polling the phase after lane 0 had armed the slot's next one would miss it
+                // (the simulator's `rows_past_a_bulk_piece` hung so without a ballot each step).
                 bar(k % slots).wait(k / slots % 2);
-                unmapped |= each_mapped(b, s, t, Placed::Choice(e), |peer| {
+                let mask = routed(s, e);
+                if off == 0 {
+                    rows += mask >> lane & 1;
+                }
+                unmapped |= each_mapped(b, s, t, Placed::Routed(mask), |peer| {
                     if lane == 0 {
                         bulk::copy_to_global(
                             peer.cast::<u8>().add(off as usize),
@@ -1497,13 +1687,29 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                     bulk::commit_group();
                 }
             }
+            count_rows(b, rows);
             if lane == 0 {
                 bulk::wait_all();
             }
         } else {
+            // With several tokens, the block's pair slots reserved at once.
+            let reserved = match reserved_table(s) {
+                Some((base, rank)) if count > 1 && count * s.top_k <= RESERVE_PAIRS => {
+                    let meta = NamedBarrier::new(1, (nw - 1) * 32);
+                    reserve_pairs(b, s, (meta, thread_idx_x() - 32), count, token, base, rank);
+                    true
+                }
+                _ => false,
+            };
             let mut u = w - 1;
             while u < count * n {
-                send(b, s, token(u / n), u % n, lane);
+                let i = u / n;
+                let slot = if reserved {
+                    PairSlot::Reserved(i)
+                } else {
+                    PairSlot::Atomic
+                };
+                send::<false>(b, s, token(i), u % n, lane, slot);
                 u += nw - 1;
             }
         }
@@ -1534,7 +1740,7 @@ unsafe fn send_warps(b: Bufs, s: Shape) {
         // on `d` is this token's alone (the layout), in `recv_x`'s bounds there; `x` stays
         // as it is until the dispatch's `quiet` (module documentation).
         unsafe {
-            let slot = send(b, s, t, d as u32, lane);
+            let slot = send::<true>(b, s, t, d as u32, lane, PairSlot::Atomic);
             if let Some(at) = row_at(b, s, slot) {
                 put_nbi(
                     Warp,
@@ -1609,8 +1815,9 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     // slot order (BENCHMARKS.md, twenty-seventh session).
     let token = |i: u32| (t0 as u32 + i * stride as u32) as usize;
     // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `choice`, `fetch`,
-    // `store` and `put`; each warp calls `send`, `store` (whose ballots need whole warps) and
-    // `put` whole; `put` reads `send_slot[t]` after the barrier that follows warp 0's `send`s.
+    // `store` and `put`; each warp calls `send`, `routed` (whose ballots need whole warps),
+    // `store` and `put` whole; `put` reads `send_slot[t]` after the barrier that follows warp
+    // 0's `send`s.
     unsafe {
         // Whether this thread stored a row some destination of which is not mapped here.
         let mut unmapped = false;
@@ -1621,7 +1828,7 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                 let work = Sym::from_raw(shmem_device::hint::opaque(b.work.as_ptr()));
                 let b = Bufs { work, ..b };
                 for d in 0..n {
-                    send(b, s, token(i), d, lane);
+                    send::<true>(b, s, token(i), d, lane, PairSlot::Atomic);
                 }
             }
         } else {
@@ -1654,7 +1861,7 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                         e = choice(b, s, t, lane);
                     }
                     let v = prep.prepare(*batch);
-                    unmapped |= store(t, first, &v, Placed::Choice(e), rank, threads);
+                    unmapped |= store(t, first, &v, Placed::Routed(routed(s, e)), rank, threads);
                     if AHEAD || more(j) {
                         let (t, first) = ahead(j + if AHEAD { 2 } else { 1 });
                         *batch = fetch(t, first, rank, threads);

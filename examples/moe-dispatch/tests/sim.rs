@@ -118,6 +118,8 @@ fn the_cuda_twin_uses_the_same_constants() {
         ("BULK_SLOTS", k::BULK_SLOTS as u32),
         ("BULK_PIECE", k::BULK_PIECE),
         ("BULK_HEADER", k::BULK_HEADER),
+        ("RESERVE_EXPERTS", k::RESERVE_EXPERTS),
+        ("RESERVE_PAIRS", k::RESERVE_PAIRS),
     ] {
         let twin = twin_between(&format!("constexpr uint32_t {name} = "), ";");
         assert_eq!(twin.trim(), v.to_string(), "{name}");
