@@ -244,7 +244,7 @@ impl Shape {
     /// Bytes of dynamic shared memory the dispatch kernel of this shape is launched with:
     /// for the low-latency `bf16` dispatch, a line of barriers ([`BULK_HEADER`]), with at
     /// most [`RESERVE_EXPERTS`] experts the table of its pair slots reserved a block at a
-    /// time ([`reserve_pairs`]), then its bulk copies' [`BULK_SLOTS`] slots of a piece of a
+    /// time, then its bulk copies' [`BULK_SLOTS`] slots of a piece of a
     /// row each; 0 for the other paths. Given fewer, or built for a GPU without bulk copies,
     /// the kernel copies through registers instead.
     pub fn dispatch_shared_bytes(&self) -> u32 {
@@ -1419,11 +1419,11 @@ pub const BULK_PIECE: u32 = 14336;
 pub const BULK_HEADER: u32 = 128;
 
 /// The most experts for which the low-latency `bf16` dispatch reserves its pair slots a block
-/// at a time ([`reserve_pairs`]): a word of shared memory each.
+/// at a time (one atomic an expert instead of one a pair): a word of shared memory each.
 pub const RESERVE_EXPERTS: u32 = 256;
 
 /// The most (token, choice) pairs of a block for which the low-latency `bf16` dispatch
-/// reserves its pair slots at once ([`reserve_pairs`]): a `u16` of shared memory each. At
+/// reserves its pair slots at once: a `u16` of shared memory each. At
 /// 4096 tokens a block of an H200's grid has 7-8 tokens, 64 pairs at top-8.
 pub const RESERVE_PAIRS: u32 = 512;
 
