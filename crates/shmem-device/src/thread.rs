@@ -359,20 +359,7 @@ impl NamedBarrier {
     #[inline(always)]
     #[cfg_attr(shmem_sim, track_caller)]
     pub fn sync(self) {
-        #[cfg(target_arch = "nvptx64")]
-        // SAFETY: `bar.sync` only synchronises threads (`new` checked its operands); a
-        // generation that never completes hangs but cannot corrupt memory. No `nomem`: it
-        // orders memory as `sync_threads` does.
-        unsafe {
-            core::arch::asm!(
-                "bar.sync {0}, {1};",
-                in(reg32) self.id,
-                in(reg32) self.threads,
-                options(nostack)
-            )
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        crate::host::named_barrier(self.id, self.threads, true)
+        self.meet(true)
     }
 
     /// `bar.arrive id, threads`: counts this warp's arrival and goes on without waiting (a
@@ -380,18 +367,36 @@ impl NamedBarrier {
     #[inline(always)]
     #[cfg_attr(shmem_sim, track_caller)]
     pub fn arrive(self) {
+        self.meet(false)
+    }
+
+    /// Arrives, and with `wait` waits for the generation.
+    #[inline(always)]
+    #[cfg_attr(shmem_sim, track_caller)]
+    fn meet(self, wait: bool) {
         #[cfg(target_arch = "nvptx64")]
-        // SAFETY: as `sync`; `bar.arrive` does not wait.
+        // SAFETY: `bar.sync` and `bar.arrive` only synchronise threads (`new` checked their
+        // operands); a generation that never completes hangs but cannot corrupt memory. No
+        // `nomem`: they order memory as `sync_threads` does.
         unsafe {
-            core::arch::asm!(
-                "bar.arrive {0}, {1};",
-                in(reg32) self.id,
-                in(reg32) self.threads,
-                options(nostack)
-            )
+            if wait {
+                core::arch::asm!(
+                    "bar.sync {0}, {1};",
+                    in(reg32) self.id,
+                    in(reg32) self.threads,
+                    options(nostack)
+                )
+            } else {
+                core::arch::asm!(
+                    "bar.arrive {0}, {1};",
+                    in(reg32) self.id,
+                    in(reg32) self.threads,
+                    options(nostack)
+                )
+            }
         }
         #[cfg(not(target_arch = "nvptx64"))]
-        crate::host::named_barrier(self.id, self.threads, false)
+        crate::host::named_barrier(self.id, self.threads, wait)
     }
 }
 

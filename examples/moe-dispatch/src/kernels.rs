@@ -1471,7 +1471,7 @@ fn reserved_table(
 /// nothing to share and takes [`PairSlot::Atomic`].
 ///
 /// # Safety
-/// Every thread of `meta` calls it; `base` holds `E` words and `rank` `count * K` entries of
+/// Every thread of `meta` calls it; `base` holds `E` words and `ranks` `count * K` entries of
 /// this block's shared memory, which no other thread touches meanwhile; `token(i) < T` for
 /// `i < count`; the buffers as in [`moe_dispatch()`].
 #[inline(always)]
