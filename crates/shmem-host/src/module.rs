@@ -29,7 +29,10 @@ pub struct LaunchConfig<'s> {
     pub grid: (u32, u32, u32),
     /// Threads per block (x, y, z).
     pub block: (u32, u32, u32),
-    /// Dynamic shared memory per block, in bytes.
+    /// Dynamic shared memory per block, in bytes. Above the 48 KB a block has by default the
+    /// runtime opts the kernel in to more, up to what the GPU gives a block (227 KB on
+    /// sm_90, less the kernel's static shared memory); more than that is [`Error::Invalid`]
+    /// at the launch.
     pub shared_mem_bytes: u32,
     /// Launch cooperatively (the whole grid co-resident, checked before the launch). `None`:
     /// as the module says — a built module's manifest marks the kernels that wait for other
@@ -54,7 +57,8 @@ impl LaunchConfig<'static> {
 }
 
 impl<'s> LaunchConfig<'s> {
-    /// With `bytes` of dynamic shared memory per block.
+    /// With `bytes` of dynamic shared memory per block (above 48 KB, see
+    /// [`shared_mem_bytes`](Self::shared_mem_bytes)).
     pub fn with_shared_mem(self, bytes: u32) -> Self {
         LaunchConfig {
             shared_mem_bytes: bytes,

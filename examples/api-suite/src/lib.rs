@@ -23,6 +23,7 @@
 //! | [`block_shared`](block_shared()) | dynamic shared memory: its size, a release/acquire hand-off and atomics at block scope | no |
 //! | [`block_votes`](block_votes()) | `sync_threads_count`, `sync_threads_and`, `sync_threads_or` | no |
 //! | [`vec16`](vec16()) | `rma::Vec16`: 16-byte loads and stores of `[u32; 4]`, `[f32; 4]`, `[f64; 2]`, generic and global | no |
+//! | [`shared_beyond_default`](shared_beyond_default()) | dynamic shared memory beyond 48 KB a block, which the host opts the kernel in to | no |
 //! | [`named_barriers`](named_barriers()) | `NamedBarrier`: some warps of a block meeting among themselves, a hand-off by `arrive` | no |
 //! | [`bulk_copies`](bulk_copies()) | `bulk`: copies into shared memory on a barrier's phases, out to the next PE's memory in groups, a slot used again after its group has read it | no |
 //! | [`fp8_convert`](fp8_convert()) | `fp8`: the `e4m3` conversions on the GPU's instructions against their definitions | no |
@@ -810,6 +811,52 @@ pub unsafe fn block_votes(got: SymSlice<u32>) {
     let v = v | u32::from(one) << 10 | u32::from(none) << 11;
     // SAFETY: each thread writes its own word; the caller's `got` has `blocks * n` words.
     unsafe { got.write((n * b + t) as usize, v) };
+}
+
+/// Bytes of dynamic shared memory [`shared_beyond_default`](shared_beyond_default()) is
+/// launched with: 160 KiB, more than the 48 KB a block has unless its kernel opts in (which
+/// the host does for it), and within what every GPU from sm_80 gives one block.
+pub const LARGE_SHARED_BYTES: u32 = 160 * 1024;
+
+/// Dynamic shared memory beyond 48 KB: each thread of a block fills its words of all
+/// [`LARGE_SHARED_BYTES`] (word `i` is thread `i % threads`'), and after the barrier reads
+/// the words of the next thread. Thread 0 of block `b` writes `got[2 b]`, the size the launch
+/// gave, and every thread adds to `got[2 b + 1]` the words it read wrong.
+///
+/// # Safety
+/// Launched with [`LARGE_SHARED_BYTES`] of dynamic shared memory; `got` holds two zeroed
+/// words a block.
+#[shmem_kernel]
+pub unsafe fn shared_beyond_default(got: SymSlice<u32>) {
+    let (b, t, n) = (block_idx_x(), thread_idx_x(), block_dim_x());
+    let len = LARGE_SHARED_BYTES / 4;
+    let Some(words) = shared::dynamic::<u32>(len as usize) else {
+        return;
+    };
+    let value = |i: u32| i.wrapping_mul(0x9e37_79b9) ^ b;
+    // SAFETY: each thread writes only its own words, and reads the next thread's after the
+    // barrier that follows every write; `got`'s words `2 b ..` are this block's (the
+    // kernel's contract).
+    unsafe {
+        let mut i = t;
+        while i < len {
+            words.wrapping_add(i as usize).write(value(i));
+            i += n;
+        }
+        sync_threads();
+        let mut wrong = 0u32;
+        let mut i = (t + 1) % n;
+        while i < len {
+            wrong += u32::from(words.wrapping_add(i as usize).read() != value(i));
+            i += n;
+        }
+        if t == 0 {
+            got.write(2 * b as usize, shared::dynamic_bytes());
+        }
+        if wrong != 0 {
+            scoped::fetch_add(Gpu, got.at(2 * b as usize + 1), wrong);
+        }
+    }
 }
 
 /// Threads a block of [`named_barriers`](named_barriers()) has, and words of dynamic shared

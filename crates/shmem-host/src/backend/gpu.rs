@@ -45,7 +45,14 @@ pub(crate) struct Gpu {
     in_flight: std::cell::RefCell<Vec<&'static str>>,
     /// Set once a kernel stopped (trap): the context is unusable, NVSHMEM is not finalized.
     poisoned: std::cell::Cell<bool>,
+    /// The dynamic shared memory each kernel has been allowed beyond [`SHARED_DEFAULT`]
+    /// ([`Gpu::allow_shared`]).
+    shared_allowed: std::cell::RefCell<std::collections::HashMap<usize, u32>>,
 }
+
+/// Dynamic shared memory a block may have without its kernel opting in (48 KB on every GPU
+/// since sm_70).
+const SHARED_DEFAULT: u32 = 48 * 1024;
 
 /// How NVSHMEM learns who its PEs are.
 pub(crate) enum Start<'a> {
@@ -231,6 +238,7 @@ impl Gpu {
             wait_bound_ns: std::cell::Cell::new(0),
             in_flight: Default::default(),
             poisoned: std::cell::Cell::new(false),
+            shared_allowed: Default::default(),
         })
     }
 
@@ -395,6 +403,47 @@ impl Drop for CudaGraphExec {
             let _ = result::graph::exec_destroy(self.exec);
             let _ = result::graph::destroy(self.graph);
         }
+    }
+}
+
+impl Gpu {
+    /// Lets `f`'s blocks have `bytes` of dynamic shared memory: above [`SHARED_DEFAULT`] the
+    /// kernel must opt in (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`), once a kernel
+    /// and size. More than the GPU gives a block (with the kernel's static shared memory)
+    /// is [`Error::Invalid`], naming both.
+    fn allow_shared(&self, f: Function, bytes: u32) -> Result<()> {
+        if bytes <= SHARED_DEFAULT {
+            return Ok(());
+        }
+        let mut allowed = self.shared_allowed.borrow_mut();
+        if allowed.get(&(f as usize)).is_some_and(|&b| b >= bytes) {
+            return Ok(());
+        }
+        use sys::CUfunction_attribute_enum as A;
+        let optin = self.ctx.attribute(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as u32;
+        // SAFETY: `f` is a function of a loaded module of this context.
+        let fixed = unsafe {
+            result::function::get_function_attribute(f, A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+        }? as u32;
+        if u64::from(bytes) + u64::from(fixed) > u64::from(optin) {
+            return Err(Error::Invalid(format!(
+                "a launch asks for {bytes} bytes of dynamic shared memory a block; with the \
+                 kernel's {fixed} bytes of static shared memory this GPU allows at most {}",
+                optin.saturating_sub(fixed)
+            )));
+        }
+        // SAFETY: as above; the size is within what the GPU allows (checked).
+        unsafe {
+            result::function::set_function_attribute(
+                f,
+                A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        }?;
+        allowed.insert(f as usize, bytes);
+        Ok(())
     }
 }
 
@@ -728,6 +777,7 @@ impl Backend for Gpu {
     }
 
     fn coresident_blocks(&self, f: Function, cfg: &LaunchConfig) -> Result<u32> {
+        self.allow_shared(f, cfg.shared_mem_bytes)?;
         // SAFETY: `f` is a function of a loaded module of this context.
         let per_sm = unsafe {
             result::occupancy::max_active_block_per_multiprocessor(
@@ -755,6 +805,7 @@ impl Backend for Gpu {
         args: &mut dyn LaunchArgs,
     ) -> Result<()> {
         let stream = self.resolve(cfg.stream)?;
+        self.allow_shared(f, cfg.shared_mem_bytes)?;
         {
             let mut names = self.in_flight.borrow_mut();
             if names.len() < 64 {

@@ -48,6 +48,7 @@ macro_rules! simulated_cases {
             block_shared: 1,
             block_votes: 1,
             named_barriers: 1,
+            shared_beyond_default: 1,
             vec16: 1,
             bulk_copies: 2,
             fp8_convert: 1,
@@ -618,6 +619,46 @@ pub fn named_barriers(rt: &Shmem) {
         want,
         "per thread: the group's reads right | the tile right << 1 | warp 0 went on << 2"
     );
+}
+
+pub fn shared_beyond_default(rt: &Shmem) {
+    use api_suite_kernels::LARGE_SHARED_BYTES as B;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m
+        .kernel::<api_suite_kernels::shared_beyond_default>()
+        .unwrap();
+    let blocks = 2u32;
+    let got = filled(rt, 2 * blocks as usize, |_| 0u32);
+    // SAFETY: launched with the shared memory the kernel fills; `got` holds two zeroed words
+    // a block.
+    unsafe {
+        k.launch(
+            LaunchConfig::linear(blocks, 256).with_shared_mem(B),
+            (&got,),
+        )
+        .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    assert_eq!(
+        got.to_vec().unwrap(),
+        [B, 0].repeat(blocks as usize),
+        "per block: [bytes given, words read wrong]"
+    );
+    if !rt.is_simulated() {
+        // More than any GPU gives a block: refused before the launch, with the limit named.
+        // SAFETY: refused, so nothing runs.
+        let e = unsafe {
+            k.launch(
+                LaunchConfig::linear(1, 32).with_shared_mem(1 << 20),
+                (&got,),
+            )
+        }
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::Invalid(m) if m.contains("1048576 bytes of dynamic shared memory") && m.contains("at most")),
+            "{e}"
+        );
+    }
 }
 
 pub fn vec16(rt: &Shmem) {
