@@ -303,14 +303,16 @@ impl Chunk {
 /// Stores are plain (weak) stores, as in NVSHMEM's library: `quiet`, `fence` and barriers
 /// order them as they order NVSHMEM's own.
 ///
-/// `peer` (`nvshmem_ptr`) is called once: by a block before it meets, so that its load runs
-/// under the barrier; by a warp's put after it has loaded its first round of local chunks,
-/// so that the lookup runs under the loads' latency; a warp with at most a chunk a lane
-/// then returns right after its store, as does a warp's get of at most a chunk
+/// `peer` (`nvshmem_ptr`) is called once: by a block's get before it meets, so that its load
+/// runs under the barrier; by a warp's or a block's put after it has loaded its first round
+/// of local chunks, so that the lookup runs under the loads' latency; a warp with at most a
+/// chunk a lane then returns right after its store, as does a warp's get of at most a chunk
 /// a lane. Measured against the perftest twin (BENCHMARKS.md, thirty-third and thirty-fourth
 /// sessions): warp puts of 16-512 bytes from 1.02x to 0.86-0.89x the twin's latency; the
 /// warp-scope bandwidth points below 0.98x the twin from 15 to 0-1 (2 PEs on one H200 under
-/// MPS) and from 7 to 0 (two H200s).
+/// MPS) and from 7 to 0 (two H200s). A block's put so (forty-fourth session, two H200s):
+/// latency 0.87-0.93x the twin's at 4 B-64 KiB (was 1.00-1.01x), bandwidth behind the
+/// perftest's grid barrier 1.00-1.12x (was 0.98-1.01x).
 ///
 /// # Safety
 /// `local` is valid for `bytes`; `peer` returns null or the peer's copy of the same `bytes`,
@@ -342,15 +344,18 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
     // The group meets before the copy: a thread's chunks may be another's writes (a put's
     // source) or another's reads still to come (a get's destination). Without it a block's
     // put sent what its slower warps had not yet written (the API suite's `group_entry`).
-    // A block looks the peer's address up first, so that the lookup's load runs while the
-    // block meets, as in NVSHMEM's library (its `__ldg` of the peer's base comes before the
-    // barrier). With the lookup after the meeting, 13-14 of the 80 block-scope put
-    // bandwidth points read under 0.98 of the perftest twin's (0.958-0.979, most at 64-256 KiB,
-    // on two H100s and on two H200s), and 3 with it first (two H200s; BENCHMARKS.md,
-    // thirty-ninth session). A warp's meeting costs next to nothing, and a warp looks up
-    // where it did before (held across the meeting, the address made `moe_dispatch` spill
-    // 24 bytes).
-    let (early, later) = if matches!(S::KIND, ScopeKind::Block) {
+    // A block's get looks the peer's address up first, so that the lookup's load runs while
+    // the block meets, as in NVSHMEM's library (its `__ldg` of the peer's base comes before
+    // the barrier). With the lookup after the meeting, 13-14 of the 80 block-scope put
+    // bandwidth points read under 0.98 of the perftest twin's (0.958-0.979, most at 64-256
+    // KiB, on two H100s and on two H200s), and 3 with it first (two H200s; BENCHMARKS.md,
+    // thirty-ninth session). Looked up first, though, the address's arithmetic came before
+    // the barrier in the SASS, so every thread waited for the load before it met: a block's
+    // put now loads its local chunk after the meeting and looks up under that load, as a
+    // warp's does (ptxas still issues the lookup's load before the barrier). A warp's meeting
+    // costs next to nothing, and a warp looks up where it did before (held across the
+    // meeting, the address made `moe_dispatch` spill 24 bytes).
+    let (early, later) = if matches!(S::KIND, ScopeKind::Block) && !TO_PEER {
         (Some(peer()), None)
     } else {
         (None, Some(peer))
@@ -399,12 +404,13 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
         };
         (!p.is_null() && (p as usize).is_multiple_of(16)).then_some(p)
     };
-    // A warp's put loads its first round from the local end before it checks the peer's
-    // address, so that the lookup and the checks run under the loads' latency:
-    // four chunks a lane when the copy has more than four a lane, else the lane's one chunk,
-    // if any. `i` is then the lane's first chunk after that round.
+    // A warp's or a block's put loads its first round from the local end before it checks
+    // the peer's address, so that the lookup and the checks run under the loads' latency:
+    // for a warp four chunks a lane when the copy has more than four a lane, else (and for a
+    // block) the thread's one chunk, if any. `i` is then the thread's first chunk after that
+    // round.
     let mut i = me;
-    let remote = if TO_PEER && matches!(S::KIND, ScopeKind::Warp) {
+    let remote = if TO_PEER && matches!(S::KIND, ScopeKind::Warp | ScopeKind::Block) {
         let l = local.cast::<Chunk>().cast_const();
         // SAFETY: the chunks loaded lie within the local end's `bytes` (a full round, or the
         // lane's chunk below `chunks`), 16-byte aligned (checked above); the local end is
@@ -412,7 +418,7 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
         // computes an address it does not read. The stores go to the same chunks of the
         // peer's copy, valid and aligned as `resolve` checked (the caller's contract).
         unsafe {
-            if chunks > 4 * n {
+            if matches!(S::KIND, ScopeKind::Warp) && chunks > 4 * n {
                 let (a, b, c, e) = (
                     Chunk::load_global(l.add(at(me))),
                     Chunk::load_global(l.add(at(me + n))),
