@@ -101,6 +101,12 @@ struct Cli {
     /// Repetitions for --compare
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     reps: u32,
+    /// With --compare: load the CUDA C++ module first and run its kernels first in each pair.
+    /// The two slots are not neutral (the same kernels measure up to a few per cent apart in
+    /// them; BENCHMARKS.md), so a ratio is best taken in both orders; figures and ratios stay
+    /// Rust / CUDA C++ either way
+    #[arg(long, requires = "compare")]
+    cuda_first: bool,
     /// PEs to launch when started directly [default: one per GPU; 2 on the simulator]
     #[arg(long, value_name = "N")]
     pes: Option<usize>,
@@ -278,20 +284,45 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
 }
 
 /// `--compare`: Rust and CUDA C++ kernels interleaved, every configuration; PE 0 reports.
-fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shmem_host::Result<()> {
+fn compare(
+    rt: &Shmem,
+    cli: &Plan,
+    cubin: &std::path::Path,
+    reps: usize,
+    cuda_first: bool,
+) -> shmem_host::Result<()> {
     use moe_dispatch::host::{Kernels, Moe, Steps, eager_then_replays, load};
     use shmem_host::measure::{
         copy_engine_peer_bandwidth, device_copy_seconds, median, percent_of_device_copy,
     };
     let ce = copy_engine_peer_bandwidth(rt, 5)?;
-    let rust = load(rt, &cli.opts.implementation)?;
-    let cuda = load(
-        rt,
-        &Implementation::Cuda {
-            cubin: cubin.to_path_buf(),
-        },
-    )?;
-    let (kr, kc) = (Kernels::new(&rust)?, Kernels::new(&cuda)?);
+    let twin = Implementation::Cuda {
+        cubin: cubin.to_path_buf(),
+    };
+    // Loaded, and run in each pair, in this order: index 0 is Rust's, 1 the CUDA C++ one's.
+    let order = if cuda_first { [1, 0] } else { [0, 1] };
+    let mut loaded = [None, None];
+    for i in order {
+        loaded[i] = Some(load(
+            rt,
+            if i == 0 {
+                &cli.opts.implementation
+            } else {
+                &twin
+            },
+        )?);
+    }
+    let [Some(rust), Some(cuda)] = loaded else {
+        unreachable!("both loaded above")
+    };
+    let (kr, kc) = if cuda_first {
+        let kc = Kernels::new(&cuda)?;
+        (Kernels::new(&rust)?, kc)
+    } else {
+        let kr = Kernels::new(&rust)?;
+        (kr, Kernels::new(&cuda)?)
+    };
+    let pair = order.map(|i| (i, if i == 0 { &kr } else { &kc }));
     let me = rt.my_pe();
     if let Some(ce) = ce {
         println!("copy-engine peer bandwidth (PE 0 -> PE 1, 256 MiB): {ce:.1} GB/s");
@@ -303,7 +334,7 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
         // Per implementation: the rounds' times; one call = `rounds` rounds.
         let mut times = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
         for rep in 0..=reps {
-            for (i, k) in [&kr, &kc].into_iter().enumerate() {
+            for (i, k) in pair {
                 for _ in 0..if rep == 0 { o.warmup } else { o.rounds } {
                     let t = moe.round(k)?;
                     if rep > 0 {
@@ -324,7 +355,7 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                 moe.graph(&kc, stream.as_ref())?,
             ];
             for rep in 0..=reps {
-                for (i, k) in [&kr, &kc].into_iter().enumerate() {
+                for (i, k) in pair {
                     let (e, g, same) = eager_then_replays(&moe, k, &graphs[i], o.graph_replays)?;
                     graph_ok &= same;
                     if rep > 0 {
@@ -368,7 +399,7 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                 gbps(ac, rc)
             );
             println!(
-                "RESULT {{\"mode\": \"{}\", \"dtype\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"hidden\": {}, \"top_k\": {}, \"n_pes\": {}, \"dispatch_bytes\": {bd}, \"combine_bytes\": {bc}, \"dispatch_received_bytes\": {ad}, \"combine_received_bytes\": {ac}, \"rust_dispatch_us\": {rd:.3}, \"cuda_dispatch_us\": {cd:.3}, \"rust_combine_us\": {rc:.3}, \"cuda_combine_us\": {cc:.3}, \"rounds\": {}, \"check_ok\": {}, \"grids\": \"{:?}\"}}",
+                "RESULT {{\"mode\": \"{}\", \"dtype\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"hidden\": {}, \"top_k\": {}, \"n_pes\": {}, \"dispatch_bytes\": {bd}, \"combine_bytes\": {bc}, \"dispatch_received_bytes\": {ad}, \"combine_received_bytes\": {ac}, \"rust_dispatch_us\": {rd:.3}, \"cuda_dispatch_us\": {cd:.3}, \"rust_combine_us\": {rc:.3}, \"cuda_combine_us\": {cc:.3}, \"rounds\": {}, \"check_ok\": {}, \"grids\": \"{:?}\", \"order\": \"{}\"}}",
                 mode.name(),
                 o.dtype.name(),
                 o.hidden,
@@ -376,7 +407,12 @@ fn compare(rt: &Shmem, cli: &Plan, cubin: &std::path::Path, reps: usize) -> shme
                 rt.n_pes(),
                 times[0][0].len(),
                 check.ok(),
-                moe.launch
+                moe.launch,
+                if cuda_first {
+                    "cuda-first"
+                } else {
+                    "rust-first"
+                }
             );
             if let (1, Some(ce)) = (rt.n_pes(), ce) {
                 // One PE: each phase's memory floor against the device copy (which reads and
@@ -453,7 +489,7 @@ fn pe_main(args: &Cli) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
     let cli = &args.plan(rt.is_simulated());
     if let Some(cubin) = &args.compare {
-        return compare(&rt, cli, cubin, args.reps as usize);
+        return compare(&rt, cli, cubin, args.reps as usize, args.cuda_first);
     }
     if rt.my_pe() == 0 {
         println!(
