@@ -495,6 +495,37 @@ unsafe impl KernelParam for Bufs {
     const KIND: ParamKind = ParamKind::Scalar;
 }
 
+/// This thread's warp in its block. The MoE kernels run in 1-D blocks (the host launches
+/// them so), where it is `threadIdx.x / 32`: `shmem_device`'s [`thread::warp_id`] ranks a
+/// thread in all three dimensions, which every warp of the dispatch paid for in its prologue.
+/// With [`warps_per_block`] and [`tokens_from`] that took the low-latency `bf16` dispatch's
+/// prologue from 23 instructions a warp beyond the twin's to 8 (sm_90; BENCHMARKS.md,
+/// forty-fourth session).
+///
+/// [`thread::warp_id`]: shmem_device::thread::warp_id
+#[inline(always)]
+fn warp_id() -> u32 {
+    thread_idx_x() / shmem_device::thread::WARP_SIZE
+}
+
+/// Warps per 1-D block ([`warp_id`]).
+#[inline(always)]
+fn warps_per_block() -> u32 {
+    block_dim_x().div_ceil(shmem_device::thread::WARP_SIZE)
+}
+
+/// How many of `tokens` a block takes that starts at token `first` and steps by `stride`
+/// (`first`, `first + stride`, ... below `tokens`), in 32-bit arithmetic with one division:
+/// as `usize::div_ceil` of a saturating difference it took 64-bit operations and a second
+/// multiply in every warp's prologue. `tokens + stride` stays below 2^32 (a `u32` token
+/// count and grid).
+#[inline(always)]
+// `u32::div_ceil` keeps the remainder's test: two instructions more in the prologue (sm_90).
+#[allow(clippy::manual_div_ceil)]
+fn tokens_from(tokens: u32, first: u32, stride: u32) -> u32 {
+    (tokens.saturating_sub(first) + stride - 1) / stride
+}
+
 /// `(lane, global warp, warps in the grid)`.
 #[inline(always)]
 fn warps() -> (u32, u32, u32) {
@@ -1598,10 +1629,10 @@ unsafe fn send_held(b: Bufs, s: Shape) {
 unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
     use shmem_device::bulk::{self, Barrier};
     use shmem_device::shared::SharedPtr;
-    let (n, t_n, h) = (s.n_pes, s.tokens as usize, s.hidden as usize);
+    let (n, h) = (s.n_pes, s.hidden as usize);
     let (w, nw, lane) = (warp_id(), warps_per_block(), lane_id());
     let (t0, stride) = (block_idx_x() as usize, grid_dim_x() as usize);
-    let count = t_n.saturating_sub(t0).div_ceil(stride) as u32;
+    let count = tokens_from(s.tokens, t0 as u32, stride as u32);
     let token = |i: u32| t0 + i as usize * stride;
     let mut unmapped = false;
     // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `choice`,
@@ -1797,7 +1828,7 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
     put: impl FnMut(usize, u32, Sym<u16>),
 ) {
-    let (n, t_n) = (s.n_pes, s.tokens as usize);
+    let n = s.n_pes;
     let (w, nw, lane, tid, bs) = (
         warp_id(),
         warps_per_block(),
@@ -1807,7 +1838,7 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     );
     let (t0, stride) = (block_idx_x() as usize, grid_dim_x() as usize);
     // The block's tokens, from its first.
-    let count_from = |t0: usize| t_n.saturating_sub(t0).div_ceil(stride) as u32;
+    let count_from = |t0: usize| tokens_from(s.tokens, t0 as u32, stride as u32);
     let count = count_from(t0);
     // In `u32` (a token index fits: `T` is a `u32`), widened once: as `usize` arithmetic,
     // every use of a token's index took 64-bit operations, and ptxas read the block index
