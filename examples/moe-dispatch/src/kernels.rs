@@ -2771,9 +2771,9 @@ kernels! {
     ///
     /// # Safety
     /// Every PE launches it with the same shape (`mode` throughput), cooperatively (grid
-    /// barriers), 1-D blocks of a multiple of 32 threads; `b` holds the symmetric buffers sized as the
-    /// module documentation says, zeroed before round 1; `topk` holds distinct experts per
-    /// token (or -1); rounds count up by one per dispatch.
+    /// barriers), in 1-D blocks of a multiple of 32 threads; `b` holds the symmetric buffers
+    /// sized as the module documentation says, zeroed before round 1; `topk` holds distinct
+    /// experts per token (or -1); rounds count up by one per dispatch.
     moe_layout => layout;
 
     /// Sends every token to the PEs of its experts, for shapes whose
@@ -2820,7 +2820,8 @@ kernels! {
     ///
     /// # Safety
     /// After [`moe_experts()`] of the same round; every PE launches it with the same shape,
-    /// cooperatively (every block waits for the other PEs), 1-D blocks of a multiple of 32 threads.
+    /// cooperatively (every block waits for the other PEs), in 1-D blocks of a multiple of 32
+    /// threads.
     moe_combine(max_registers = 64) => combine;
 }
 
