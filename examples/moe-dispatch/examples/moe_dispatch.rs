@@ -299,21 +299,13 @@ fn compare(
     let twin = Implementation::Cuda {
         cubin: cubin.to_path_buf(),
     };
-    // Loaded, and run in each pair, in this order: index 0 is Rust's, 1 the CUDA C++ one's.
-    let order = if cuda_first { [1, 0] } else { [0, 1] };
-    let mut loaded = [None, None];
-    for i in order {
-        loaded[i] = Some(load(
-            rt,
-            if i == 0 {
-                &cli.opts.implementation
-            } else {
-                &twin
-            },
-        )?);
-    }
-    let [Some(rust), Some(cuda)] = loaded else {
-        unreachable!("both loaded above")
+    // Loaded, and run in each pair, in this order; index 0 is Rust's, 1 the CUDA C++ one's.
+    let (rust, cuda) = if cuda_first {
+        let cuda = load(rt, &twin)?;
+        (load(rt, &cli.opts.implementation)?, cuda)
+    } else {
+        let rust = load(rt, &cli.opts.implementation)?;
+        (rust, load(rt, &twin)?)
     };
     let (kr, kc) = if cuda_first {
         let kc = Kernels::new(&cuda)?;
@@ -322,7 +314,11 @@ fn compare(
         let kr = Kernels::new(&rust)?;
         (kr, Kernels::new(&cuda)?)
     };
-    let pair = order.map(|i| (i, if i == 0 { &kr } else { &kc }));
+    let pair = if cuda_first {
+        [(1, &kc), (0, &kr)]
+    } else {
+        [(0, &kr), (1, &kc)]
+    };
     let me = rt.my_pe();
     if let Some(ce) = ce {
         println!("copy-engine peer bandwidth (PE 0 -> PE 1, 256 MiB): {ce:.1} GB/s");
