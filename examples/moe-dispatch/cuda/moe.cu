@@ -87,23 +87,6 @@ __device__ __forceinline__ uint32_t warp_or(uint32_t v) {
   return v;
 }
 
-// A reusable grid barrier: arrivals in count, completed barriers in generation.
-__device__ __forceinline__ void grid_sync(uint32_t *count, uint32_t *generation) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> c(*count), g(*generation);
-    uint32_t gen = g.load(cuda::memory_order_acquire);
-    if (c.fetch_add(1, cuda::memory_order_acq_rel) + 1 == gridDim.x) {
-      c.store(0, cuda::memory_order_relaxed);
-      g.fetch_add(1, cuda::memory_order_acq_rel);
-    } else {
-      while (g.load(cuda::memory_order_acquire) == gen) {
-      }
-    }
-  }
-  __syncthreads();
-}
-
 constexpr size_t LAYOUT_CHUNK = 32;  // a warp's tokens, a lane each: a unit is one ballot
 constexpr size_t MAX_TOP_K = 16;
 
@@ -138,8 +121,8 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   warps(lane, gw, nw);
   size_t row_len = e_n + n, mine = me * row_len;
   size_t chunks = (t_n + LAYOUT_CHUNK - 1) / LAYOUT_CHUNK, units = row_len * chunks;
-  // This launch's tag: one more than the barrier's generation, which its one barrier moves
-  // on by one. A unit publishes its hits with the tag; a later chunk of the same column
+  // This launch's tag: one more than the generation, which the launch's last block moves on
+  // by one. A unit publishes its hits with the tag; a later chunk of the same column
   // waits for its earlier chunks' words to carry it.
   uint32_t *generation = b.work + LAYOUT_BARRIER + 1;
   uint64_t tag = (uint64_t)*(volatile uint32_t *)generation + 1;
@@ -164,20 +147,25 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
     }
     if (lane == 0 && ch + 1 == chunks) b.counts[mine + col] = before + hits;
   }
-  grid_sync(b.work + LAYOUT_BARRIER, b.work + LAYOUT_BARRIER + 1);
-  if (blockIdx.x != 0) return;
-  uint32_t tid = threadIdx.x;
-  if (tid < n) {
-    if (tid == me) {
-      nvshmem_fence();
-      nvshmemx_signal_op(b.signals + SIG_COUNTS, 1, NVSHMEM_SIGNAL_ADD, me);
-    } else {
-      nvshmem_putmem_signal(b.counts + mine, b.counts + mine, row_len * sizeof(uint32_t),
-                            b.signals + SIG_COUNTS, 1, NVSHMEM_SIGNAL_ADD, tid);
+  // The block's units are done: thread 0 counts it in; the grid's last block goes on.
+  __syncthreads();
+  bool last = false;
+  if (threadIdx.x == 0) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> c(b.work[LAYOUT_BARRIER]), g(*generation);
+    last = c.fetch_add(1, cuda::memory_order_acq_rel) + 1 == gridDim.x;
+    if (last) {
+      c.store(0, cuda::memory_order_relaxed);
+      g.store((uint32_t)tag, cuda::memory_order_relaxed);
     }
   }
-  if (tid == 0)
-    nvshmem_signal_wait_until(b.signals + SIG_COUNTS, NVSHMEM_CMP_GE, (uint64_t)s.round * n);
+  if (!__syncthreads_or(last)) return;
+  uint32_t tid = threadIdx.x;
+  // This PE's row to every other PE; its own stays here (no signal to itself).
+  if (tid < n && tid != me)
+    nvshmem_putmem_signal(b.counts + mine, b.counts + mine, row_len * sizeof(uint32_t),
+                          b.signals + SIG_COUNTS, 1, NVSHMEM_SIGNAL_ADD, tid);
+  if (tid == 0 && n > 1)
+    nvshmem_signal_wait_until(b.signals + SIG_COUNTS, NVSHMEM_CMP_GE, (uint64_t)s.round * (n - 1));
   __syncthreads();
   if (threadIdx.x / 32 != 0) return;
   volatile uint32_t *counts = b.counts;

@@ -37,10 +37,10 @@
 //! - **Throughput** ([`MODE_THROUGHPUT`]): [`moe_layout()`] first computes, with warp ballots
 //!   over the tokens, every token's row slot per destination and every pair's rank among its
 //!   expert's pairs from this PE, and exchanges the per-expert counts between all PEs (a
-//!   `put_signal` of `E + n` words to each). Every PE then knows every offset: the pairs of
-//!   local expert `l` are packed (sources in order, tokens in order), at most `capacity` per
-//!   expert, the rest dropped and counted. [`moe_dispatch()`] then only copies, a warp per
-//!   (token, destination).
+//!   `put_signal` of `E + n` words to each other PE). Every PE then knows every offset: the
+//!   pairs of local expert `l` are packed (sources in order, tokens in order), at most
+//!   `capacity` per expert, the rest dropped and counted. [`moe_dispatch()`] then only
+//!   copies, a warp per (token, destination).
 //! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token as the
 //!   low-latency `bf16` dispatch does, which quantises the row in registers and stores the
 //!   `e4m3` row straight into every PE it goes to. In low-latency mode the block's first warp
@@ -108,8 +108,9 @@ pub const DTYPE_BF16: u32 = 0;
 /// values ([`crate::fp8`]), quantised on the fly.
 pub const DTYPE_FP8: u32 = 1;
 
-/// `work[LAYOUT_BARRIER]`, `work[LAYOUT_BARRIER + 1]`: the layout kernel's grid barrier
-/// (arrivals, generation: [`scoped::grid_sync`]).
+/// `work[LAYOUT_BARRIER]`, `work[LAYOUT_BARRIER + 1]`: the layout kernel's blocks that have
+/// finished their units this launch, and its launches (the generation, whose successor
+/// tags the launch's `scratch` words).
 pub const LAYOUT_BARRIER: usize = 0;
 /// Counter `ROW_CURSORS + d` of `work` (word `(ROW_CURSORS + d) * COUNTER_STRIDE`):
 /// low-latency rows sent towards PE `d`; counter `ROW_CURSORS + n + e`: pair slots taken of
@@ -658,8 +659,8 @@ unsafe fn column_hit(b: Bufs, s: Shape, col: u32, t: usize) -> i32 {
 ///    earlier chunks, each once it carries the tag (a warp sum), and the ranks; the last
 ///    chunk's warp writes the column's total into this PE's row of `counts`. (Two passes
 ///    around a second grid barrier took 2.3 µs more at 128 tokens on one H100.)
-/// 2. Grid barrier; block 0 sends the row to every PE and waits for every PE's row; then its
-///    first warp works out, 32 experts at a time with a segmented warp scan, `base` (this
+/// 2. Each block counts itself in once its units are done; the grid's last block sends the
+///    row to every other PE and waits for theirs; then its first warp works out, 32 experts at a time with a segmented warp scan, `base` (this
 ///    PE's first pair and the capacity's end, per expert) and, for this PE's own experts,
 ///    `expert_offset`, `expert_count`; and `recv_count`.
 ///
@@ -687,10 +688,10 @@ unsafe fn layout(b: Bufs, s: Shape) {
         b.work.wrapping_add(LAYOUT_BARRIER),
         b.work.wrapping_add(LAYOUT_BARRIER + 1),
     );
-    // This launch's tag: one more than the barrier's generation, which its one barrier below
-    // moves on by one, so that every launch's tag is new (the scratch words need no reset).
-    // SAFETY: the barrier's word; no block of this launch can move it before every block
-    // has read it (each reads it before arriving).
+    // This launch's tag: one more than the generation, which the launch's last block moves on
+    // by one, so that every launch's tag is new (the scratch words need no reset).
+    // SAFETY: `work`'s word; no block of this launch can move it before every block has
+    // read it (each reads it before arriving).
     let tag = u64::from(unsafe { scoped::load_relaxed(Gpu, generation) }) + 1;
     let mut u = gw as usize;
     while u < units {
@@ -743,42 +744,51 @@ unsafe fn layout(b: Bufs, s: Shape) {
         }
         u += nw as usize;
     }
-    // SAFETY: a cooperative launch (the kernel's contract); the two words are the barrier's.
-    unsafe { scoped::grid_sync(count, generation) };
-    if block_idx_x() != 0 {
+    // The block's units are done: its thread 0 counts it in, and the grid's last block to
+    // do so goes on to the exchange; the others end. (The last block's arrival is its
+    // fetch-and-add: a grid barrier, then block 0, took another load of the generation and
+    // a poll for its change; BENCHMARKS.md, forty-fifth session.)
+    sync_threads();
+    let mut last = false;
+    if thread_idx_x() == 0 {
+        // SAFETY: `work`'s two words, touched only atomically; every block has read the
+        // generation (the tag, above) before it arrives, so the last moves it on alone.
+        unsafe {
+            last = scoped::fetch_add(Gpu, count, 1u32) + 1 == grid_dim_x();
+            if last {
+                scoped::store_relaxed(Gpu, count, 0u32);
+                scoped::store_relaxed(Gpu, generation, tag as u32);
+            }
+        }
+    }
+    if !sync_threads_or(last) {
         return;
     }
     let tid = thread_idx_x();
+    // Thread `d` sends this PE's row to PE `d`; the row stays here for this PE itself, whose
+    // blocks' arrivals have ordered it already: a signal to itself (NVSHMEM's `fence`, then
+    // `signal_op`, then a wait) took 1.5-2 µs of the layout's time at 1 PE on one H200
+    // (BENCHMARKS.md, forty-fifth session). Round `R` waits for `R (n - 1)` rows.
     // SAFETY: row `me` of `counts` is this PE's to send; every PE's row `me` is written only
     // by this PE, and only after the PE has finished the previous round (module docs).
     unsafe {
-        if tid < n {
-            if tid == me {
-                fence();
-                signal_op(
-                    b.signals.wrapping_add(SIG_COUNTS),
-                    1,
-                    SignalOp::Add,
-                    me as i32,
-                );
-            } else {
-                let row = b.counts.as_ptr().add(mine);
-                put_signal(
-                    Thread,
-                    SymSlice::from_raw_parts(row, row_len),
-                    DeviceSlice::from_raw_parts(row, row_len),
-                    b.signals.wrapping_add(SIG_COUNTS),
-                    1,
-                    SignalOp::Add,
-                    tid as i32,
-                );
-            }
+        if tid < n && tid != me {
+            let row = b.counts.as_ptr().add(mine);
+            put_signal(
+                Thread,
+                SymSlice::from_raw_parts(row, row_len),
+                DeviceSlice::from_raw_parts(row, row_len),
+                b.signals.wrapping_add(SIG_COUNTS),
+                1,
+                SignalOp::Add,
+                tid as i32,
+            );
         }
-        if tid == 0 {
+        if tid == 0 && n > 1 {
             signal_wait_until(
                 b.signals.wrapping_add(SIG_COUNTS),
                 Cmp::Ge,
-                u64::from(s.round) * u64::from(n),
+                u64::from(s.round) * u64::from(n - 1),
             );
         }
     }
@@ -787,7 +797,8 @@ unsafe fn layout(b: Bufs, s: Shape) {
         return;
     }
     let cap = s.capacity;
-    // SAFETY: every row of `counts` has arrived (the wait above, then the block barrier).
+    // SAFETY: every row of `counts` has arrived (the wait above, then the block barrier; this
+    // PE's own before the blocks' arrivals).
     let cnt = |src: u32, e: u32| unsafe { ld_remote(b.counts, (src * (e_n + n) + e) as usize) };
     // One warp, 32 experts at a time: expert `e`'s kept pairs (its pairs from all PEs,
     // capped), and the kept pairs of the experts before it on its PE (`seg`) by a segmented
