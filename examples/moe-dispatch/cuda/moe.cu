@@ -531,7 +531,7 @@ struct Held {
   uint4 v[HELD];
 };
 
-// The low-latency bf16 dispatch by bulk copies (send_bulk in Rust): BULK_SLOTS slots of
+// The bf16 dispatches by bulk copies (send_bulk in Rust): BULK_SLOTS slots of
 // shared memory, a piece of a row (at most BULK_PIECE bytes) each, after their barriers'
 // line (BULK_HEADER bytes).
 constexpr uint32_t BULK_SLOTS = 3;
@@ -589,14 +589,15 @@ __device__ __forceinline__ void copy_to_global(void *dst, const void *src, uint3
 }
 
 // Warp 0 moves the block's rows through the slots (lane 0 copies a piece in two pieces ahead,
-// then out to every mapped PE the token goes to, found from the routing); the other warps send
-// the metadata; rows to unmapped PEs go afterwards (kernels.rs, send_bulk).
+// then out to every mapped PE the token goes to: low latency, found from the routing;
+// throughput, into the layout's slots); the other warps send the metadata; rows to unmapped
+// PEs go afterwards (kernels.rs, send_bulk).
 template <class Put>
 __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put) {
   uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
   size_t t_n = s.tokens, h = s.hidden, stride = gridDim.x, t0 = blockIdx.x;
   uint32_t count = t0 < t_n ? (uint32_t)((t_n - t0 + stride - 1) / stride) : 0;
-  bool unmapped = false;
+  bool unmapped = false, tp = s.mode == THROUGHPUT;
   if (w == 0) {
     uint64_t *bar = reinterpret_cast<uint64_t *>(dispatch_smem);
     uint8_t *slots = dispatch_smem + bulk_slots_offset(s);
@@ -619,7 +620,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     for (uint32_t k = 0; k < steps; k++) {
       size_t t = t0 + k / pieces * stride;
       uint32_t off = k % pieces * piece, len = min(piece, row_bytes - off), i = k % BULK_SLOTS;
-      if (off == 0) e = choice(b, s, t, lane);
+      if (off == 0 && !tp) e = choice(b, s, t, lane);
       if (k + BULK_SLOTS - 1 < steps) {
         if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         load(k + BULK_SLOTS - 1);
@@ -627,9 +628,16 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
       // Every lane waits; routed's ballots keep them together, so none still polls a phase
       // lane 0 has armed again (kernels.rs, send_bulk).
       bar_wait(&bar[i], k / BULK_SLOTS % 2);
-      uint32_t mask = routed(s, e);
-      if (off == 0) rows += mask >> lane & 1;
-      unmapped |= each_mapped(b, s, t, Placed{false, mask}, [&](uint16_t *peer) {
+      // Throughput mode: the layout placed the rows (send_slot); the warp meets here instead.
+      Placed by{true, 0};
+      if (tp) {
+        __syncwarp();
+      } else {
+        uint32_t mask = routed(s, e);
+        if (off == 0) rows += mask >> lane & 1;
+        by = Placed{false, mask};
+      }
+      unmapped |= each_mapped(b, s, t, by, [&](uint16_t *peer) {
         if (lane == 0) copy_to_global(reinterpret_cast<uint8_t *>(peer) + off, slots + i * slot_bytes, len);
       });
       if (lane == 0) asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -644,7 +652,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     uint32_t k_n = s.top_k, e_n = s.experts, mt = threadIdx.x - 32, mts = (nw - 1) * 32;
     uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
     uint16_t *rank = reinterpret_cast<uint16_t *>(base + e_n);
-    bool reserved = count > 1 && e_n <= RESERVE_EXPERTS && count * k_n <= RESERVE_PAIRS;
+    bool reserved = !tp && count > 1 && e_n <= RESERVE_EXPERTS && count * k_n <= RESERVE_PAIRS;
     if (reserved) {
       for (uint32_t e = mt; e < e_n; e += mts) base[e] = 0;
       asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
@@ -672,7 +680,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
 }
 #endif
 
-// The low-latency bf16 dispatch: by bulk copies (send_bulk) where the build has them (sm_90
+// The bf16 dispatches: by bulk copies (send_bulk) where the build has them (sm_90
 // and up) and the launch gave the shared memory, else through registers (send_grouped), the
 // block loading each row once for all its destinations.
 __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
@@ -701,22 +709,6 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
                            [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks, tid, bs); });
       },
       put);
-}
-
-// The throughput bf16 dispatch: a warp per (token, destination), consecutive warps taking one
-// token's destinations; each sends the metadata, then puts the row.
-__device__ __forceinline__ void send_warps(const Bufs &b, const Shape &s) {
-  uint32_t me = nvshmem_my_pe(), n = s.n_pes;
-  size_t t_n = s.tokens, h = s.hidden;
-  uint32_t lane, gw, nw;
-  warps(lane, gw, nw);
-  for (size_t i = gw; i < t_n * n; i += nw) {
-    size_t t = i / n;
-    uint32_t d = i % n;
-    int32_t slot = send<true>(b, s, t, d, lane);
-    if (slot >= 0)
-      nvshmemx_putmem_nbi_warp(b.recv_x + (me * t_n + slot) * h, b.x + t * h, h * sizeof(uint16_t), d);
-  }
 }
 
 // The FP8 dispatch loads its next batch ahead from sm_90 up (as kernels.rs, FP8_AHEAD).
@@ -912,8 +904,6 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   size_t pair_cursors = ROW_CURSORS + n;
   if (PATH == FP8_PATH)
     send_quantised(b, s);
-  else if (PATH == THROUGHPUT_PATH)
-    send_warps(b, s);
   else
     send_held(b, s);
   uint64_t *sig = b.signals + SIG_DISPATCH;
@@ -937,8 +927,9 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   if (put) nvshmem_quiet();
 }
 
-// Register budgets: the throughput bf16 kernel takes 50 under the Rust kernel's 64 (four
-// blocks of 256 threads an SM), FP8 80 as in Rust (three). The low-latency bf16 kernel takes
+// Register budgets: the throughput bf16 kernel takes 58 under 64 (four blocks of 256 threads
+// an SM; the Rust kernel takes 72, where at 64 ptxas spills 4 bytes), FP8 80 as in Rust
+// (three). The low-latency bf16 kernel takes
 // 64 as in Rust, without spills: with its bulk copies it took 0.99 of its time at 80 (three
 // blocks an SM) at 4096 tokens on one H200, held (BENCHMARKS.md, forty-second session).
 // (Before them it spilled 44 bytes at 64 and was fastest at 80: seventeenth session.)

@@ -459,8 +459,8 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         ),
         f => (kernels::LAYOUT_THREADS, f),
     };
-    // The low-latency `bf16` dispatch takes shared memory for its bulk copies (the kernel
-    // says how much; without it, it copies through registers).
+    // The `bf16` dispatches take shared memory for their bulk copies (the kernel says how
+    // much; without it, they copy through registers).
     let shared = shape.dispatch_shared_bytes();
     let df = resident(
         "dispatch",
@@ -470,15 +470,10 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
     let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
     let t = shape.tokens;
-    // Units of work (one warp each): layout (column, chunk); dispatch, a block per token, or
-    // in throughput mode with `bf16` a warp per (token, destination); combine (received row,
-    // segment).
+    // Units of work (one warp each): layout (column, chunk); dispatch, a block per token;
+    // combine (received row, segment).
     let layout = kernels::scratch_len(t, n, shape.experts) as u32;
-    let dispatch = if shape.mode == kernels::MODE_THROUGHPUT && !shape.fp8() {
-        t * n
-    } else {
-        t * wpb
-    };
+    let dispatch = t * wpb;
     let segs = (shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
     let combine = t * n * segs;
     Ok([

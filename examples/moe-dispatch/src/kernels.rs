@@ -39,8 +39,10 @@
 //!   expert's pairs from this PE, and exchanges the per-expert counts between all PEs (a
 //!   `put_signal` of `E + n` words to each other PE). Every PE then knows every offset: the
 //!   pairs of local expert `l` are packed (sources in order, tokens in order), at most
-//!   `capacity` per expert, the rest dropped and counted. [`moe_dispatch()`] then only
-//!   copies, a warp per (token, destination).
+//!   `capacity` per expert, the rest dropped and counted. [`moe_dispatch_throughput()`]
+//!   then copies as the low-latency `bf16` dispatch does, a block per token (from sm_90 its
+//!   warp 0 moving the rows by bulk copies into the slots the layout gave them), without
+//!   atomics.
 //! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token as the
 //!   low-latency `bf16` dispatch does, which quantises the row in registers and stores the
 //!   `e4m3` row straight into every PE it goes to. In low-latency mode the block's first warp
@@ -243,13 +245,13 @@ impl Shape {
     }
 
     /// Bytes of dynamic shared memory the dispatch kernel of this shape is launched with:
-    /// for the low-latency `bf16` dispatch, a line of barriers ([`BULK_HEADER`]), with at
+    /// for the `bf16` dispatches, a line of barriers ([`BULK_HEADER`]), with at
     /// most [`RESERVE_EXPERTS`] experts the table of its pair slots reserved a block at a
     /// time, then its bulk copies' [`BULK_SLOTS`] slots of a piece of a
     /// row each; 0 for the other paths. Given fewer, or built for a GPU without bulk copies,
     /// the kernel copies through registers instead.
     pub fn dispatch_shared_bytes(&self) -> u32 {
-        if self.dispatch_path() == DispatchPath::LowLatency {
+        if self.dispatch_path() != DispatchPath::Fp8 {
             self.bulk_slots_offset() + BULK_SLOTS as u32 * self.bulk_slot_bytes()
         } else {
             0
@@ -1561,7 +1563,7 @@ unsafe fn reserve_pairs(
     }
 }
 
-/// The low-latency `bf16` dispatch: by bulk copies ([`send_bulk`]) where the build has them
+/// The `bf16` dispatches: by bulk copies ([`send_bulk`]) where the build has them
 /// ([`shmem_device::bulk::AVAILABLE`]) and the launch gave the shared memory
 /// ([`Shape::dispatch_shared_bytes`]), else through registers ([`send_grouped`]), the
 /// block loading each row once for all its destinations.
@@ -1616,16 +1618,18 @@ unsafe fn send_held(b: Bufs, s: Shape) {
     }
 }
 
-/// The low-latency `bf16` dispatch by bulk copies: warp 0 moves the block's rows (its
+/// The `bf16` dispatches by bulk copies: warp 0 moves the block's rows (its
 /// tokens, `block_idx_x()` and on by `grid_dim_x()`) through [`BULK_SLOTS`] slots of shared
 /// memory, a piece of a row at a time ([`Shape::dispatch_shared_bytes`]): lane 0 copies a
 /// piece in (`bulk::copy_to_shared`, completing on the slot's barrier) two pieces ahead, then
-/// out to row `t` of this PE's region on every PE the token goes to whose memory is mapped
-/// here (`bulk::copy_to_global`), which the warp finds from the routing ([`each_mapped`]).
+/// out to every PE the token goes to whose memory is mapped here (`bulk::copy_to_global`):
+/// in low-latency mode to row `t` of this PE's region there, the PEs found from the routing,
+/// in throughput mode where the layout placed it (`send_slot`; [`each_mapped`]).
 /// No row waits for the metadata, and no thread holds a row in registers. Warp 0 also counts
 /// the rows it finds towards each PE, and adds them to the PE's row counter once
-/// ([`count_rows`]). Meanwhile the other warps send the metadata of the block's tokens, a
-/// warp per (token, destination) ([`send`]); with several tokens a block they first reserve
+/// ([`count_rows`]; low-latency mode). Meanwhile the other warps send the metadata of the
+/// block's tokens, a warp per (token, destination) ([`send`]); in low-latency mode, with
+/// several tokens a block, they first reserve
 /// the block's pair slots together, one atomic an expert ([`reserve_pairs`], on a
 /// [`NamedBarrier`] that warp 0 takes no part in). Rows to PEs whose memory is not mapped go
 /// afterwards: the block learns of them from one `sync_threads_or`, and its warps call
@@ -1640,7 +1644,7 @@ unsafe fn send_held(b: Bufs, s: Shape) {
 unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
     use shmem_device::bulk::{self, Barrier};
     use shmem_device::shared::SharedPtr;
-    let (n, h) = (s.n_pes, s.hidden as usize);
+    let (n, h, tp) = (s.n_pes, s.hidden as usize, s.mode == MODE_THROUGHPUT);
     let (w, nw, lane) = (warp_id(), warps_per_block(), lane_id());
     let (t0, stride) = (block_idx_x() as usize, grid_dim_x() as usize);
     let count = tokens_from(s.tokens, t0 as u32, stride as u32);
@@ -1696,7 +1700,7 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
             let (mut e, mut rows) = (-1, 0);
             for k in 0..steps {
                 let (t, off, len) = part(k);
-                if off == 0 {
+                if off == 0 && !tp {
                     e = choice(b, s, t, lane);
                 }
                 // The slot of step `k + slots - 1` held step `k - 1`, whose stores are the
@@ -1712,11 +1716,19 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                 // polling the phase after lane 0 had armed the slot's next one would miss it
                 // (the simulator's `rows_past_a_bulk_piece` hung so without a ballot each step).
                 bar(k % slots).wait(k / slots % 2);
-                let mask = routed(s, e);
-                if off == 0 {
-                    rows += mask >> lane & 1;
-                }
-                unmapped |= each_mapped(b, s, t, Placed::Routed(mask), |peer| {
+                // In throughput mode the layout placed the rows (`send_slot`); its lookups
+                // have no ballot, so the warp meets here instead.
+                let by = if tp {
+                    sync_warp(u32::MAX);
+                    Placed::Slots
+                } else {
+                    let mask = routed(s, e);
+                    if off == 0 {
+                        rows += mask >> lane & 1;
+                    }
+                    Placed::Routed(mask)
+                };
+                unmapped |= each_mapped(b, s, t, by, |peer| {
                     if lane == 0 {
                         bulk::copy_to_global(
                             peer.cast::<u8>().add(off as usize),
@@ -1736,7 +1748,7 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
         } else {
             // With several tokens, the block's pair slots reserved at once.
             let reserved = match reserved_table(s) {
-                Some((base, rank)) if count > 1 && count * s.top_k <= RESERVE_PAIRS => {
+                Some((base, rank)) if !tp && count > 1 && count * s.top_k <= RESERVE_PAIRS => {
                     let meta = NamedBarrier::new(1, (nw - 1) * 32);
                     reserve_pairs(b, s, (meta, thread_idx_x() - 32), count, token, base, rank);
                     true
@@ -1757,40 +1769,6 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
         }
         if sync_threads_or(unmapped) {
             put_unmapped(b, s, (w, nw), count, token, put);
-        }
-    }
-}
-
-/// The throughput `bf16` dispatch: a warp per (token, destination), consecutive warps taking
-/// one token's destinations; each sends the metadata, then puts the row. With the slots laid
-/// out beforehand there are no atomics to overlap, and this is faster than [`send_held`]
-/// (measured on one H100: 84 against 92 µs at 4096 tokens, layout included; against
-/// [`send_held`] in groups of `W / n` tokens, the same at 4096 tokens and 1.06 faster at
-/// 128).
-///
-/// # Safety
-/// See [`moe_dispatch()`].
-#[inline(always)]
-unsafe fn send_warps(b: Bufs, s: Shape) {
-    let (n, t_n, h) = (s.n_pes as usize, s.tokens as usize, s.hidden as usize);
-    let (lane, gw, nw) = warps();
-    let mut i = gw as usize;
-    while i < t_n * n {
-        let (t, d) = (i / n, i % n);
-        i += nw as usize;
-        // SAFETY: `t < T`, `d < n`; the whole warp calls `send` and `put_nbi`; the row's slot
-        // on `d` is this token's alone (the layout), in `recv_x`'s bounds there; `x` stays
-        // as it is until the dispatch's `quiet` (module documentation).
-        unsafe {
-            let slot = send::<true>(b, s, t, d as u32, lane, PairSlot::Atomic);
-            if let Some(at) = row_at(b, s, slot) {
-                put_nbi(
-                    Warp,
-                    SymSlice::from_raw_parts(at.as_ptr(), h),
-                    DeviceSlice::from_raw_parts(b.x.as_ptr().add(t * h), h),
-                    d as i32,
-                );
-            }
         }
     }
 }
@@ -2098,8 +2076,7 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
     unsafe {
         match path {
             DispatchPath::Fp8 => send_quantised(b, s),
-            DispatchPath::Throughput => send_warps(b, s),
-            DispatchPath::LowLatency => send_held(b, s),
+            DispatchPath::LowLatency | DispatchPath::Throughput => send_held(b, s),
         }
     }
     let sig = b.signals.wrapping_add(SIG_DISPATCH);
@@ -2805,11 +2782,14 @@ kernels! {
     moe_dispatch(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::LowLatency);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Throughput`], after [`moe_layout()`] of the
-    /// same round. 64 registers.
+    /// same round: its rows by bulk copies as there, into the layout's slots. 72 registers
+    /// (at 64 ptxas spills 4 bytes on sm_90). On one H200 at 1 PE, held, the round took 0.87
+    /// of its time at 128 tokens and 0.97 at 4096 against a warp per (token, destination)
+    /// through registers (BENCHMARKS.md, forty-fifth session).
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_throughput(max_registers = 64) => dispatch(DispatchPath::Throughput);
+    moe_dispatch_throughput(max_registers = 72) => dispatch(DispatchPath::Throughput);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8`], either mode (throughput after
     /// [`moe_layout()`] of the same round). 80 registers: three blocks of 256 threads an SM

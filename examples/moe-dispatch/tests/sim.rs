@@ -189,8 +189,8 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             // Both of the combine's loads, a round each.
             read_once: round % 2,
         };
-        // The low-latency `bf16` dispatch by bulk copies in odd rounds (given its shared
-        // memory), through registers in even ones.
+        // The `bf16` dispatches by bulk copies in odd rounds (given their shared memory),
+        // through registers in even ones.
         let shared = if round % 2 == 1 {
             s.dispatch_shared_bytes()
         } else {
