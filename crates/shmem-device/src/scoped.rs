@@ -11,7 +11,10 @@
 //!
 //! Each operation is one PTX instruction (`ld.acquire.sys.b32`, `st.release.gpu.b64`,
 //! `atom.add.release.sys.u32`, ...) on a generic address, so the same functions work on local
-//! device memory, this PE's symmetric memory and peer-mapped memory.
+//! device memory, this PE's symmetric memory and peer-mapped memory. On a [`SharedPtr`]
+//! (block-shared memory) they take the `.shared` forms, on the address in the shared window
+//! (`cvta.to.shared`), which ptxas emits as the shared-memory instructions (`ATOMS`, `LDS`,
+//! `STS`) instead of generic ones that first find out where the address lies.
 //!
 //! # Safety (common to every function of this module)
 //! The address is valid, aligned to the operand size and mapped on this GPU (a
@@ -51,8 +54,15 @@ impl MemScope for Sys {
     const KIND: u8 = 2;
 }
 
-/// A pointer kind the scoped operations accept: local, symmetric (this PE's copy) or peer.
+/// A pointer kind the scoped operations accept: local, symmetric (this PE's copy), peer, or
+/// block-shared.
 pub trait ScopedTarget<T>: Copy {
+    /// Whether the address is in the block's shared memory: the operations then name the
+    /// `.shared` state space (on the address `cvta.to.shared` gives), so that ptxas emits
+    /// the shared-memory instructions (`ATOMS`, `LDS`, `STS`) rather than generic ones, which
+    /// first find out where the address lies.
+    #[doc(hidden)]
+    const SHARED: bool = false;
     /// The generic address.
     fn addr(self) -> *mut T;
 }
@@ -69,6 +79,7 @@ impl<T> ScopedTarget<T> for PeerPtr<T> {
     }
 }
 impl<T> ScopedTarget<T> for SharedPtr<T> {
+    const SHARED: bool = true;
     #[inline(always)]
     fn addr(self) -> *mut T {
         self.as_ptr()
@@ -85,15 +96,15 @@ impl<T> ScopedTarget<T> for Sym<T> {
 /// adds are `atom`/`red` `.add.f32`/`.f64`; compare-and-swap compares the bits).
 pub trait ScopedWord: Copy + sealed::Sealed {
     #[doc(hidden)]
-    unsafe fn ld<S: MemScope>(acquire: bool, p: *const Self) -> Self;
+    unsafe fn ld<S: MemScope>(acquire: bool, shared: bool, p: *const Self) -> Self;
     #[doc(hidden)]
-    unsafe fn st<S: MemScope>(release: bool, p: *mut Self, v: Self);
+    unsafe fn st<S: MemScope>(release: bool, shared: bool, p: *mut Self, v: Self);
     #[doc(hidden)]
-    unsafe fn fetch_add<S: MemScope>(acq_rel: bool, p: *mut Self, v: Self) -> Self;
+    unsafe fn fetch_add<S: MemScope>(acq_rel: bool, shared: bool, p: *mut Self, v: Self) -> Self;
     #[doc(hidden)]
-    unsafe fn red_add<S: MemScope>(release: bool, p: *mut Self, v: Self);
+    unsafe fn red_add<S: MemScope>(release: bool, shared: bool, p: *mut Self, v: Self);
     #[doc(hidden)]
-    unsafe fn cas<S: MemScope>(p: *mut Self, cmp: Self, new: Self) -> Self;
+    unsafe fn cas<S: MemScope>(shared: bool, p: *mut Self, cmp: Self, new: Self) -> Self;
 }
 impl sealed::Sealed for u32 {}
 impl sealed::Sealed for i32 {}
@@ -102,16 +113,42 @@ impl sealed::Sealed for i64 {}
 impl sealed::Sealed for f32 {}
 impl sealed::Sealed for f64 {}
 
-/// Runs the asm template with `.cta`, `.gpu` or `.sys` spliced in, chosen by `S` at compile time.
+/// Runs the asm template with `.cta`, `.gpu` or `.sys` spliced in, chosen by `S` at compile
+/// time, and `.shared` after it when `$shared` (a constant once inlined: the target's
+/// [`ScopedTarget::SHARED`]), where the address operand is then [`shared_window`]'s.
 #[cfg(target_arch = "nvptx64")]
 macro_rules! scoped_asm {
-    ($s:ty, $pre:literal, $post:expr, $($rest:tt)*) => {
-        match <$s as MemScope>::KIND {
-            0 => core::arch::asm!(concat!($pre, ".cta", $post), $($rest)*),
-            1 => core::arch::asm!(concat!($pre, ".gpu", $post), $($rest)*),
-            _ => core::arch::asm!(concat!($pre, ".sys", $post), $($rest)*),
+    ($s:ty, $shared:expr, $pre:literal, $post:expr, $($rest:tt)*) => {
+        match (<$s as MemScope>::KIND, $shared) {
+            (0, false) => core::arch::asm!(concat!($pre, ".cta", $post), $($rest)*),
+            (1, false) => core::arch::asm!(concat!($pre, ".gpu", $post), $($rest)*),
+            (_, false) => core::arch::asm!(concat!($pre, ".sys", $post), $($rest)*),
+            (0, true) => core::arch::asm!(concat!($pre, ".cta.shared", $post), $($rest)*),
+            (1, true) => core::arch::asm!(concat!($pre, ".gpu.shared", $post), $($rest)*),
+            (_, true) => core::arch::asm!(concat!($pre, ".sys.shared", $post), $($rest)*),
         }
     };
+}
+
+/// The address operand of a scoped operation: `p` itself, or for a block-shared target its
+/// address in the shared window (`cvta.to.shared`), which the `.shared` forms take.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn shared_window<T>(shared: bool, p: *const T) -> u64 {
+    if !shared {
+        return p as u64;
+    }
+    let a: u64;
+    // SAFETY: `cvta.to.shared` only converts an address; it touches no memory.
+    unsafe {
+        core::arch::asm!(
+            "cvta.to.shared.u64 {a}, {p};",
+            a = out(reg64) a,
+            p = in(reg64) p,
+            options(pure, nomem, nostack)
+        )
+    };
+    a
 }
 
 macro_rules! scoped_word {
@@ -119,59 +156,64 @@ macro_rules! scoped_word {
         #[cfg(target_arch = "nvptx64")]
         impl ScopedWord for $t {
             #[inline(always)]
-            unsafe fn ld<S: MemScope>(acquire: bool, p: *const Self) -> Self {
+            unsafe fn ld<S: MemScope>(acquire: bool, shared: bool, p: *const Self) -> Self {
                 let v: Self;
+                let p = shared_window(shared, p);
                 // SAFETY: the caller guarantees a valid, aligned, mapped address.
                 unsafe {
                     if acquire {
-                        scoped_asm!(S, "ld.acquire", concat!(".b", $bits, " {v}, [{p}];"), v = out($reg) v, p = in(reg64) p, options(nostack));
+                        scoped_asm!(S, shared, "ld.acquire", concat!(".b", $bits, " {v}, [{p}];"), v = out($reg) v, p = in(reg64) p, options(nostack));
                     } else {
-                        scoped_asm!(S, "ld.relaxed", concat!(".b", $bits, " {v}, [{p}];"), v = out($reg) v, p = in(reg64) p, options(nostack));
+                        scoped_asm!(S, shared, "ld.relaxed", concat!(".b", $bits, " {v}, [{p}];"), v = out($reg) v, p = in(reg64) p, options(nostack));
                     }
                 }
                 v
             }
             #[inline(always)]
-            unsafe fn st<S: MemScope>(release: bool, p: *mut Self, v: Self) {
+            unsafe fn st<S: MemScope>(release: bool, shared: bool, p: *mut Self, v: Self) {
+                let p = shared_window(shared, p);
                 // SAFETY: the caller guarantees a valid, aligned, mapped address.
                 unsafe {
                     if release {
-                        scoped_asm!(S, "st.release", concat!(".b", $bits, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                        scoped_asm!(S, shared, "st.release", concat!(".b", $bits, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
                     } else {
-                        scoped_asm!(S, "st.relaxed", concat!(".b", $bits, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                        scoped_asm!(S, shared, "st.relaxed", concat!(".b", $bits, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
                     }
                 }
             }
             #[inline(always)]
-            unsafe fn fetch_add<S: MemScope>(acq_rel: bool, p: *mut Self, v: Self) -> Self {
+            unsafe fn fetch_add<S: MemScope>(acq_rel: bool, shared: bool, p: *mut Self, v: Self) -> Self {
                 let old: Self;
+                let p = shared_window(shared, p);
                 // SAFETY: the caller guarantees a valid, aligned, mapped address.
                 unsafe {
                     if acq_rel {
-                        scoped_asm!(S, "atom.acq_rel", concat!(".add.", $add, " {o}, [{p}], {v};"), o = out($reg) old, p = in(reg64) p, v = in($reg) v, options(nostack));
+                        scoped_asm!(S, shared, "atom.acq_rel", concat!(".add.", $add, " {o}, [{p}], {v};"), o = out($reg) old, p = in(reg64) p, v = in($reg) v, options(nostack));
                     } else {
-                        scoped_asm!(S, "atom.relaxed", concat!(".add.", $add, " {o}, [{p}], {v};"), o = out($reg) old, p = in(reg64) p, v = in($reg) v, options(nostack));
+                        scoped_asm!(S, shared, "atom.relaxed", concat!(".add.", $add, " {o}, [{p}], {v};"), o = out($reg) old, p = in(reg64) p, v = in($reg) v, options(nostack));
                     }
                 }
                 old
             }
             #[inline(always)]
-            unsafe fn red_add<S: MemScope>(release: bool, p: *mut Self, v: Self) {
+            unsafe fn red_add<S: MemScope>(release: bool, shared: bool, p: *mut Self, v: Self) {
+                let p = shared_window(shared, p);
                 // SAFETY: the caller guarantees a valid, aligned, mapped address.
                 unsafe {
                     if release {
-                        scoped_asm!(S, "red.release", concat!(".add.", $add, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                        scoped_asm!(S, shared, "red.release", concat!(".add.", $add, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
                     } else {
-                        scoped_asm!(S, "red.relaxed", concat!(".add.", $add, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
+                        scoped_asm!(S, shared, "red.relaxed", concat!(".add.", $add, " [{p}], {v};"), p = in(reg64) p, v = in($reg) v, options(nostack));
                     }
                 }
             }
             #[inline(always)]
-            unsafe fn cas<S: MemScope>(p: *mut Self, cmp: Self, new: Self) -> Self {
+            unsafe fn cas<S: MemScope>(shared: bool, p: *mut Self, cmp: Self, new: Self) -> Self {
                 let old: Self;
+                let p = shared_window(shared, p);
                 // SAFETY: the caller guarantees a valid, aligned, mapped address.
                 unsafe {
-                    scoped_asm!(S, "atom.acq_rel", concat!(".cas.b", $bits, " {o}, [{p}], {c}, {n};"), o = out($reg) old, p = in(reg64) p, c = in($reg) cmp, n = in($reg) new, options(nostack));
+                    scoped_asm!(S, shared, "atom.acq_rel", concat!(".cas.b", $bits, " {o}, [{p}], {c}, {n};"), o = out($reg) old, p = in(reg64) p, c = in($reg) cmp, n = in($reg) new, options(nostack));
                 }
                 old
             }
@@ -181,19 +223,19 @@ macro_rules! scoped_word {
         #[cfg(not(target_arch = "nvptx64"))]
         impl ScopedWord for $t {
             #[track_caller]
-            unsafe fn ld<S: MemScope>(_: bool, p: *const Self) -> Self {
+            unsafe fn ld<S: MemScope>(_: bool, _: bool, p: *const Self) -> Self {
                 host_step("scoped::load", true);
                 // SAFETY: the caller guarantees a valid, aligned address.
                 unsafe { p.read_volatile() }
             }
             #[track_caller]
-            unsafe fn st<S: MemScope>(_: bool, p: *mut Self, v: Self) {
+            unsafe fn st<S: MemScope>(_: bool, _: bool, p: *mut Self, v: Self) {
                 host_step("scoped::store", false);
                 // SAFETY: as above.
                 unsafe { p.write_volatile(v) }
             }
             #[track_caller]
-            unsafe fn fetch_add<S: MemScope>(_: bool, p: *mut Self, v: Self) -> Self {
+            unsafe fn fetch_add<S: MemScope>(_: bool, _: bool, p: *mut Self, v: Self) -> Self {
                 host_step("scoped::fetch_add", false);
                 // SAFETY: as above.
                 unsafe {
@@ -203,12 +245,12 @@ macro_rules! scoped_word {
                 }
             }
             #[track_caller]
-            unsafe fn red_add<S: MemScope>(_: bool, p: *mut Self, v: Self) {
+            unsafe fn red_add<S: MemScope>(_: bool, _: bool, p: *mut Self, v: Self) {
                 // SAFETY: the caller's contract.
-                unsafe { Self::fetch_add::<S>(false, p, v) };
+                unsafe { Self::fetch_add::<S>(false, false, p, v) };
             }
             #[track_caller]
-            unsafe fn cas<S: MemScope>(p: *mut Self, cmp: Self, new: Self) -> Self {
+            unsafe fn cas<S: MemScope>(_: bool, p: *mut Self, cmp: Self, new: Self) -> Self {
                 host_step("scoped::compare_swap", false);
                 // SAFETY: as above.
                 unsafe {
@@ -258,6 +300,12 @@ scoped_word! {
     f64: "64", "f64", reg64;
 }
 
+/// Whether `p` is block-shared ([`ScopedTarget::SHARED`]), for an argument of `impl` type.
+#[inline(always)]
+fn shared<T, P: ScopedTarget<T>>(_: &P) -> bool {
+    P::SHARED
+}
+
 /// Load with acquire semantics at scope `S`: later accesses of this thread are not moved
 /// before it, and it sees what a matching release made visible. PTX: `ld.acquire.S`.
 ///
@@ -266,7 +314,7 @@ scoped_word! {
 #[inline(always)]
 pub unsafe fn load_acquire<S: MemScope, T: ScopedWord>(_scope: S, p: impl ScopedTarget<T>) -> T {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::ld::<S>(true, p.addr()) }
+    unsafe { T::ld::<S>(true, shared(&p), p.addr()) }
 }
 
 /// Relaxed (atomic, unordered) load at scope `S`: for polling. PTX: `ld.relaxed.S`.
@@ -276,7 +324,7 @@ pub unsafe fn load_acquire<S: MemScope, T: ScopedWord>(_scope: S, p: impl Scoped
 #[inline(always)]
 pub unsafe fn load_relaxed<S: MemScope, T: ScopedWord>(_scope: S, p: impl ScopedTarget<T>) -> T {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::ld::<S>(false, p.addr()) }
+    unsafe { T::ld::<S>(false, shared(&p), p.addr()) }
 }
 
 /// Store with release semantics at scope `S`: this thread's earlier accesses are visible to
@@ -291,7 +339,7 @@ pub unsafe fn store_release<S: MemScope, T: ScopedWord>(
     value: T,
 ) {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::st::<S>(true, p.addr(), value) }
+    unsafe { T::st::<S>(true, shared(&p), p.addr(), value) }
 }
 
 /// Relaxed (atomic, unordered) store at scope `S`. PTX: `st.relaxed.S`.
@@ -305,7 +353,7 @@ pub unsafe fn store_relaxed<S: MemScope, T: ScopedWord>(
     value: T,
 ) {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::st::<S>(false, p.addr(), value) }
+    unsafe { T::st::<S>(false, shared(&p), p.addr(), value) }
 }
 
 /// Atomic add with acquire-release semantics; returns the old value. PTX: `atom.acq_rel.S.add`.
@@ -319,7 +367,7 @@ pub unsafe fn fetch_add<S: MemScope, T: ScopedWord>(
     value: T,
 ) -> T {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::fetch_add::<S>(true, p.addr(), value) }
+    unsafe { T::fetch_add::<S>(true, shared(&p), p.addr(), value) }
 }
 
 /// Atomic add with no ordering; returns the old value. PTX: `atom.relaxed.S.add` (CUDA's
@@ -336,7 +384,7 @@ pub unsafe fn fetch_add_relaxed<S: MemScope, T: ScopedWord>(
     value: T,
 ) -> T {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::fetch_add::<S>(false, p.addr(), value) }
+    unsafe { T::fetch_add::<S>(false, shared(&p), p.addr(), value) }
 }
 
 /// Atomic add with release semantics, no result (a reduction). PTX: `red.release.S.add`.
@@ -350,7 +398,7 @@ pub unsafe fn add_release<S: MemScope, T: ScopedWord>(
     value: T,
 ) {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::red_add::<S>(true, p.addr(), value) }
+    unsafe { T::red_add::<S>(true, shared(&p), p.addr(), value) }
 }
 
 /// Atomic add with no ordering and no result. PTX: `red.relaxed.S.add`: for counters read
@@ -365,7 +413,7 @@ pub unsafe fn add_relaxed<S: MemScope, T: ScopedWord>(
     value: T,
 ) {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::red_add::<S>(false, p.addr(), value) }
+    unsafe { T::red_add::<S>(false, shared(&p), p.addr(), value) }
 }
 
 /// Atomic compare-and-swap with acquire-release semantics; returns the old value.
@@ -381,7 +429,7 @@ pub unsafe fn compare_swap<S: MemScope, T: ScopedWord>(
     new: T,
 ) -> T {
     // SAFETY: the caller upholds the module's contract.
-    unsafe { T::cas::<S>(p.addr(), current, new) }
+    unsafe { T::cas::<S>(shared(&p), p.addr(), current, new) }
 }
 
 /// A fence with acquire-release semantics at scope `S`. PTX: `fence.acq_rel.S`.
@@ -391,7 +439,7 @@ pub fn fence_acq_rel<S: MemScope>(_scope: S) {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: a fence only orders this thread's memory accesses.
     unsafe {
-        scoped_asm!(S, "fence.acq_rel", ";", options(nostack))
+        scoped_asm!(S, false, "fence.acq_rel", ";", options(nostack))
     }
     #[cfg(not(target_arch = "nvptx64"))]
     host_step("scoped::fence_acq_rel", false)

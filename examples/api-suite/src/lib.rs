@@ -1049,7 +1049,9 @@ pub const SHARED_WORDS: usize = 64;
 /// words a block into `got` (`got.len() >= 4 * blocks`): the size the launch gave, whether
 /// one word more is refused, the words thread 0 handed over that another thread read wrong
 /// (thread 0 writes words `1..SHARED_WORDS`, then releases word 0; the others acquire it,
-/// then read their word), and the block's count of threads (a block-scope add each).
+/// then read their word), and the block's count of threads, three a thread (at block scope
+/// a `fetch_add`, an `add_relaxed` and a `compare_swap` loop: the `.shared` forms of the
+/// scoped operations, `ATOMS` in the SASS).
 #[shmem_kernel]
 pub unsafe fn block_shared(got: SymSlice<u32>) {
     let (b, t) = (block_idx_x() as usize, thread_idx_x() as usize);
@@ -1089,6 +1091,15 @@ pub unsafe fn block_shared(got: SymSlice<u32>) {
         }
         sync_threads();
         scoped::fetch_add(Cta, sum, 1u32);
+        scoped::add_relaxed(Cta, sum, 1u32);
+        let mut seen = scoped::load_relaxed(Cta, sum);
+        loop {
+            let was = scoped::compare_swap(Cta, sum, seen, seen + 1);
+            if was == seen {
+                break;
+            }
+            seen = was;
+        }
         sync_threads();
         if t == 0 {
             got.write(4 * b, shared::dynamic_bytes());

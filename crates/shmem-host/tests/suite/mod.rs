@@ -744,11 +744,14 @@ pub fn block_shared(rt: &Shmem) {
         .unwrap()
     };
     rt.barrier_all().unwrap();
-    let want: Vec<u32> = (0..blocks).flat_map(|_| [bytes, 1, 0, threads]).collect();
+    let want: Vec<u32> = (0..blocks)
+        .flat_map(|_| [bytes, 1, 0, 3 * threads])
+        .collect();
     assert_eq!(
         got.to_vec().unwrap(),
         want,
-        "per block: [bytes given, one word more refused, words read wrong, threads counted]"
+        "per block: [bytes given, one word more refused, words read wrong, threads counted \
+         three times (fetch_add, add_relaxed, compare_swap)]"
     );
     // A launch with too little: the kernel sees the size and finds no room.
     let small = filled(rt, 4, |_| u32::MAX);
