@@ -170,6 +170,7 @@ const API: &[(&str, bool)] = &[
     ("block_shared", false),
     ("block_votes", false),
     ("named_barriers", false),
+    ("grid_sync_rounds", false),
     ("shared_beyond_default", false),
     ("vec16", false),
     ("bulk_copies", false),

@@ -25,6 +25,7 @@
 //! | [`vec16`](vec16()) | `rma::Vec16`: 16-byte loads and stores of `[u32; 4]`, `[f32; 4]`, `[f64; 2]`, generic and global | no |
 //! | [`shared_beyond_default`](shared_beyond_default()) | dynamic shared memory beyond 48 KB a block, which the host opts the kernel in to | no |
 //! | [`named_barriers`](named_barriers()) | `NamedBarrier`: some warps of a block meeting among themselves, a hand-off by `arrive` | no |
+//! | [`grid_sync_rounds`](grid_sync_rounds()) | `scoped::grid_sync`: rounds of a grid barrier, two launches of different sizes on its words | no |
 //! | [`bulk_copies`](bulk_copies()) | `bulk`: copies into shared memory on a barrier's phases, out to the next PE's memory in groups, a slot used again after its group has read it | no |
 //! | [`fp8_convert`](fp8_convert()) | `fp8`: the `e4m3` conversions on the GPU's instructions against their definitions | no |
 //! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
@@ -855,6 +856,42 @@ pub unsafe fn shared_beyond_default(got: SymSlice<u32>) {
         }
         if wrong != 0 {
             scoped::fetch_add(Gpu, got.at(2 * b as usize + 1), wrong);
+        }
+    }
+}
+
+/// Rounds of [`grid_sync_rounds`](grid_sync_rounds()).
+pub const GRID_SYNC_ROUNDS: u32 = 3;
+
+/// `scoped::grid_sync`, the grid barrier that launches of different sizes can share: in each
+/// of [`GRID_SYNC_ROUNDS`] rounds, thread 0 of block `b` writes the round into `got[b]`, the
+/// grid meets, and then counts into `got[grid + b]` the blocks whose word is still behind
+/// (none, where the barrier holds). `work` holds the barrier's two words (arrivals,
+/// generation), which the host leaves as the last launch left them.
+///
+/// # Safety
+/// A cooperative launch (every block resident); `got` holds two words a block, zeroed;
+/// `work` two words, zeroed before the first launch that uses them.
+#[shmem_kernel]
+pub unsafe fn grid_sync_rounds(got: SymSlice<u32>, work: SymSlice<u32>) {
+    let (b, g) = (block_idx_x() as usize, grid_dim_x() as usize);
+    // SAFETY: `got[b]` is this block's, written by its thread 0 and read by the others only
+    // after the barrier that follows; `got[g + b]` this block's; `work`'s two words are the
+    // barrier's, which every block of the cooperative launch reaches each round.
+    unsafe {
+        for k in 1..=GRID_SYNC_ROUNDS {
+            if thread_idx_x() == 0 {
+                scoped::store_relaxed(Gpu, got.at(b), k);
+            }
+            scoped::grid_sync(work.at(0), work.at(1));
+            if thread_idx_x() == 0 {
+                let behind = (0..g)
+                    .filter(|&o| scoped::load_relaxed(Gpu, got.at(o)) < k)
+                    .count() as u32;
+                if behind != 0 {
+                    scoped::fetch_add(Gpu, got.at(g + b), behind);
+                }
+            }
         }
     }
 }

@@ -245,10 +245,10 @@ impl Shape {
     }
 
     /// Bytes of dynamic shared memory the dispatch kernel of this shape is launched with:
-    /// for the `bf16` dispatches, a line of barriers ([`BULK_HEADER`]), with at
-    /// most [`RESERVE_EXPERTS`] experts the table of its pair slots reserved a block at a
-    /// time, then its bulk copies' [`BULK_SLOTS`] slots of a piece of a
-    /// row each; 0 for the other paths. Given fewer, or built for a GPU without bulk copies,
+    /// for the `bf16` dispatches, a line of barriers ([`BULK_HEADER`]), with at most
+    /// [`RESERVE_EXPERTS`] experts the table of the pair slots the low-latency one reserves a
+    /// block at a time, then the bulk copies' [`BULK_SLOTS`] slots of a piece of a row each;
+    /// 0 for the FP8 dispatch. Given fewer, or built for a GPU without bulk copies,
     /// the kernel copies through registers instead.
     pub fn dispatch_shared_bytes(&self) -> u32 {
         if self.dispatch_path() != DispatchPath::Fp8 {
@@ -662,9 +662,10 @@ unsafe fn column_hit(b: Bufs, s: Shape, col: u32, t: usize) -> i32 {
 ///    chunk's warp writes the column's total into this PE's row of `counts`. (Two passes
 ///    around a second grid barrier took 2.3 µs more at 128 tokens on one H100.)
 /// 2. Each block counts itself in once its units are done; the grid's last block sends the
-///    row to every other PE and waits for theirs; then its first warp works out, 32 experts at a time with a segmented warp scan, `base` (this
-///    PE's first pair and the capacity's end, per expert) and, for this PE's own experts,
-///    `expert_offset`, `expert_count`; and `recv_count`.
+///    row to every other PE and waits for theirs; then its first warp works out, 32 experts
+///    at a time with a segmented warp scan, `base` (this PE's first pair and the capacity's
+///    end, per expert) and, for this PE's own experts, `expert_offset`, `expert_count`; and
+///    `recv_count`.
 ///
 /// # Safety
 /// See [`moe_layout()`].

@@ -48,6 +48,7 @@ macro_rules! simulated_cases {
             block_shared: 1,
             block_votes: 1,
             named_barriers: 1,
+            grid_sync_rounds: 1,
             shared_beyond_default: 1,
             vec16: 1,
             bulk_copies: 2,
@@ -590,6 +591,41 @@ pub fn block_votes(rt: &Shmem) {
         want,
         "per thread: count | and(all) << 8 | and(one false) << 9 | or(one) << 10 | or(none) << 11"
     );
+}
+
+pub fn grid_sync_rounds(rt: &Shmem) {
+    use api_suite_kernels::GRID_SYNC_ROUNDS as R;
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::grid_sync_rounds>().unwrap();
+    let work = filled(rt, 2, |_| 0u32);
+    // Two launches of different sizes on the same barrier words.
+    for (launch, (blocks, threads)) in [(4u32, 64u32), (7, 32)].into_iter().enumerate() {
+        let got = filled(rt, 2 * blocks as usize, |_| 0u32);
+        // SAFETY: a cooperative launch; `got` holds two zeroed words a block; `work` the
+        // barrier's two words, zeroed before the first launch.
+        unsafe {
+            k.launch(
+                LaunchConfig::linear(blocks, threads).with_cooperative(true),
+                (&got, &work),
+            )
+            .unwrap()
+        };
+        rt.barrier_all().unwrap();
+        let want: Vec<u32> = (0..2 * blocks)
+            .map(|i| if i < blocks { R } else { 0 })
+            .collect();
+        assert_eq!(
+            got.to_vec().unwrap(),
+            want,
+            "launch {launch}: per block its last round, then the blocks it found behind"
+        );
+        let done = R * (launch as u32 + 1);
+        assert_eq!(
+            work.to_vec().unwrap(),
+            [0, done],
+            "the barrier's arrivals (reset) and its generation after launch {launch}"
+        );
+    }
 }
 
 pub fn named_barriers(rt: &Shmem) {
