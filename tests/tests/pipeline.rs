@@ -171,6 +171,8 @@ const API: &[(&str, bool)] = &[
     ("block_votes", false),
     ("named_barriers", false),
     ("grid_sync_rounds", false),
+    ("pdl_first", false),
+    ("pdl_second", false),
     ("shared_beyond_default", false),
     ("vec16", false),
     ("bulk_copies", false),

@@ -42,6 +42,7 @@
 //! | `ld.acquire.sys.global.u32` | [`scoped::load_acquire`]`(Sys, p)` |
 //! | `extern __shared__ uint32_t smem[];` (launched with `n` bytes) | [`shared::dynamic`]`::<u32>(len) -> Option<SharedPtr<u32>>` |
 //! | `cp.async.bulk` with an `mbarrier` (`cuda::memcpy_async`, `cuda::ptx`) | [`bulk::copy_to_shared`]`(dst, src, bytes, bar)`, [`bulk::copy_to_global`], [`bulk::Barrier`] |
+//! | `cudaGridDependencySynchronize()`, `cudaTriggerProgrammaticLaunchCompletion()` | [`pdl::wait`], [`pdl::launch_dependents`] (launched with `LaunchConfig::with_dependent_launch`) |
 //!
 //! # Memory and safety model
 //!
@@ -85,6 +86,7 @@ pub mod kernel;
 pub mod mem;
 pub mod order;
 pub mod p2p;
+pub mod pdl;
 pub mod rma;
 pub mod scope;
 pub mod scoped;

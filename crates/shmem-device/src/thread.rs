@@ -149,6 +149,14 @@ pub fn lane_id() -> u32 {
     crate::host::register("lane_id")
 }
 
+/// Nanoseconds of the GPU's global timer (`%globaltimer`, CUDA's `globaltimer` register):
+/// a clock every SM reads alike, for measuring or bounding a wait inside a kernel. Under the
+/// simulator, the host's clock; called outside a kernel on the host, it panics.
+#[inline(always)]
+pub fn global_timer_ns() -> u64 {
+    crate::bound::now_ns()
+}
+
 /// Whether every lane of the calling thread's warp executes this call with it
 /// (`activemask.b32` is all ones): a hint for the shape of a peer copy
 /// ([`crate::rma`]), which holds only at the instant it is read. No code on the host asks

@@ -41,6 +41,18 @@ pub struct LaunchConfig<'s> {
     pub cooperative: Option<bool>,
     /// The stream to launch on ([`StreamRef::Runtime`] by default: the runtime's own).
     pub stream: StreamRef<'s>,
+    /// Launch as a programmatic dependent of the stream's previous kernel (CUDA's
+    /// programmatic dependent launch, sm_90 and up): the kernel may start before that kernel
+    /// has completed, once each of its blocks has called `shmem_device::pdl::
+    /// launch_dependents` or ended, and must call `shmem_device::pdl::wait` before it touches
+    /// memory that kernel writes or reads (see that module). An ordinary launch where it
+    /// cannot overlap safely or at all: a cooperative launch (the driver never starts one
+    /// early: measured on an H200, CUDA 13.0), a built module for an architecture before
+    /// sm_90 (whose `pdl::wait` is empty), a GPU before sm_90, a GPU shared by several PEs
+    /// (under CUDA MPS a grid waiting to start could hold SMs that another PE's cooperative
+    /// grid needs), and the simulator. A CUDA C++ module's kernel is trusted to wait
+    /// (`cudaGridDependencySynchronize`). The previous kernel may be cooperative.
+    pub dependent: bool,
 }
 
 impl LaunchConfig<'static> {
@@ -52,6 +64,7 @@ impl LaunchConfig<'static> {
             shared_mem_bytes: 0,
             cooperative: None,
             stream: StreamRef::Runtime,
+            dependent: false,
         }
     }
 }
@@ -72,6 +85,11 @@ impl<'s> LaunchConfig<'s> {
             ..self
         }
     }
+    /// Launched as a programmatic dependent of the stream's previous kernel, or not (see
+    /// [`dependent`](Self::dependent)).
+    pub fn with_dependent_launch(self, dependent: bool) -> Self {
+        LaunchConfig { dependent, ..self }
+    }
     /// On `stream` (a cudarc stream of this PE's context, or any [`StreamRef`]) instead of
     /// the runtime's.
     pub fn on_stream<'t>(self, stream: impl Into<StreamRef<'t>>) -> LaunchConfig<'t> {
@@ -81,6 +99,7 @@ impl<'s> LaunchConfig<'s> {
             shared_mem_bytes: self.shared_mem_bytes,
             cooperative: self.cooperative,
             stream: stream.into(),
+            dependent: self.dependent,
         }
     }
     /// Blocks in the grid.
@@ -469,6 +488,20 @@ impl<'rt> Module<'rt> {
         }
     }
 
+    /// Whether this module's kernels can be launched as dependents (they wait in
+    /// `shmem_device::pdl::wait`): built for sm_90 or later, or CUDA C++ (the loader's
+    /// promise); not simulated (the simulator runs launches in order).
+    fn can_wait_for_previous(&self) -> bool {
+        match &self.kind {
+            ModuleKind::Built(m) => m
+                .arch
+                .parse::<Arch>()
+                .is_ok_and(|a| a.number() >= Arch::Sm90.number()),
+            ModuleKind::Cuda => true,
+            ModuleKind::Simulated { .. } => false,
+        }
+    }
+
     /// The file loaded (cubin or PTX), or a description of an embedded or simulated module.
     pub fn origin(&self) -> &Path {
         &self.origin
@@ -666,6 +699,12 @@ where
                 });
             }
         }
+        // A built module for an architecture before sm_90 has an empty `pdl::wait`; a
+        // cooperative launch never starts early.
+        let cfg = LaunchConfig {
+            dependent: cfg.dependent && !cooperative && self.module.can_wait_for_previous(),
+            ..cfg
+        };
         let mut params = Params::<K>(args.to_params());
         // SAFETY: `params` are `K::Params` (checked against the manifest for a built module,
         // the loader's promise for a CUDA C++ one); the caller's contract covers the rest.

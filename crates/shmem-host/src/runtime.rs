@@ -371,6 +371,14 @@ impl Shmem {
     pub fn version(&self) -> (u32, u32, u32) {
         self.pe.version
     }
+    /// Whether a launch made with [`crate::LaunchConfig::with_dependent_launch`] can begin before
+    /// the previous kernel on its stream has completed here: on a GPU from sm_90 that no
+    /// other PE shares, for a module built for sm_90 or later (or CUDA C++), when the launch
+    /// is not cooperative. Elsewhere such a launch is an ordinary one (the simulator
+    /// included).
+    pub fn dependent_launches_overlap(&self) -> bool {
+        self.backend.overlaps_dependents()
+    }
     /// The CUDA context of this PE's GPU ([`Error::Simulator`] under the simulator).
     pub fn context(&self) -> Result<&Arc<CudaContext>> {
         Ok(&self.gpu()?.ctx)

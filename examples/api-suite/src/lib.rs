@@ -26,6 +26,7 @@
 //! | [`shared_beyond_default`](shared_beyond_default()) | dynamic shared memory beyond 48 KB a block, which the host opts the kernel in to | no |
 //! | [`named_barriers`](named_barriers()) | `NamedBarrier`: some warps of a block meeting among themselves, a hand-off by `arrive` | no |
 //! | [`grid_sync_rounds`](grid_sync_rounds()) | `scoped::grid_sync`: rounds of a grid barrier, two launches of different sizes on its words | no |
+//! | [`pdl_first`](pdl_first()), [`pdl_second`](pdl_second()) | `pdl`: a kernel launched as a dependent starts while the one before it runs, and sees its writes after `pdl::wait` | no |
 //! | [`bulk_copies`](bulk_copies()) | `bulk`: copies into shared memory on a barrier's phases, out to the next PE's memory in groups, a slot used again after its group has read it | no |
 //! | [`fp8_convert`](fp8_convert()) | `fp8`: the `e4m3` conversions on the GPU's instructions against their definitions | no |
 //! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
@@ -35,7 +36,7 @@
 use shmem_device::prelude::*;
 use shmem_device::scoped::{self, Cta, Gpu, Sys};
 use shmem_device::types::{AmoExtended, AmoInt, RmaElem, WaitElem};
-use shmem_device::{rma, shared};
+use shmem_device::{pdl, rma, shared};
 use suite_common::*;
 
 fn p_g_case<T: RmaElem + Val>(
@@ -893,6 +894,64 @@ pub unsafe fn grid_sync_rounds(got: SymSlice<u32>, work: SymSlice<u32>) {
                 }
             }
         }
+    }
+}
+
+/// How long [`pdl_first`](pdl_first()) waits for [`pdl_second`](pdl_second()) to start
+/// (ns): far more than a launch takes, and short enough that an ordinary launch, where the
+/// second cannot start first, costs little.
+pub const PDL_WAIT_NS: u64 = 50_000_000;
+
+/// The first kernel of a programmatic dependent launch: every block lets its dependent start
+/// (`pdl::launch_dependents`); thread 0 of block 0 then waits up to [`PDL_WAIT_NS`] for
+/// `flag[0]`, which the dependent sets before its `pdl::wait`, and writes into `seen[0]`
+/// whether it saw it (1) or not (0); after that the block's threads write `data[i] = 3 i +
+/// 1` for every thread `i` of the grid. So where the dependent started early it ran while
+/// this kernel did, and it must wait for `data`.
+///
+/// # Safety
+/// `data` holds a word a thread of the grid, `flag` and `seen` one word each, zeroed.
+#[shmem_kernel]
+pub unsafe fn pdl_first(data: SymSlice<u32>, flag: SymSlice<u32>, seen: SymSlice<u32>) {
+    pdl::launch_dependents();
+    let i = global_idx_x();
+    // SAFETY: `flag[0]` is written only by the dependent, atomically; `seen[0]` is this
+    // thread's; `data[i]` this thread's (the caller sized it).
+    unsafe {
+        if i == 0 {
+            let start = global_timer_ns();
+            let saw = loop {
+                if scoped::load_relaxed(Gpu, flag.at(0)) != 0 {
+                    break 1;
+                }
+                if global_timer_ns().wrapping_sub(start) > PDL_WAIT_NS {
+                    break 0;
+                }
+            };
+            scoped::store_relaxed(Gpu, seen.at(0), saw);
+        }
+        sync_threads();
+        data.write(i, 3 * i as u32 + 1);
+    }
+}
+
+/// The dependent of [`pdl_first`](pdl_first()), launched after it on the same stream with
+/// `with_dependent_launch(true)` and the same shape: thread 0 of block 0 sets `flag[0]`, then
+/// every thread waits for the first kernel (`pdl::wait`) and copies `data[i]` into `out[i]`.
+///
+/// # Safety
+/// As [`pdl_first`](pdl_first()); `out` as `data`.
+#[shmem_kernel]
+pub unsafe fn pdl_second(data: SymSlice<u32>, flag: SymSlice<u32>, out: SymSlice<u32>) {
+    let i = global_idx_x();
+    // SAFETY: `flag[0]` is read by the first kernel atomically; `data[i]` is complete once
+    // the first kernel has (after `pdl::wait`); `out[i]` is this thread's.
+    unsafe {
+        if i == 0 {
+            scoped::store_relaxed(Gpu, flag.at(0), 1u32);
+        }
+        pdl::wait();
+        out.write(i, data.read(i));
     }
 }
 

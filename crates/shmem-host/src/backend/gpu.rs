@@ -39,6 +39,9 @@ pub(crate) struct Gpu {
     tickets: std::cell::Cell<u32>,
     /// How many PEs run on this PE's GPU (several under CUDA MPS).
     gpu_share: u32,
+    /// Whether a launch may overlap the stream's previous kernel (programmatic dependent
+    /// launch): sm_90 and up, and the GPU not shared with another PE.
+    overlaps: bool,
     /// The program-wide wait bound (ns) written into modules as they load.
     wait_bound_ns: std::cell::Cell<u64>,
     /// The kernels launched since the runtime's stream was last seen idle (for reports).
@@ -214,6 +217,9 @@ impl Gpu {
         let (gate, gate_dev) = mapped(0u32)?;
         // SAFETY: NVSHMEM is running; every PE makes this call at the same point of its start.
         let gpu_share = unsafe { pes_on_this_gpu(&nv, &ctx, &stream, n_pes, node_n_pes)? };
+        let major =
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let overlaps = major >= 9 && gpu_share == 1;
         guard.0 = true;
         Ok(Gpu {
             nv,
@@ -235,6 +241,7 @@ impl Gpu {
             gate_dev,
             tickets: std::cell::Cell::new(0),
             gpu_share,
+            overlaps,
             wait_bound_ns: std::cell::Cell::new(0),
             in_flight: Default::default(),
             poisoned: std::cell::Cell::new(false),
@@ -637,6 +644,10 @@ impl Backend for Gpu {
         }
     }
 
+    fn overlaps_dependents(&self) -> bool {
+        self.overlaps
+    }
+
     fn set_wait_bound(&self, ns: u64) {
         self.wait_bound_ns.set(ns);
     }
@@ -816,7 +827,9 @@ impl Backend for Gpu {
         // SAFETY: `ptrs` point at the fields of `args` (alive until the call returns, the
         // driver copies them), whose types are `f`'s parameters (the caller's contract).
         unsafe {
-            if cooperative {
+            if cfg.dependent && self.overlaps_dependents() {
+                launch_dependent(f, cfg, stream, &mut ptrs)?
+            } else if cooperative {
                 result::launch_cooperative_kernel(
                     f,
                     cfg.grid,
@@ -838,6 +851,40 @@ impl Backend for Gpu {
         };
         Ok(())
     }
+}
+
+/// `cuLaunchKernelEx` with programmatic stream serialization allowed: the launch may begin
+/// before the stream's previous kernel completes ([`LaunchConfig::dependent`]). Not
+/// cooperative: the driver never starts a cooperative launch early (measured on an H200).
+///
+/// # Safety
+/// As `cuLaunchKernel`: `ptrs` point at `f`'s parameters, `stream` is this context's.
+unsafe fn launch_dependent(
+    f: Function,
+    cfg: &LaunchConfig<'_>,
+    stream: sys::CUstream,
+    ptrs: &mut [*mut c_void],
+) -> Result<()> {
+    // SAFETY: an all-zero attribute is valid (an id and a C union of plain integers).
+    let mut attr = unsafe { std::mem::zeroed::<sys::CUlaunchAttribute>() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid.0,
+        gridDimY: cfg.grid.1,
+        gridDimZ: cfg.grid.2,
+        blockDimX: cfg.block.0,
+        blockDimY: cfg.block.1,
+        blockDimZ: cfg.block.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `config` and its attribute outlive the call; the caller's contract covers `f`,
+    // `stream` and `ptrs`.
+    unsafe { sys::cuLaunchKernelEx(&config, f, ptrs.as_mut_ptr(), std::ptr::null_mut()).result()? };
+    Ok(())
 }
 
 impl Drop for Gpu {

@@ -139,7 +139,14 @@ pub(crate) trait Backend {
     ) -> Result<()>;
     /// The program-wide wait bound (ns, 0: none) of modules loaded from now on.
     fn set_wait_bound(&self, ns: u64);
-    /// Launches `f` (cooperatively when `cooperative`), after the checks common to every
+    /// Whether a launch with [`LaunchConfig::dependent`] may begin before the stream's
+    /// previous kernel has completed (a GPU from sm_90, not shared with another PE).
+    fn overlaps_dependents(&self) -> bool {
+        false
+    }
+    /// Launches `f` (cooperatively when `cooperative`; as a dependent of the stream's
+    /// previous kernel when `cfg.dependent`, which `crate::module` clears for cooperative
+    /// launches, and [`Backend::overlaps_dependents`]), after the checks common to every
     /// backend (in `crate::module`).
     ///
     /// # Safety

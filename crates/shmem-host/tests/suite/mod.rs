@@ -49,6 +49,7 @@ macro_rules! simulated_cases {
             block_votes: 1,
             named_barriers: 1,
             grid_sync_rounds: 1,
+            dependent_launch: 1,
             shared_beyond_default: 1,
             vec16: 1,
             bulk_copies: 2,
@@ -624,6 +625,51 @@ pub fn grid_sync_rounds(rt: &Shmem) {
             work.to_vec().unwrap(),
             [0, done],
             "the barrier's arrivals (reset) and its generation after launch {launch}"
+        );
+    }
+}
+
+pub fn dependent_launch(rt: &Shmem) {
+    use api_suite_kernels::{pdl_first, pdl_second};
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let (first, second) = (
+        m.kernel::<pdl_first>().unwrap(),
+        m.kernel::<pdl_second>().unwrap(),
+    );
+    let (blocks, threads) = (4u32, 64u32);
+    let len = (blocks * threads) as usize;
+    let overlap = rt.dependent_launches_overlap();
+    // The dependent launched the ordinary way and cooperatively.
+    for cooperative in [false, true] {
+        let (data, out) = (filled(rt, len, |_| 0u32), filled(rt, len, |_| 0u32));
+        let (flag, seen) = (filled(rt, 1, |_| 0u32), filled(rt, 1, |_| 0u32));
+        let cfg = LaunchConfig::linear(blocks, threads);
+        // SAFETY: `data` and `out` hold a word a thread, `flag` and `seen` one word, zeroed;
+        // the second launch follows the first on the runtime's stream, same shape.
+        unsafe {
+            first.launch(cfg, (&data, &flag, &seen)).unwrap();
+            second
+                .launch(
+                    cfg.with_dependent_launch(true)
+                        .with_cooperative(cooperative),
+                    (&data, &flag, &out),
+                )
+                .unwrap();
+        }
+        rt.barrier_all().unwrap();
+        let want: Vec<u32> = (0..len as u32).map(|i| 3 * i + 1).collect();
+        assert_eq!(
+            out.to_vec().unwrap(),
+            want,
+            "cooperative {cooperative}: the dependent read the first kernel's writes after \
+             pdl::wait"
+        );
+        // A cooperative launch is never a dependent one.
+        assert_eq!(
+            seen.to_vec().unwrap(),
+            [u32::from(overlap && !cooperative)],
+            "cooperative {cooperative}: whether the dependent started while the first kernel \
+             ran, where dependent_launches_overlap() = {overlap}"
         );
     }
 }
