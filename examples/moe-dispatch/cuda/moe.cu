@@ -113,7 +113,21 @@ __device__ __forceinline__ int column_hit(const Bufs &b, const Shape &s, uint32_
   return hit;
 }
 
+// Programmatic dependent launch (shmem_device::pdl in Rust): the layout lets the throughput
+// dispatch start at once; the dispatch waits for the layout where it first needs its words.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 extern "C" __global__ void moe_layout(Bufs b, Shape s) {
+  pdl_launch_dependents();
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts;
   size_t t_n = s.tokens;
   uint32_t l_n = e_n / n;
@@ -615,6 +629,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
       copy_to_shared(slots + i * slot_bytes, reinterpret_cast<const uint8_t *>(b.x + t * h) + off, len, &bar[i]);
     };
     for (uint32_t k = 0; k < steps && k + 1 < BULK_SLOTS; k++) load(k);
+    if (tp) pdl_wait();  // launched as the layout's dependent: its slots from here on
     int32_t e = -1;     // this lane's choice of the row's token
     uint32_t rows = 0;  // lane d: the rows counted towards d
     for (uint32_t k = 0; k < steps; k++) {
@@ -645,6 +660,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     count_rows(b, rows);
     if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
   } else {
+    if (tp) pdl_wait();
     // With several tokens, the block's pair slots reserved at once (reserve_pairs in Rust):
     // the metadata warps count the block's pairs of each expert in `base` (each pair's rank
     // among them in `rank`), add each count to the expert's counter once, and leave in base[e]
@@ -695,6 +711,7 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
     return;
   }
 #endif
+  if (s.mode == THROUGHPUT) pdl_wait();
   send_grouped<false, Held>(
       b, s,
       [&](uint4 raw[HELD], size_t t, uint32_t first, uint32_t tid, uint32_t bs) {
@@ -828,9 +845,10 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   };
   // The split pays in low-latency mode, where the metadata waits for atomics; in throughput
   // mode it took 2-3 % more time (kernels.rs, send_quantised).
-  if (s.mode == THROUGHPUT)
+  if (s.mode == THROUGHPUT) {
+    pdl_wait();  // launched as the layout's dependent
     send_grouped<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
-  else
+  } else
     send_split<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
 }
 

@@ -84,6 +84,10 @@ struct Cli {
     /// launch (as nvbench's blocking kernel does)
     #[arg(long)]
     hold_stream: bool,
+    /// Launch the throughput dispatch only after its layout has completed, not as its
+    /// programmatic dependent (which starts while the layout runs, from sm_90)
+    #[arg(long)]
+    no_dependent_launch: bool,
     /// Seed of tokens and routing
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -180,6 +184,7 @@ impl Cli {
         o.seed = self.seed;
         o.verify = !self.no_verify;
         o.hold_stream = self.hold_stream;
+        o.dependent_launch = !self.no_dependent_launch;
         o.graph_replays = self.graph.unwrap_or(0);
         o.dist = Distribution::parse(&self.routing).expect("clap checked the value");
         if let Some(cubin) = &self.cuda {
@@ -481,9 +486,23 @@ fn compare(
     Ok(())
 }
 
+/// How the throughput dispatch follows its layout here: a line for the report's head.
+fn dependent_launch(rt: &Shmem, o: &Options) -> &'static str {
+    if !o.dependent_launch {
+        "after its layout (--no-dependent-launch)"
+    } else if rt.dependent_launches_overlap() {
+        "as its layout's dependent, starting while the layout runs"
+    } else {
+        "after its layout (dependent launches do not overlap here: simulator, before sm_90, or a shared GPU)"
+    }
+}
+
 fn pe_main(args: &Cli) -> shmem_host::Result<()> {
     let rt = Shmem::init()?;
     let cli = &args.plan(rt.is_simulated());
+    if rt.my_pe() == 0 {
+        println!("throughput dispatch: {}", dependent_launch(&rt, &cli.opts));
+    }
     if let Some(cubin) = &args.compare {
         return compare(&rt, cli, cubin, args.reps as usize, args.cuda_first);
     }

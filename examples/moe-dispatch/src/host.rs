@@ -132,6 +132,10 @@ pub struct Options {
     /// whole round is enqueued: the parts' GPU time alone, without the gaps where the GPU
     /// waited for the host's next launch.
     pub hold_stream: bool,
+    /// Launch the throughput dispatch as a programmatic dependent of its layout
+    /// ([`LaunchConfig::dependent`]): it starts while the layout runs (from sm_90, where no
+    /// other PE shares the GPU). Off: after the layout has completed.
+    pub dependent_launch: bool,
     /// Which kernels.
     pub implementation: Implementation,
 }
@@ -157,6 +161,7 @@ impl Options {
             verify: false,
             graph_replays: 0,
             hold_stream: false,
+            dependent_launch: true,
             implementation: Implementation::Rust { ptx_dir },
         }
     }
@@ -470,6 +475,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
     let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
     let t = shape.tokens;
+    let dependent = opts.dependent_launch && shape.mode == MODE_THROUGHPUT;
     // Units of work (one warp each): layout (column, chunk); dispatch, a block per token;
     // combine (received row, segment).
     let layout = kernels::scratch_len(t, n, shape.experts) as u32;
@@ -479,11 +485,15 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     Ok([
         // Layout and combine wait inside the grid and on other PEs, dispatch on other
         // PEs: cooperative, for the CUDA C++ twin too (the Rust manifest says so itself);
-        // experts is local.
+        // experts is local. The throughput dispatch starts while its layout runs, and
+        // waits for it inside (`shmem_device::pdl`): not cooperatively, as no cooperative
+        // launch starts early. Its grid fits all the same (`fit`), and only its block 0
+        // waits for the others.
         LaunchConfig::linear(layout.div_ceil(lth / 32).clamp(1, lf), lth).with_cooperative(true),
         LaunchConfig::linear(fit(df, dispatch), th)
             .with_shared_mem(shared)
-            .with_cooperative(true),
+            .with_cooperative(!dependent)
+            .with_dependent_launch(dependent),
         LaunchConfig::linear(ef, th).with_cooperative(false),
         LaunchConfig::linear(fit(cf, combine), th).with_cooperative(true),
     ])

@@ -42,7 +42,10 @@
 //!   `capacity` per expert, the rest dropped and counted. [`moe_dispatch_throughput()`]
 //!   then copies as the low-latency `bf16` dispatch does, a block per token (from sm_90 its
 //!   warp 0 moving the rows by bulk copies into the slots the layout gave them), without
-//!   atomics.
+//!   atomics. The host launches the throughput dispatch as a programmatic dependent of the
+//!   layout ([`shmem_device::pdl`]; from sm_90): every layout block lets it start at once,
+//!   and it waits for the layout (`pdl::wait`) only where it first needs what the layout
+//!   wrote, after its first rows' bulk copies into shared memory are under way.
 //! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token as the
 //!   low-latency `bf16` dispatch does, which quantises the row in registers and stores the
 //!   `e4m3` row straight into every PE it goes to. In low-latency mode the block's first warp
@@ -671,6 +674,9 @@ unsafe fn column_hit(b: Bufs, s: Shape, col: u32, t: usize) -> i32 {
 /// See [`moe_layout()`].
 #[inline(always)]
 unsafe fn layout(b: Bufs, s: Shape) {
+    // The dispatch that follows may start now: it waits for this grid before it reads
+    // anything this kernel writes (module documentation).
+    shmem_device::pdl::launch_dependents();
     let (me, n, e_n, k_n) = (my_pe() as u32, s.n_pes, s.experts, s.top_k as usize);
     let (t_n, l_n) = (s.tokens as usize, e_n / n);
     let (lane, gw, nw) = warps();
@@ -1360,11 +1366,16 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
     mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
     mut put: impl FnMut(usize, u32, Sym<u16>),
 ) {
-    let (n, t_n) = (s.n_pes, s.tokens as usize);
+    let (n, t_n, tp) = (s.n_pes, s.tokens as usize, s.mode == MODE_THROUGHPUT);
     let (w, nw, lane) = (warp_id(), warps_per_block(), lane_id());
     let (tid, bs) = (thread_idx_x(), block_dim_x());
     let mut fetch = |t, first| fetch(t, first, tid, bs);
     let mut store = |t, first, v: &P::V| store(t, first, v, Placed::Slots, tid, bs);
+    // In throughput mode, launched as the layout's dependent (module documentation). (The
+    // block's first batch loaded before the wait, the kernels spilled 8-40 bytes.)
+    if tp {
+        shmem_device::pdl::wait();
+    }
     let (g_n, stride) = (group_len(s), grid_dim_x() as usize);
     let units = g_n * n;
     let batch = HELD as u32 * block_dim_x();
@@ -1696,6 +1707,10 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
             for k in 0..steps.min(slots - 1) {
                 load(k);
             }
+            // In throughput mode, launched as the layout's dependent: its slots from here on.
+            if tp {
+                shmem_device::pdl::wait();
+            }
             // This lane's choice of the row being copied, and (lane `d`) the rows counted
             // towards `d`.
             let (mut e, mut rows) = (-1, 0);
@@ -1747,6 +1762,9 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                 bulk::wait_all();
             }
         } else {
+            if tp {
+                shmem_device::pdl::wait();
+            }
             // With several tokens, the block's pair slots reserved at once.
             let reserved = match reserved_table(s) {
                 Some((base, rank)) if !tp && count > 1 && count * s.top_k <= RESERVE_PAIRS => {
