@@ -43,15 +43,19 @@ pub struct LaunchConfig<'s> {
     pub stream: StreamRef<'s>,
     /// Launch as a programmatic dependent of the stream's previous kernel (CUDA's
     /// programmatic dependent launch, sm_90 and up): the kernel may start before that kernel
-    /// has completed, once each of its blocks has called `shmem_device::pdl::
-    /// launch_dependents` or ended, and must call `shmem_device::pdl::wait` before it touches
-    /// memory that kernel writes or reads (see that module). An ordinary launch where it
-    /// cannot overlap safely or at all: a cooperative launch (the driver never starts one
-    /// early: measured on an H200, CUDA 13.0), a built module for an architecture before
-    /// sm_90 (whose `pdl::wait` is empty), a GPU before sm_90, a GPU shared by several PEs
-    /// (under CUDA MPS a grid waiting to start could hold SMs that another PE's cooperative
-    /// grid needs), and the simulator. A CUDA C++ module's kernel is trusted to wait
-    /// (`cudaGridDependencySynchronize`). The previous kernel may be cooperative.
+    /// has completed, once each of its blocks has called
+    /// `shmem_device::pdl::launch_dependents` or ended, and must call
+    /// `shmem_device::pdl::wait` before it touches memory that kernel writes or reads (see
+    /// that module). The previous kernel may be cooperative. An ordinary launch where it
+    /// cannot overlap safely or at all:
+    /// - a cooperative launch: the driver never starts one early (measured on an H200 with
+    ///   CUDA 13.0, `scripts/probes/pdl_overlap.cu`);
+    /// - a built module for an architecture before sm_90, whose `pdl::wait` is empty;
+    /// - a GPU before sm_90, and the simulator;
+    /// - a GPU shared by several PEs: under CUDA MPS a grid waiting to start could hold SMs
+    ///   that another PE's cooperative grid needs.
+    ///
+    /// A CUDA C++ module's kernel is trusted to wait (`cudaGridDependencySynchronize`).
     pub dependent: bool,
 }
 
