@@ -87,30 +87,52 @@ __device__ __forceinline__ uint32_t warp_or(uint32_t v) {
   return v;
 }
 
-constexpr size_t LAYOUT_CHUNK = 32;  // a warp's tokens, a lane each: a unit is one ballot
+constexpr size_t LAYOUT_CHUNK = 32;  // a warp's tokens, a lane each: a chunk is one ballot
+constexpr size_t LAYOUT_SEGMENT = 4;  // chunks a unit of the layout takes, one after another
 constexpr size_t MAX_TOP_K = 16;
 
-// Token t's choice in column col (an expert, or destination col - E): the last of its K
-// choices whose expert is the column's, or -1.
-__device__ __forceinline__ int column_hit(const Bufs &b, const Shape &s, uint32_t col, size_t t) {
-  size_t k_n = s.top_k;
+// One unit of the layout's scan (scan_unit in Rust): column col's hits among the
+// LAYOUT_SEGMENT chunks of tokens from first, this lane's token of each. Into found[i], this
+// lane's token's choice plus one (0: none) in the low byte and its rank among the unit's hits
+// above it; returns the unit's hits. With N = 8 (K <= 8) every chunk's choices are loaded
+// before any is tested, each lane's token clamped into the tokens; else a chunk's at a time.
+// The loads past K are conditional (nvcc issues them together; one H100, against MAX_TOP_K
+// words and masked tests: 16.2 / 20.3 / 21.6 us at 128 / 512 / 4096 tokens against 18.2 /
+// 23.0 / 23.6, so the twin keeps them).
+template <size_t N>
+__device__ __forceinline__ uint32_t scan_unit(const Bufs &b, const Shape &s, uint32_t col, size_t first,
+                                              uint32_t lane, uint32_t found[LAYOUT_SEGMENT]) {
+  size_t k_n = s.top_k, t_n = s.tokens;
   uint32_t e_n = s.experts, l_n = e_n / s.n_pes;
   // The column's experts, lo .. lo + width: itself, or the destination's L.
   uint32_t lo = col < e_n ? col : (col - e_n) * l_n, width = col < e_n ? 1 : l_n;
-  // All the token's choices loaded before any is compared. The Rust kernel reads
-  // MAX_TOP_K words whatever K (16 bytes at a time when 4 | K) and masks the tests past K;
-  // nvcc issues these conditional loads together and runs this form faster than that one
-  // (one H100: 16.2 / 20.3 / 21.6 us at 128 / 512 / 4096 tokens against 18.2 / 23.0 /
-  // 23.6), so the twin keeps it.
-  int32_t e[MAX_TOP_K];
+  constexpr bool together = N <= 8;
+  int32_t e[LAYOUT_SEGMENT][N];
+  auto load = [&](size_t i) {
+    size_t t = min(first + i * LAYOUT_CHUNK + lane, t_n - 1);
 #pragma unroll
-  for (size_t k = 0; k < MAX_TOP_K; k++) e[k] = k < k_n ? b.topk[t * k_n + k] : -1;
-  // One range test a choice; -1 (no expert, or past K) is never in range.
-  int hit = -1;
+    for (size_t k = 0; k < N; k++) e[i][k] = k < k_n ? b.topk[t * k_n + k] : -1;
+  };
+  if (together) {
 #pragma unroll
-  for (size_t k = 0; k < MAX_TOP_K; k++)
-    if ((uint32_t)e[k] - lo < width) hit = (int)k;
-  return hit;
+    for (size_t i = 0; i < LAYOUT_SEGMENT; i++) load(i);
+  }
+  uint32_t below = (1u << lane) - 1, hits = 0;
+#pragma unroll
+  for (size_t i = 0; i < LAYOUT_SEGMENT; i++) {
+    if (!together) load(i);
+    // One range test a choice; -1 (no expert, or past K) is never in range.
+    int hit = -1;
+    if (first + i * LAYOUT_CHUNK + lane < t_n) {
+#pragma unroll
+      for (size_t k = 0; k < N; k++)
+        if ((uint32_t)e[i][k] - lo < width) hit = (int)k;
+    }
+    uint32_t mask = __ballot_sync(0xffffffffu, hit >= 0);
+    found[i] = hit >= 0 ? (hits + __popc(mask & below)) << 8 | (uint32_t)(hit + 1) : 0;
+    hits += __popc(mask);
+  }
+  return hits;
 }
 
 // Programmatic dependent launch (shmem_device::pdl in Rust): the layout lets the throughput
@@ -134,32 +156,37 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   uint32_t lane, gw, nw;
   warps(lane, gw, nw);
   size_t row_len = e_n + n, mine = me * row_len;
-  size_t chunks = (t_n + LAYOUT_CHUNK - 1) / LAYOUT_CHUNK, units = row_len * chunks;
+  size_t segs = (t_n + LAYOUT_CHUNK * LAYOUT_SEGMENT - 1) / (LAYOUT_CHUNK * LAYOUT_SEGMENT);
+  size_t units = row_len * segs;
   // This launch's tag: one more than the generation, which the launch's last block moves on
-  // by one. A unit publishes its hits with the tag; a later chunk of the same column
-  // waits for its earlier chunks' words to carry it.
+  // by one. A unit publishes its hits with the tag; a later unit of the same column waits
+  // for its earlier units' words to carry it.
   uint32_t *generation = b.work + LAYOUT_BARRIER + 1;
   uint64_t tag = (uint64_t)*(volatile uint32_t *)generation + 1;
   for (size_t u = gw; u < units; u += nw) {
-    uint32_t col = u / chunks;
-    size_t ch = u % chunks, t0 = ch * LAYOUT_CHUNK, t1 = min((ch + 1) * LAYOUT_CHUNK, t_n);
-    size_t t = t0 + lane;
-    int hit = t < t1 ? column_hit(b, s, col, t) : -1;
-    uint32_t mask = __ballot_sync(0xffffffffu, hit >= 0), hits = __popc(mask);
+    uint32_t col = u / segs;
+    size_t sg = u % segs, first = sg * LAYOUT_SEGMENT * LAYOUT_CHUNK;
+    uint32_t found[LAYOUT_SEGMENT];
+    uint32_t hits = s.top_k <= 8 ? scan_unit<8>(b, s, col, first, lane, found)
+                                 : scan_unit<MAX_TOP_K>(b, s, col, first, lane, found);
     if (lane == 0) *(volatile uint64_t *)&b.scratch[u] = tag << 32 | hits;
     uint32_t before = 0;
-    for (size_t c = lane; c < ch; c += 32)
-      before += (uint32_t)nvshmem_signal_wait_until(b.scratch + col * chunks + c, NVSHMEM_CMP_GE, tag << 32);
+    for (size_t c = lane; c < sg; c += 32)
+      before += (uint32_t)nvshmem_signal_wait_until(b.scratch + col * segs + c, NVSHMEM_CMP_GE, tag << 32);
     for (int m = 16; m > 0; m /= 2) before += __shfl_xor_sync(0xffffffffu, before, m);
-    if (t < t1) {
-      int32_t pos = (int32_t)(before + __popc(mask & ((1u << lane) - 1)));
+#pragma unroll
+    for (size_t i = 0; i < LAYOUT_SEGMENT; i++) {
+      size_t t = first + i * LAYOUT_CHUNK + lane;
+      if (t >= t_n) continue;
+      uint32_t f = found[i];
+      int32_t pos = (int32_t)(before + (f >> 8));
       if (col < e_n) {
-        if (hit >= 0) b.send_pair[t * s.top_k + hit] = pos;
+        if (f) b.send_pair[t * s.top_k + (f & 0xff) - 1] = pos;
       } else {
-        b.send_slot[t * n + (col - e_n)] = hit >= 0 ? pos : -1;
+        b.send_slot[t * n + (col - e_n)] = f ? pos : -1;
       }
     }
-    if (lane == 0 && ch + 1 == chunks) b.counts[mine + col] = before + hits;
+    if (lane == 0 && sg + 1 == segs) b.counts[mine + col] = before + hits;
   }
   // The block's units are done: thread 0 counts it in; the grid's last block goes on.
   __syncthreads();

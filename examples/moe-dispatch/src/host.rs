@@ -453,17 +453,14 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
             f => Ok(f),
         }
     };
-    // The layout's scans are short, and its grid barrier takes one arrival per block on
-    // one word: it runs in the largest blocks that fit (one arrival for `LAYOUT_THREADS / 32`
-    // warps), else in blocks of `th`.
-    let big = LaunchConfig::linear(1, kernels::LAYOUT_THREADS);
-    let (lth, lf) = match k.layout.max_coresident_blocks(&big)? {
-        0 => (
-            th,
-            resident("layout", k.layout.max_coresident_blocks(&probe))?,
-        ),
-        f => (kernels::LAYOUT_THREADS, f),
-    };
+    // The layout runs in blocks of `th` too: its units spread over more SMs than in blocks
+    // of 1024, where at 128 and 512 tokens a few SMs held them all (one H200, the layout in
+    // units of four chunks: its round 1.9-3.0 µs shorter at 128 and 512 tokens than in blocks
+    // of 1024 at 64 registers, within 0.7 µs at 4096; BENCHMARKS.md, forty-sixth session).
+    let (lth, lf) = (
+        th,
+        resident("layout", k.layout.max_coresident_blocks(&probe))?,
+    );
     // The `bf16` dispatches take shared memory for their bulk copies (the kernel says how
     // much; without it, they copy through registers).
     let shared = shape.dispatch_shared_bytes();
@@ -478,7 +475,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     let dependent = opts.dependent_launch && shape.mode == MODE_THROUGHPUT;
     // Units of work (one warp each): layout (column, chunk); dispatch, a block per token;
     // combine (received row, segment).
-    let layout = kernels::scratch_len(t, n, shape.experts) as u32;
+    let layout = kernels::layout_units(t, n, shape.experts) as u32;
     let dispatch = t * wpb;
     let segs = (shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
     let combine = t * n * segs;

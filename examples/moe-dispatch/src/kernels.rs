@@ -594,76 +594,138 @@ fn narrow(v: [f32; 8]) -> Chunk {
     Chunk(c)
 }
 
-/// Threads per block of [`moe_layout()`] where its registers allow: the host driver's
-/// choice, the same for the CUDA C++ twin.
-pub const LAYOUT_THREADS: u32 = 1024;
-
-/// Tokens per unit of the layout's scan: one warp's tokens, a lane each, for one column (an
-/// expert or a destination PE), so that a unit is one ballot; the layout relies on it. The
-/// scans are all in flight at once (one H100, 1 PE, 64 experts: the throughput dispatch
-/// 2.5–5 µs shorter than with 256 tokens a unit, eight dependent rounds of loads). The CUDA
-/// C++ twin uses the same (checked by a test).
+/// Tokens per chunk of the layout's scan: one warp's tokens, a lane each, for one column (an
+/// expert or a destination PE), so that a chunk is one ballot; the layout relies on it. The
+/// CUDA C++ twin uses the same (checked by a test).
 pub const LAYOUT_CHUNK: usize = shmem_device::thread::WARP_SIZE as usize;
 
-/// Words of `scratch`: one count per (column, chunk of [`LAYOUT_CHUNK`] tokens).
-pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
-    (experts as usize + n_pes as usize) * (tokens as usize).div_ceil(LAYOUT_CHUNK)
+/// Chunks of [`LAYOUT_CHUNK`] tokens a unit of the layout's scan takes, in one warp: the
+/// counts of a column's earlier chunks within the unit are the warp's own, and only those of
+/// earlier units come through `scratch`; 4096 tokens' units take one pass of the grid. With
+/// up to 8 choices a token the unit loads all its chunks' choices at once (`scan_unit`).
+/// One H200, 1 PE, held, throughput rounds against a chunk a unit (and blocks of 1024): 1.0-2.1
+/// µs shorter at 128-4096 tokens, both types (BENCHMARKS.md, forty-sixth session); its
+/// chunks' loads one after another, 1.4-2.5 µs longer at 128 and 512 tokens. The twin uses
+/// the same (checked by a test).
+pub const LAYOUT_SEGMENT: usize = 4;
+const _: () = assert!(
+    LAYOUT_SEGMENT == 4,
+    "the layout's `unrolled!` lists name its chunks"
+);
+
+/// Units of the layout's scan (a warp each): one per (column, segment of
+/// [`LAYOUT_SEGMENT`] chunks).
+pub const fn layout_units(tokens: u32, n_pes: u32, experts: u32) -> usize {
+    (experts as usize + n_pes as usize) * (tokens as usize).div_ceil(LAYOUT_CHUNK * LAYOUT_SEGMENT)
 }
 
-/// Token `t`'s choice in column `col` (expert `col < E`, else destination `col - E`): the
-/// last of its `K` choices whose expert is the column's, or -1.
+/// Words of `scratch`: one count per unit of the layout ([`layout_units`]).
+pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
+    layout_units(tokens, n_pes, experts)
+}
+
+/// Token `t`'s first `N` words of choices (`N`, a multiple of 4, at least `K` and at most
+/// [`MAX_TOP_K`]; past the token's `K` choices the next token's, or the buffer's padding):
+/// `N / 4` 16-byte loads when `4 | K` (the token's choices then start 16-byte aligned), else
+/// `N` loads of a word. None depends on `K`: loads that did were issued one by one.
 ///
 /// # Safety
-/// `t < T`, `col < E + n`.
+/// `t < T`; `K <= N <= MAX_TOP_K`, `4 | N`.
 #[inline(always)]
-unsafe fn column_hit(b: Bufs, s: Shape, col: u32, t: usize) -> i32 {
-    let (e_n, k_n) = (s.experts, s.top_k as usize);
+unsafe fn choices<const N: usize>(b: Bufs, s: Shape, t: usize) -> [i32; N] {
+    let k_n = s.top_k as usize;
+    let mut e = [0i32; N];
+    if k_n.is_multiple_of(4) {
+        let row = b.topk.as_ptr().wrapping_add(t * k_n).cast::<Chunk>();
+        for q in 0..N / 4 {
+            // SAFETY: `t < T`, `4 q + 3 < N <= MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K`
+            // words; `topk` and the row are 16-byte aligned (`4 | K`).
+            let c = unsafe { Chunk::load_global(row.add(q)) };
+            for j in 0..4 {
+                e[4 * q + j] = c.0[j] as i32;
+            }
+        }
+    } else {
+        for (k, v) in e.iter_mut().enumerate() {
+            // SAFETY: `t < T`, `k < N <= MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K` words.
+            *v = unsafe { ld(b.topk, t * k_n + k) };
+        }
+    }
+    e
+}
+
+/// The choice among `e`'s first `K` whose expert is in `lo .. lo + width`, the last if
+/// several, or -1: one range test a choice, without a branch or a division (-1, no expert,
+/// is never in range), into a mask.
+#[inline(always)]
+fn hit_in<const N: usize>(e: &[i32; N], (lo, width): (u32, u32), k_n: usize) -> i32 {
+    let mut m = 0u32;
+    for (k, &v) in e.iter().enumerate() {
+        m |= u32::from((v as u32).wrapping_sub(lo) < width) << k;
+    }
+    m &= (1u32 << k_n) - 1;
+    31 - m.leading_zeros() as i32
+}
+
+/// One unit of the layout's scan ([`layout`]): column `col`'s hits among the
+/// [`LAYOUT_SEGMENT`] chunks of tokens from `first`, this lane's token of each. All the
+/// chunks' choices are loaded before any is tested where `N` is 8 (each lane's token clamped
+/// into the tokens, so that no load waits on a branch), [`choices`]`::<N>`. Returns, per chunk, this
+/// lane's token's choice plus one (0: none) in the low byte and its rank among the unit's hits
+/// above it; and the unit's hits.
+///
+/// # Safety
+/// `first < T`, `col < E + n`, `K <= N <= MAX_TOP_K`, `4 | N`; the whole warp calls it.
+#[inline(always)]
+unsafe fn scan_unit<const N: usize>(
+    b: Bufs,
+    s: Shape,
+    col: u32,
+    first: usize,
+    lane: u32,
+) -> ([u32; LAYOUT_SEGMENT], u32) {
+    let (e_n, t_n, k_n) = (s.experts, s.tokens as usize, s.top_k as usize);
     let l_n = e_n / s.n_pes;
     // The column's experts, `lo .. lo + width`: itself, or the destination's `L`.
-    let (lo, width) = if col < e_n {
+    let range = if col < e_n {
         (col, 1)
     } else {
         ((col - e_n) * l_n, l_n)
     };
-    let (quads, choices) = (k_n.is_multiple_of(4), (1u32 << k_n) - 1);
-    // All the token's choices loaded before any is compared: compared as they arrive, each
-    // load waited for the branch on the one before. `MAX_TOP_K` words whatever `K` (past
-    // the token's choices the next token's, or the buffer's padding), and the comparisons
-    // past `K` masked off afterwards: loads or tests that depend on `K` one by one were
-    // issued one by one too.
-    let mut e = [0i32; MAX_TOP_K];
-    if quads {
-        // Four 16-byte loads: the token's choices start 16-byte aligned.
-        let row = b.topk.as_ptr().wrapping_add(t * k_n).cast::<Chunk>();
-        unrolled!(0 1 2 3; q => {
-            // SAFETY: `t < T`, `4 q + 3 < MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K` words;
-            // `topk` and the row are 16-byte aligned (`4 | K`).
-            let c = unsafe { Chunk::load_global(row.add(q)) };
-            unrolled!(0 1 2 3; j => { e[4 * q + j] = c.0[j] as i32; });
-        });
-    } else {
-        unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
-            // SAFETY: `t < T`, `k < MAX_TOP_K`: in `topk`'s `T K + MAX_TOP_K` words.
-            e[k] = unsafe { ld(b.topk, t * k_n + k) };
-        });
+    let token = |i: usize| first + i * LAYOUT_CHUNK + lane as usize;
+    // Up to 8 choices a token, the unit's loads all at once (32 registers); more, a chunk's
+    // at a time.
+    let together = N <= 8;
+    let mut e = [[0i32; N]; LAYOUT_SEGMENT];
+    // SAFETY: clamped below `T` (`first < T`); the caller's `N`.
+    let load = |i: usize| unsafe { choices::<N>(b, s, token(i).min(t_n - 1)) };
+    if together {
+        unrolled!(0 1 2 3; i => { e[i] = load(i); });
     }
-    // One range test a choice, without a branch or a division (-1, no expert, is never in
-    // range), into a mask; the last choice in range is the hit.
-    let mut m = 0u32;
-    unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; k => {
-        m |= u32::from((e[k] as u32).wrapping_sub(lo) < width) << k;
+    let below = (1u32 << lane) - 1;
+    let (mut found, mut hits) = ([0u32; LAYOUT_SEGMENT], 0u32);
+    unrolled!(0 1 2 3; i => {
+        if !together {
+            e[i] = load(i);
+        }
+        let hit = if token(i) < t_n { hit_in(&e[i], range, k_n) } else { -1 };
+        let mask = ballot(hit >= 0);
+        if hit >= 0 {
+            found[i] = (hits + (mask & below).count_ones()) << 8 | (hit as u32 + 1);
+        }
+        hits += mask.count_ones();
     });
-    m &= choices;
-    31 - m.leading_zeros() as i32
+    (found, hits)
 }
 
 /// Throughput mode's layout pass (module documentation).
 ///
-/// 1. One warp per (column, chunk of 32 tokens), in order: the column's hits in the chunk (one
-///    ballot), published in `scratch` with this launch's tag; then the hits of the column's
-///    earlier chunks, each once it carries the tag (a warp sum), and the ranks; the last
-///    chunk's warp writes the column's total into this PE's row of `counts`. (Two passes
-///    around a second grid barrier took 2.3 µs more at 128 tokens on one H100.)
+/// 1. One warp per unit, (column, [`LAYOUT_SEGMENT`] chunks of 32 tokens), in order: the
+///    column's hits in each chunk (a ballot each, [`scan_unit`]), their sum published in
+///    `scratch` with this launch's tag; then the hits of the column's earlier units, each
+///    once it carries the tag (a warp sum), and the ranks; the last unit's warp writes the
+///    column's total into this PE's row of `counts`. (Two passes around a second grid
+///    barrier took 2.3 µs more at 128 tokens on one H100.)
 /// 2. Each block counts itself in once its units are done; the grid's last block sends the
 ///    row to every other PE and waits for theirs; then its first warp works out, 32 experts
 ///    at a time with a segmented warp scan, `base` (this PE's first pair and the capacity's
@@ -682,17 +744,8 @@ unsafe fn layout(b: Bufs, s: Shape) {
     let (lane, gw, nw) = warps();
     let row_len = (e_n + n) as usize;
     let mine = me as usize * row_len;
-    let chunks = t_n.div_ceil(LAYOUT_CHUNK);
-    let units = row_len * chunks;
-    let range = |u: usize| {
-        let (col, ch) = ((u / chunks) as u32, u % chunks);
-        (
-            col,
-            ch,
-            ch * LAYOUT_CHUNK,
-            ((ch + 1) * LAYOUT_CHUNK).min(t_n),
-        )
-    };
+    let segs = t_n.div_ceil(LAYOUT_CHUNK * LAYOUT_SEGMENT);
+    let units = row_len * segs;
     let (count, generation) = (
         b.work.wrapping_add(LAYOUT_BARRIER),
         b.work.wrapping_add(LAYOUT_BARRIER + 1),
@@ -704,31 +757,32 @@ unsafe fn layout(b: Bufs, s: Shape) {
     let tag = u64::from(unsafe { scoped::load_relaxed(Gpu, generation) }) + 1;
     let mut u = gw as usize;
     while u < units {
-        let (col, ch, t0, t1) = range(u);
-        let t = t0 + lane as usize;
-        let hit = if t < t1 {
-            // SAFETY: `t < t1 <= T`, `col < E + n`.
-            unsafe { column_hit(b, s, col, t) }
-        } else {
-            -1
+        let (col, sg) = ((u / segs) as u32, u % segs);
+        let first = sg * LAYOUT_SEGMENT * LAYOUT_CHUNK;
+        // SAFETY: `first < T` (`sg < segs`), `col < E + n`; the whole warp; `N` covers `K`
+        // (`K <= MAX_TOP_K`, the kernel's contract).
+        let (found, hits) = unsafe {
+            if k_n <= 8 {
+                scan_unit::<8>(b, s, col, first, lane)
+            } else {
+                scan_unit::<MAX_TOP_K>(b, s, col, first, lane)
+            }
         };
-        let mask = ballot(hit >= 0);
-        let hits = mask.count_ones();
         // SAFETY: `u < scratch_len`: the warp's own unit, published once this launch;
-        // `col * chunks + c` for `c < ch` are the column's earlier units, which their warps
+        // `col * segs + c` for `c < sg` are the column's earlier units, which their warps
         // publish (a warp takes its units in order, so the lowest unpublished unit always
         // has a warp on it: a cooperative launch, every warp resident); `t`, `hit` as above.
         unsafe {
             if lane == 0 {
                 scoped::store_relaxed(Gpu, b.scratch.wrapping_add(u), tag << 32 | u64::from(hits));
             }
-            // The hits of the column's earlier chunks, each once its warp has published it
+            // The hits of the column's earlier units, each once its warp has published it
             // this launch (earlier launches' tags are smaller).
             let mut before = 0u32;
             let mut c = lane as usize;
-            while c < ch {
+            while c < sg {
                 let v = signal_wait_until(
-                    b.scratch.wrapping_add(col as usize * chunks + c),
+                    b.scratch.wrapping_add(col as usize * segs + c),
                     Cmp::Ge,
                     tag << 32,
                 );
@@ -736,18 +790,21 @@ unsafe fn layout(b: Bufs, s: Shape) {
                 c += 32;
             }
             let before = warp_sum(before);
-            if t < t1 {
-                let pos = (before + (mask & ((1u32 << lane) - 1)).count_ones()) as i32;
-                if col < e_n {
-                    if hit >= 0 {
-                        st(b.send_pair, t * k_n + hit as usize, pos);
+            unrolled!(0 1 2 3; i => {
+                let (t, f) = (first + i * LAYOUT_CHUNK + lane as usize, found[i]);
+                if t < t_n {
+                    let pos = (before + (f >> 8)) as i32;
+                    if col < e_n {
+                        if f != 0 {
+                            st(b.send_pair, t * k_n + (f & 0xff) as usize - 1, pos);
+                        }
+                    } else {
+                        let slot = if f != 0 { pos } else { -1 };
+                        st(b.send_slot, t * n as usize + (col - e_n) as usize, slot);
                     }
-                } else {
-                    let slot = if hit >= 0 { pos } else { -1 };
-                    st(b.send_slot, t * n as usize + (col - e_n) as usize, slot);
                 }
-            }
-            if lane == 0 && ch + 1 == chunks {
+            });
+            if lane == 0 && sg + 1 == segs {
                 st(b.counts, mine + col as usize, before + hits);
             }
         }

@@ -98,13 +98,16 @@ fn the_cuda_twin_shape_has_every_field_in_order() {
 }
 
 /// The twin's constants that the Rust kernels' buffers and signals depend on: its layout
-/// scans in units of [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK) tokens (the host driver sizes
-/// `scratch` for them), its `work` words are where the Rust kernels' are, and a grid's
+/// scans in units of [`LAYOUT_SEGMENT`](k::LAYOUT_SEGMENT) chunks of
+/// [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK) tokens (the host driver sizes `scratch` and the
+/// layout's grid for them), its `work` words are where the Rust kernels' are, and a grid's
 /// arrival is the same [`ARRIVAL`](k::ARRIVAL).
 #[test]
 fn the_cuda_twin_uses_the_same_constants() {
     let chunk = twin_between("constexpr size_t LAYOUT_CHUNK = ", ";");
     assert_eq!(chunk.trim(), k::LAYOUT_CHUNK.to_string());
+    let segment = twin_between("constexpr size_t LAYOUT_SEGMENT = ", ";");
+    assert_eq!(segment.trim(), k::LAYOUT_SEGMENT.to_string());
     let work = twin_between("enum : size_t { LAYOUT_BARRIER", "}");
     assert_eq!(
         work.trim(),
@@ -335,12 +338,15 @@ fn rows_past_a_bulk_piece() {
 
 /// More experts than a warp has lanes, each PE's spanning a boundary of 32 (`L = 40`): the
 /// layout's segmented scan carries a PE's kept pairs from one 32 experts to the next; with
-/// a capacity that drops, and more tokens than one [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK).
+/// a capacity that drops, and more tokens than two units of the layout's scan
+/// ([`LAYOUT_SEGMENT`](k::LAYOUT_SEGMENT) chunks of [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK)), so
+/// that a unit waits for the column's earlier ones; at top-6 (each lane's choices loaded a
+/// word at a time, all the unit's together) and top-12 (16-byte loads, a chunk at a time).
 #[test]
-fn experts_past_a_warp_and_tokens_past_a_chunk() {
-    let c = Case {
+fn experts_past_a_warp_and_tokens_past_a_unit() {
+    let mut c = Case {
         n: 2,
-        tokens: k::LAYOUT_CHUNK as u32 * 2 + 5,
+        tokens: (k::LAYOUT_CHUNK * k::LAYOUT_SEGMENT) as u32 * 2 + 5,
         hidden: 8,
         experts: 80,
         top_k: 6,
@@ -351,6 +357,8 @@ fn experts_past_a_warp_and_tokens_past_a_chunk() {
     };
     run_case(&c, MODE_THROUGHPUT, 8, 2);
     run_case(&c, MODE_LOW_LATENCY, 9, 1);
+    c.top_k = 12;
+    run_case(&c, MODE_THROUGHPUT, 10, 1);
 }
 
 /// The FP8 dispatch: every received row is the CPU's quantisation bit for bit, and the
