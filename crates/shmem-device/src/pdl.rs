@@ -21,9 +21,9 @@
 //! ```
 //!
 //! Both are no-ops in a kernel launched the ordinary way (it starts after the previous kernel
-//! has completed), in builds for architectures before sm_90 (where the host launches every
-//! kernel the ordinary way: it launches a module built for them so), and on the simulator
-//! (which runs a stream's launches one after another).
+//! has completed), in builds for architectures before sm_90 (whose kernels the host always
+//! launches the ordinary way), and on the simulator (which runs a stream's launches one after
+//! another).
 //!
 //! A kernel launched as a dependent must call [`wait`], in every thread that reads memory the
 //! previous kernel writes (or writes memory that kernel reads), before it does so: nothing

@@ -371,11 +371,11 @@ impl Shmem {
     pub fn version(&self) -> (u32, u32, u32) {
         self.pe.version
     }
-    /// Whether a launch made with [`crate::LaunchConfig::with_dependent_launch`] can begin before
-    /// the previous kernel on its stream has completed here: on a GPU from sm_90 that no
-    /// other PE shares, for a module built for sm_90 or later (or CUDA C++), when the launch
-    /// is not cooperative. Elsewhere such a launch is an ordinary one (the simulator
-    /// included).
+    /// Whether dependent launches ([`crate::LaunchConfig::with_dependent_launch`]) can begin
+    /// before the previous kernel on their stream has completed on this PE: its GPU is sm_90
+    /// or later and no other PE shares it (false on the simulator). A given launch then does
+    /// when it is not cooperative and its module is built for sm_90 or later (or CUDA C++);
+    /// elsewhere it is an ordinary launch.
     pub fn dependent_launches_overlap(&self) -> bool {
         self.backend.overlaps_dependents()
     }
