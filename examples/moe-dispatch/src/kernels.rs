@@ -771,7 +771,8 @@ unsafe fn layout(b: Bufs, s: Shape) {
         // SAFETY: `u < scratch_len`: the warp's own unit, published once this launch;
         // `col * segs + c` for `c < sg` are the column's earlier units, which their warps
         // publish (a warp takes its units in order, so the lowest unpublished unit always
-        // has a warp on it: a cooperative launch, every warp resident); `t`, `hit` as above.
+        // has a warp on it: a cooperative launch, every warp resident); a row `t` written
+        // below is below `T`, and a found choice (the low byte less one) below `K`.
         unsafe {
             if lane == 0 {
                 scoped::store_relaxed(Gpu, b.scratch.wrapping_add(u), tag << 32 | u64::from(hits));
