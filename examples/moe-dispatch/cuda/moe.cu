@@ -88,7 +88,7 @@ __device__ __forceinline__ uint32_t warp_or(uint32_t v) {
 }
 
 constexpr size_t LAYOUT_CHUNK = 32;  // a warp's tokens, a lane each: a chunk is one ballot
-constexpr size_t LAYOUT_SEGMENT = 4;  // chunks a unit of the layout takes, one after another
+constexpr size_t LAYOUT_SEGMENT = 4;  // chunks a unit of the layout takes, in one warp
 constexpr size_t MAX_TOP_K = 16;
 
 // One unit of the layout's scan (scan_unit in Rust): column col's hits among the

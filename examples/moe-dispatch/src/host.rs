@@ -457,10 +457,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     // of 1024, where at 128 and 512 tokens a few SMs held them all (one H200, the layout in
     // units of four chunks: its round 1.9-3.0 µs shorter at 128 and 512 tokens than in blocks
     // of 1024 at 64 registers, within 0.7 µs at 4096; BENCHMARKS.md, forty-sixth session).
-    let (lth, lf) = (
-        th,
-        resident("layout", k.layout.max_coresident_blocks(&probe))?,
-    );
+    let lf = resident("layout", k.layout.max_coresident_blocks(&probe))?;
     // The `bf16` dispatches take shared memory for their bulk copies (the kernel says how
     // much; without it, they copy through registers).
     let shared = shape.dispatch_shared_bytes();
@@ -473,8 +470,8 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
     let t = shape.tokens;
     let dependent = opts.dependent_launch && shape.mode == MODE_THROUGHPUT;
-    // Units of work (one warp each): layout (column, chunk); dispatch, a block per token;
-    // combine (received row, segment).
+    // Units of work (one warp each): layout (column, `LAYOUT_SEGMENT` chunks); dispatch, a
+    // block per token; combine (received row, segment).
     let layout = kernels::layout_units(t, n, shape.experts) as u32;
     let dispatch = t * wpb;
     let segs = (shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
@@ -486,7 +483,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         // waits for it inside (`shmem_device::pdl`): not cooperatively, as no cooperative
         // launch starts early. Its grid fits all the same (`fit`), and only its block 0
         // waits for the others.
-        LaunchConfig::linear(layout.div_ceil(lth / 32).clamp(1, lf), lth).with_cooperative(true),
+        LaunchConfig::linear(layout.div_ceil(wpb).clamp(1, lf), th).with_cooperative(true),
         LaunchConfig::linear(fit(df, dispatch), th)
             .with_shared_mem(shared)
             .with_cooperative(!dependent)
