@@ -45,7 +45,7 @@ enum : size_t { LAYOUT_BARRIER = 0, ROW_CURSORS = 2 };
 // slots of expert e.
 constexpr size_t COUNTER_STRIDE = 32;
 __device__ __forceinline__ uint32_t *counter(const Bufs &b, size_t i) { return b.work + i * COUNTER_STRIDE; }
-enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2 };
+enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2, SIG_SLOTS = 3 };
 
 __device__ __forceinline__ float bf16_to_f32(uint32_t b) { return __uint_as_float(b << 16); }
 
@@ -148,6 +148,22 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// Units of the layout that place this PE's rows, each counted in signals[SIG_SLOTS] once
+// done (kernels.rs, slot_units).
+__device__ __forceinline__ uint64_t slot_units(const Shape &s) {
+  uint64_t seg = LAYOUT_CHUNK * LAYOUT_SEGMENT;
+  return (uint64_t)s.n_pes * ((s.tokens + seg - 1) / seg);
+}
+// Throughput mode: waits, in one warp, until this round's layout has placed every row of
+// this PE (kernels.rs, wait_slots).
+__device__ __forceinline__ void wait_slots(const Bufs &b, const Shape &s) {
+  if (threadIdx.x % 32 == 0) {
+    nvshmem_signal_wait_until(b.signals + SIG_SLOTS, NVSHMEM_CMP_GE, (uint64_t)s.round * slot_units(s));
+    cuda::atomic_thread_fence(cuda::memory_order_acq_rel, cuda::thread_scope_device);
+  }
+  __syncwarp();
+}
+
 extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   pdl_launch_dependents();
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts;
@@ -163,13 +179,15 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   // for its earlier units' words to carry it.
   uint32_t *generation = b.work + LAYOUT_BARRIER + 1;
   uint64_t tag = (uint64_t)*(volatile uint32_t *)generation + 1;
+  // The destinations' columns first: the dispatch's rows wait only for those (SIG_SLOTS),
+  // its metadata for the whole launch.
   for (size_t u = gw; u < units; u += nw) {
-    uint32_t col = u / segs;
-    size_t sg = u % segs, first = sg * LAYOUT_SEGMENT * LAYOUT_CHUNK;
+    uint32_t c = u / segs, col = c < n ? e_n + c : c - n;
+    size_t sg = u % segs, unit = col * segs + sg, first = sg * LAYOUT_SEGMENT * LAYOUT_CHUNK;
     uint32_t found[LAYOUT_SEGMENT];
     uint32_t hits = s.top_k <= 8 ? scan_unit<8>(b, s, col, first, lane, found)
                                  : scan_unit<MAX_TOP_K>(b, s, col, first, lane, found);
-    if (lane == 0) *(volatile uint64_t *)&b.scratch[u] = tag << 32 | hits;
+    if (lane == 0) *(volatile uint64_t *)&b.scratch[unit] = tag << 32 | hits;
     uint32_t before = 0;
     for (size_t c = lane; c < sg; c += 32)
       before += (uint32_t)nvshmem_signal_wait_until(b.scratch + col * segs + c, NVSHMEM_CMP_GE, tag << 32);
@@ -187,6 +205,13 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
       }
     }
     if (lane == 0 && sg + 1 == segs) b.counts[mine + col] = before + hits;
+    if (col >= e_n) {
+      // This unit's rows are placed: the warp's slot writes, then one release.
+      __syncwarp();
+      if (lane == 0)
+        cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(b.signals[SIG_SLOTS])
+            .fetch_add(1, cuda::memory_order_release);
+    }
   }
   // The block's units are done: thread 0 counts it in; the grid's last block goes on.
   __syncthreads();
@@ -656,7 +681,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
       copy_to_shared(slots + i * slot_bytes, reinterpret_cast<const uint8_t *>(b.x + t * h) + off, len, &bar[i]);
     };
     for (uint32_t k = 0; k < steps && k + 1 < BULK_SLOTS; k++) load(k);
-    if (tp) pdl_wait();  // launched as the layout's dependent: its slots from here on
+    if (tp) wait_slots(b, s);  // the layout's dependent: its slots once the rows are placed
     int32_t e = -1;     // this lane's choice of the row's token
     uint32_t rows = 0;  // lane d: the rows counted towards d
     for (uint32_t k = 0; k < steps; k++) {
@@ -767,16 +792,18 @@ struct Quantised {
   float scale[PAIRS];
 };
 
-// The FP8 dispatch's block per token (low latency), its metadata sent alongside (kernels.rs,
-// send_split): warp 0 sends the metadata of the block's tokens one after another; the other
-// warps load, quantise and store the rows batch by batch, waiting for none of it (each_mapped
-// finds a row's PEs from the routing). The copying threads are numbered from 0 past warp 0.
+// The FP8 dispatch's block per token, its metadata sent alongside (kernels.rs, send_split):
+// warp 0 sends the metadata of the block's tokens one after another; the other warps load,
+// quantise and store the rows batch by batch, waiting for none of it (low latency:
+// each_mapped finds a row's PEs from the routing; throughput, TP: the layout's slots, once it
+// has placed the rows, while the metadata waits for the whole layout). The copying threads
+// are numbered from 0 past warp 0.
 // If a row went to a PE whose memory is not mapped, after the block's last row the block's
 // (token, destination) warps put it there. The block learns that from a shared flag; Rust
 // uses sync_threads_or (bar.red.or), while with __syncthreads_or this kernel took 1-2.5 %
 // more time at 4096 tokens (one H100, BENCHMARKS.md, thirty-fifth session).
 constexpr uint32_t META_WARPS = 1;
-template <bool AHEAD, class V, class Fetch, class Prepare, class Store, class Put>
+template <bool AHEAD, bool TP, class V, class Fetch, class Prepare, class Store, class Put>
 __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch fetch, Prepare prepare, Store store,
                                            Put put) {
   __shared__ uint32_t unmapped_flag;
@@ -788,6 +815,7 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
   if (threadIdx.x == 0) unmapped_flag = 0;
   __syncthreads();
   if (w < META_WARPS) {
+    if (TP) pdl_wait();  // the metadata after the whole layout
     // (Looped by token rather than by count, which spilled here.)
     for (size_t t = t0; t < t_n; t += stride)
       for (uint32_t d = 0; d < n; d++) send<true>(b, s, t, d, lane);
@@ -813,10 +841,10 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
       auto step = [&](uint32_t j, uint4 (&held)[HELD]) {
         size_t t = t0 + j / nb * stride;
         uint32_t first = j % nb * batch;
-        if (first == 0) mask = routed(s, choice(b, s, t, lane));
+        if (first == 0 && !TP) mask = routed(s, choice(b, s, t, lane));
         V v;
         prepare(v, held);
-        unmapped |= store(t, first, v, Placed{false, mask}, rank, threads);
+        unmapped |= store(t, first, v, Placed{TP, mask}, rank, threads);
         if (AHEAD) ahead(held, j + 2);
         else if (j + 1 < steps) ahead(held, j + 1);
         return j + 1 < steps;
@@ -824,8 +852,9 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
       uint4 even[HELD], odd[HELD];  // the batches of even and of odd steps
       fetch(even, t0, 0, rank, threads);
       uint32_t j = 0;
+      if (AHEAD) ahead(odd, 1);
+      if (TP) wait_slots(b, s);  // the rows' slots, with the first batches in flight
       if (AHEAD) {
-        ahead(odd, 1);
         while (step(j, even) && step(j + 1, odd)) j += 2;
       } else {
         while (step(j, even)) j++;
@@ -848,8 +877,7 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
   }
 }
 
-// The FP8 dispatch, both modes (send_split in low-latency mode, send_grouped in
-// throughput mode): the block loads a row and quantises it in
+// The FP8 dispatch, both modes (send_split): the block loads a row and quantises it in
 // registers, then stores the e4m3 row into each PE it goes to whose memory is mapped here.
 // Only when a destination is not mapped does it also write the row into its staging row,
 // which a warp then puts there.
@@ -870,13 +898,10 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   auto put = [&](size_t t, uint32_t d, uint16_t *target) {
     nvshmemx_putmem_nbi_warp(target, b.comb_stage + t * h, sent_bytes, d);
   };
-  // The split pays in low-latency mode, where the metadata waits for atomics; in throughput
-  // mode it took 2-3 % more time (kernels.rs, send_quantised).
-  if (s.mode == THROUGHPUT) {
-    pdl_wait();  // launched as the layout's dependent
-    send_grouped<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
-  } else
-    send_split<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
+  if (s.mode == THROUGHPUT)
+    send_split<FP8_AHEAD, true, Quantised>(b, s, fetch, prepare, store, put);
+  else
+    send_split<FP8_AHEAD, false, Quantised>(b, s, fetch, prepare, store, put);
 }
 
 // Completes the block's puts, p's and AMOs for its thread 0 (every thread calls it). When

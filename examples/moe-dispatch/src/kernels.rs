@@ -43,15 +43,16 @@
 //!   then copies as the low-latency `bf16` dispatch does, a block per token (from sm_90 its
 //!   warp 0 moving the rows by bulk copies into the slots the layout gave them), without
 //!   atomics. The host launches the throughput dispatch as a programmatic dependent of the
-//!   layout ([`shmem_device::pdl`]; from sm_90): every layout block lets it start at once,
-//!   and it waits for the layout (`pdl::wait`) only where it first needs what the layout
-//!   wrote, after its first rows' bulk copies into shared memory are under way.
+//!   layout ([`shmem_device::pdl`]; from sm_90): every layout block lets it start at once.
+//!   The layout scans the destinations' columns first and counts them done in
+//!   `signals[SIG_SLOTS]`; the dispatch's rows wait for that count (`wait_slots`), after
+//!   their first bulk copies into shared memory are under way, and only its metadata waits
+//!   for the whole layout (`pdl::wait`).
 //! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token as the
 //!   low-latency `bf16` dispatch does, which quantises the row in registers and stores the
-//!   `e4m3` row straight into every PE it goes to. In low-latency mode the block's first warp
-//!   sends the metadata of all its tokens ahead while the other warps copy, each row once
-//!   its metadata is out (a count in block-shared memory); in throughput mode `W / n` tokens
-//!   at a time with `W` warps a block, one barrier for them all.
+//!   `e4m3` row straight into every PE it goes to. The block's first warp sends the metadata
+//!   of all its tokens while the other warps copy (`send_split`); in throughput mode the
+//!   rows wait for the layout's destination columns, as the `bf16` rows do.
 //!
 //! # Completion
 //! A block's puts are complete before it signals: when every PE's memory is mapped (the
@@ -141,12 +142,17 @@ fn counter(b: Bufs, i: usize) -> Sym<u32> {
 }
 
 /// Signal words: `signals[SIG_DISPATCH]` counts dispatch arrivals, `[SIG_COMBINE]` combine
-/// arrivals, `[SIG_COUNTS]` the throughput layout's count rows.
+/// arrivals, `[SIG_COUNTS]` the throughput layout's count rows, `[SIG_SLOTS]` the throughput
+/// layout's units that have placed this PE's rows ([`slot_units`] a round).
 pub const SIG_DISPATCH: usize = 0;
 /// See [`SIG_DISPATCH`].
 pub const SIG_COMBINE: usize = 1;
 /// See [`SIG_DISPATCH`].
 pub const SIG_COUNTS: usize = 2;
+/// See [`SIG_DISPATCH`].
+pub const SIG_SLOTS: usize = 3;
+/// Words of [`Bufs::signals`].
+pub const SIGNAL_WORDS: usize = 4;
 
 /// The sizes, mode and round of a call; the same on every PE. The CUDA C++ kernels take the
 /// same `struct`.
@@ -373,8 +379,8 @@ macro_rules! moe_buffers {
             comb_stage: u16 = |d| d.n * d.t * d.h;
             /// `T × H`: the combined tokens (local: any device memory).
             out: u16 as local = |d| d.t * d.h;
-            /// 3 signal words (`SIG_*`).
-            signals: u64 = |_| 3;
+            /// [`SIGNAL_WORDS`] signal words (`SIG_*`).
+            signals: u64 = |_| SIGNAL_WORDS;
             /// 1: pairs this PE's dispatches dropped for capacity, over all rounds.
             dropped: u32 = |_| 1;
         }
@@ -619,6 +625,13 @@ pub const fn layout_units(tokens: u32, n_pes: u32, experts: u32) -> usize {
     (experts as usize + n_pes as usize) * (tokens as usize).div_ceil(LAYOUT_CHUNK * LAYOUT_SEGMENT)
 }
 
+/// Units of the layout's scan that place this PE's rows: one per (destination, segment), the
+/// first units a launch takes. Each adds one to `signals[SIG_SLOTS]` once its rows' slots
+/// are written, so that round `R` has placed every row at `R` times this.
+pub const fn slot_units(tokens: u32, n_pes: u32) -> u64 {
+    n_pes as u64 * (tokens as u64).div_ceil((LAYOUT_CHUNK * LAYOUT_SEGMENT) as u64)
+}
+
 /// Words of `scratch`: one count per unit of the layout ([`layout_units`]).
 pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
     layout_units(tokens, n_pes, experts)
@@ -725,7 +738,10 @@ unsafe fn scan_unit<const N: usize>(
 ///    `scratch` with this launch's tag; then the hits of the column's earlier units, each
 ///    once it carries the tag (a warp sum), and the ranks; the last unit's warp writes the
 ///    column's total into this PE's row of `counts`. (Two passes around a second grid
-///    barrier took 2.3 µs more at 128 tokens on one H100.)
+///    barrier took 2.3 µs more at 128 tokens on one H100.) The destinations' columns come
+///    first, and each of their units, its rows' slots written, adds one to
+///    `signals[SIG_SLOTS]`: the dispatch's rows wait for that count ([`slot_units`] a
+///    round), not for this grid to end.
 /// 2. Each block counts itself in once its units are done; the grid's last block sends the
 ///    row to every other PE and waits for theirs; then its first warp works out, 32 experts
 ///    at a time with a segmented warp scan, `base` (this PE's first pair and the capacity's
@@ -757,7 +773,11 @@ unsafe fn layout(b: Bufs, s: Shape) {
     let tag = u64::from(unsafe { scoped::load_relaxed(Gpu, generation) }) + 1;
     let mut u = gw as usize;
     while u < units {
-        let (col, sg) = ((u / segs) as u32, u % segs);
+        // The destinations' columns first: the dispatch's rows wait only for those
+        // (`SIG_SLOTS`), and its metadata for the whole launch.
+        let (c, sg) = ((u / segs) as u32, u % segs);
+        let col = if c < n { e_n + c } else { c - n };
+        let unit = col as usize * segs + sg;
         let first = sg * LAYOUT_SEGMENT * LAYOUT_CHUNK;
         // SAFETY: `first < T` (`sg < segs`), `col < E + n`; the whole warp; `N` covers `K`
         // (`K <= MAX_TOP_K`, the kernel's contract).
@@ -768,14 +788,19 @@ unsafe fn layout(b: Bufs, s: Shape) {
                 scan_unit::<MAX_TOP_K>(b, s, col, first, lane)
             }
         };
-        // SAFETY: `u < scratch_len`: the warp's own unit, published once this launch;
+        // SAFETY: `unit < scratch_len`: the warp's own unit, published once this launch;
         // `col * segs + c` for `c < sg` are the column's earlier units, which their warps
-        // publish (a warp takes its units in order, so the lowest unpublished unit always
-        // has a warp on it: a cooperative launch, every warp resident); a row `t` written
-        // below is below `T`, and a found choice (the low byte less one) below `K`.
+        // publish (a warp takes its units in order, and a column's units come in order of
+        // `u`, so the lowest unpublished unit always has a warp on it: a cooperative launch,
+        // every warp resident); a row `t` written below is below `T`, and a found choice (the
+        // low byte less one) below `K`; `SIG_SLOTS` is this PE's word, touched atomically.
         unsafe {
             if lane == 0 {
-                scoped::store_relaxed(Gpu, b.scratch.wrapping_add(u), tag << 32 | u64::from(hits));
+                scoped::store_relaxed(
+                    Gpu,
+                    b.scratch.wrapping_add(unit),
+                    tag << 32 | u64::from(hits),
+                );
             }
             // The hits of the column's earlier units, each once its warp has published it
             // this launch (earlier launches' tags are smaller).
@@ -807,6 +832,13 @@ unsafe fn layout(b: Bufs, s: Shape) {
             });
             if lane == 0 && sg + 1 == segs {
                 st(b.counts, mine + col as usize, before + hits);
+            }
+            if col >= e_n {
+                // This unit's rows are placed: the warp's slot writes, then one release.
+                sync_warp(u32::MAX);
+                if lane == 0 {
+                    scoped::add_release(Gpu, b.signals.wrapping_add(SIG_SLOTS), 1u64);
+                }
             }
         }
         u += nw as usize;
@@ -1688,6 +1720,34 @@ unsafe fn send_held(b: Bufs, s: Shape) {
     }
 }
 
+/// In throughput mode, where the dispatch is its layout's dependent: waits, in one warp, until
+/// this round's layout has placed every row of this PE (`send_slot`; `signals[SIG_SLOTS]` at
+/// the round's [`slot_units`]), which its first units do, rather than for the whole layout
+/// grid ([`shmem_device::pdl::wait`], which the metadata still takes). Lane 0 polls and
+/// fences; the warp then meets, so that its lanes read `send_slot` after the layout's
+/// writes.
+///
+/// # Safety
+/// The whole warp calls it, in a throughput dispatch that follows [`moe_layout()`] of round
+/// `s.round` on the stream, with `signals` where the round found them (module
+/// documentation).
+#[inline(always)]
+unsafe fn wait_slots(b: Bufs, s: Shape) {
+    if lane_id() == 0 {
+        // SAFETY: this PE's signal word; the caller's contract says that the layout adds to
+        // it this round.
+        unsafe {
+            signal_wait_until(
+                b.signals.wrapping_add(SIG_SLOTS),
+                Cmp::Ge,
+                u64::from(s.round) * slot_units(s.tokens, s.n_pes),
+            );
+        }
+        scoped::fence_acq_rel(Gpu);
+    }
+    sync_warp(u32::MAX);
+}
+
 /// The `bf16` dispatches by bulk copies: warp 0 moves the block's rows (its
 /// tokens, `block_idx_x()` and on by `grid_dim_x()`) through [`BULK_SLOTS`] slots of shared
 /// memory, a piece of a row at a time ([`Shape::dispatch_shared_bytes`]): lane 0 copies a
@@ -1765,9 +1825,10 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
             for k in 0..steps.min(slots - 1) {
                 load(k);
             }
-            // In throughput mode, launched as the layout's dependent: its slots from here on.
+            // In throughput mode, launched as the layout's dependent: its slots from here on,
+            // once the layout has placed the rows (not at its end).
             if tp {
-                shmem_device::pdl::wait();
+                wait_slots(b, s);
             }
             // This lane's choice of the row being copied, and (lane `d`) the rows counted
             // towards `d`.
@@ -1853,12 +1914,17 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
 /// Warps of a block that send the metadata in [`send_split`]: the first; the others copy.
 const META_WARPS: u32 = 1;
 
-/// The FP8 dispatch's block per token (low-latency mode), its metadata sent alongside: warp 0
-/// sends the metadata of the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one
-/// token after another ([`send`], a token's destinations in turn), while the other warps
-/// load, quantise and store the rows, batch by batch as [`send_grouped`] does. A row waits
-/// for none of the metadata: it goes to row `t` of this PE's region on every PE it goes to,
-/// which the copying warps find from the routing ([`each_mapped`]). The copying threads are
+/// The FP8 dispatch's block per token, its metadata sent alongside: warp 0 sends the
+/// metadata of the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one token after
+/// another ([`send`], a token's destinations in turn), while the other warps load, quantise
+/// and store the rows, batch by batch as [`send_grouped`] does. A row waits for none of the
+/// metadata. In low-latency mode it goes to row `t` of this PE's region on every PE it goes
+/// to, which the copying warps find from the routing ([`each_mapped`]). In throughput mode,
+/// launched as the layout's dependent, it goes where the layout placed it (`send_slot`), once
+/// the layout has placed the rows ([`wait_slots`]); the metadata waits for the whole layout
+/// ([`shmem_device::pdl::wait`]); `TP` says which mode, a copy of the function each (with
+/// the mode read at run time in one copy, ptxas spilled 4 bytes on sm_90). The copying
+/// threads are
 /// numbered from 0 past warp 0 (`tid - 32` of `bs - 32`, what `fetch` and `store` are
 /// given). With `AHEAD` two batches are in flight while a thread quantises and stores a
 /// third: after step `j`'s store its registers take batch `j + 2` (on one H100, 0.96-0.97
@@ -1875,9 +1941,11 @@ const META_WARPS: u32 = 1;
 /// Measured on one H100 at 1 PE, held (BENCHMARKS.md, twentieth session), against
 /// [`send_grouped`], where every thread copies but waits for each group's metadata: the
 /// low-latency FP8 dispatch 0.91 of its time at 4096 tokens (39.3 against 43.0 µs) and
-/// 0.90-0.93 at 128; the throughput one 1.02-1.03 (its metadata waits for no atomics), which
-/// keeps [`send_grouped`]. (With 224 copying threads a 7168-value row is one batch of
-/// [`HELD`] chunks a thread; with 256 an eighth of the threads had none.)
+/// 0.90-0.93 at 128; the throughput one then 1.02-1.03 (its metadata waits for no atomics),
+/// which kept [`send_grouped`] until it was launched as the layout's dependent, where its
+/// rows no longer wait for the whole layout here. (With 224 copying threads a 7168-value
+/// row is one batch of [`HELD`] chunks a thread; with 256 an eighth of the threads had
+/// none.)
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it, the block has more than one
@@ -1886,7 +1954,7 @@ const META_WARPS: u32 = 1;
 /// copying thread, `put` by whole warps, with `t < T` (`put` after every store);
 /// `store`'s result is the same in every thread.
 #[inline(always)]
-unsafe fn send_split<const AHEAD: bool, P: Prepare>(
+unsafe fn send_split<const AHEAD: bool, const TP: bool, P: Prepare>(
     b: Bufs,
     s: Shape,
     mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
@@ -1894,7 +1962,7 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
     put: impl FnMut(usize, u32, Sym<u16>),
 ) {
-    let n = s.n_pes;
+    let (n, tp) = (s.n_pes, TP);
     let (w, nw, lane, tid, bs) = (
         warp_id(),
         warps_per_block(),
@@ -1919,6 +1987,9 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
         // Whether this thread stored a row some destination of which is not mapped here.
         let mut unmapped = false;
         if w < META_WARPS {
+            if tp {
+                shmem_device::pdl::wait();
+            }
             for i in 0..count {
                 // The counters' address taken afresh each token: hoisted out of the loop, an
                 // address derived from it spilled (4 bytes at 80 registers on sm_90).
@@ -1950,15 +2021,25 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                 // the next batch this thread loads, `j + 2` with `AHEAD` (the other holds
                 // `j + 1`), else `j + 1` (none past the last step).
                 let more = |j: u32| j + 1 < steps;
-                // This lane's choice of the row's token, loaded at its first batch.
+                // In throughput mode the rows' slots, with the first batches in flight.
+                if tp {
+                    wait_slots(b, s);
+                }
+                // This lane's choice of the row's token, loaded at its first batch (low-latency
+                // mode).
                 let mut e = -1;
                 let mut step = |j: u32, batch: &mut [Chunk; HELD]| {
                     let (t, first) = at(j);
-                    if first == 0 {
+                    if first == 0 && !tp {
                         e = choice(b, s, t, lane);
                     }
                     let v = prep.prepare(*batch);
-                    unmapped |= store(t, first, &v, Placed::Routed(routed(s, e)), rank, threads);
+                    let by = if tp {
+                        Placed::Slots
+                    } else {
+                        Placed::Routed(routed(s, e))
+                    };
+                    unmapped |= store(t, first, &v, by, rank, threads);
                     if AHEAD || more(j) {
                         let (t, first) = ahead(j + if AHEAD { 2 } else { 1 });
                         *batch = fetch(t, first, rank, threads);
@@ -2020,8 +2101,7 @@ unsafe fn put_unmapped(
     }
 }
 
-/// The FP8 dispatch, both modes ([`send_split`] in low-latency mode, [`send_grouped`] in
-/// throughput mode): the block loads a row and quantises it in
+/// The FP8 dispatch, both modes ([`send_split`]): the block loads a row and quantises it in
 /// registers ([`quantize_held`]), then stores the `e4m3` row into each PE it goes to whose
 /// memory is mapped here. Only when a destination is not mapped does the block also write
 /// the row into its staging row (row `t` of `comb_stage`), which a warp then puts there.
@@ -2064,9 +2144,9 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
             )
         };
         if s.mode == MODE_THROUGHPUT {
-            send_grouped::<FP8_AHEAD, _>(b, s, fetch, Quantise, store, put);
+            send_split::<FP8_AHEAD, true, _>(b, s, fetch, Quantise, store, put);
         } else {
-            send_split::<FP8_AHEAD, _>(b, s, fetch, Quantise, store, put);
+            send_split::<FP8_AHEAD, false, _>(b, s, fetch, Quantise, store, put);
         }
     }
 }
@@ -2446,7 +2526,7 @@ unsafe fn stage(b: Bufs, s: Shape, i: Stage) {
             st(b.weights, q, w);
             q += nt;
         }
-        if gt < 3 {
+        if gt < SIGNAL_WORDS {
             st(b.signals, gt, 0u64);
         }
     }
@@ -2859,14 +2939,15 @@ kernels! {
     moe_dispatch(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::LowLatency);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Throughput`], after [`moe_layout()`] of the
-    /// same round: its rows by bulk copies as there, into the layout's slots. 72 registers
-    /// (at 64 ptxas spills 4 bytes on sm_90). On one H200 at 1 PE, held, the round took 0.87
-    /// of its time at 128 tokens and 0.97 at 4096 against a warp per (token, destination)
-    /// through registers (BENCHMARKS.md, forty-fifth session).
+    /// same round: its rows by bulk copies as there, into the layout's slots. On one H200 at
+    /// 1 PE, held, the round took 0.87 of its time at 128 tokens and 0.97 at 4096 against a
+    /// warp per (token, destination) through registers (BENCHMARKS.md, forty-fifth session).
+    /// 64 registers, four blocks an SM: at 72 (three) its rounds took 0.3-0.4 µs more at 512
+    /// and 4096 tokens (forty-seventh session).
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_throughput(max_registers = 72) => dispatch(DispatchPath::Throughput);
+    moe_dispatch_throughput(max_registers = 64) => dispatch(DispatchPath::Throughput);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8`], either mode (throughput after
     /// [`moe_layout()`] of the same round). 80 registers: three blocks of 256 threads an SM

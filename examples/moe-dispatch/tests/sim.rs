@@ -100,8 +100,8 @@ fn the_cuda_twin_shape_has_every_field_in_order() {
 /// The twin's constants that the Rust kernels' buffers and signals depend on: its layout
 /// scans in units of [`LAYOUT_SEGMENT`](k::LAYOUT_SEGMENT) chunks of
 /// [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK) tokens (the host driver sizes `scratch` and the
-/// layout's grid for them), its `work` words are where the Rust kernels' are, and a grid's
-/// arrival is the same [`ARRIVAL`](k::ARRIVAL).
+/// layout's grid for them), its `work` words and signal words are where the Rust kernels'
+/// are, and a grid's arrival is the same [`ARRIVAL`](k::ARRIVAL).
 #[test]
 fn the_cuda_twin_uses_the_same_constants() {
     let chunk = twin_between("constexpr size_t LAYOUT_CHUNK = ", ";");
@@ -113,6 +113,18 @@ fn the_cuda_twin_uses_the_same_constants() {
         work.trim(),
         format!("= {}, ROW_CURSORS = {}", k::LAYOUT_BARRIER, k::ROW_CURSORS)
     );
+    let signals = twin_between("enum : size_t { SIG_DISPATCH", "}");
+    assert_eq!(
+        signals.trim(),
+        format!(
+            "= {}, SIG_COMBINE = {}, SIG_COUNTS = {}, SIG_SLOTS = {}",
+            k::SIG_DISPATCH,
+            k::SIG_COMBINE,
+            k::SIG_COUNTS,
+            k::SIG_SLOTS
+        )
+    );
+    assert_eq!(k::SIG_SLOTS + 1, k::SIGNAL_WORDS);
     let stride = twin_between("constexpr size_t COUNTER_STRIDE = ", ";");
     assert_eq!(stride.trim(), k::COUNTER_STRIDE.to_string());
     let arrival = twin_between("constexpr uint64_t ARRIVAL = 1ull << ", ";");
