@@ -532,9 +532,12 @@ __device__ __forceinline__ uint32_t group_len(const Shape &s) {
   return g ? g : 1;
 }
 
-// The block-per-token dispatches: the block takes its tokens group_len at a time. Its warps
-// send the group's metadata (a warp per (token, destination)) while the threads load the
-// first batch of the group's first row (a warp that sends loads after it), then store the
+// The block-per-token dispatches: the block takes its tokens group_len at a time. In
+// low-latency mode its warps send the group's metadata (a warp per (token, destination))
+// while the threads load the first batch of the group's first row (a warp that sends loads
+// after it); in throughput mode each warp waits for the layout to have placed the rows
+// (wait_slots), and the block sends its tokens' metadata after its last row, once the whole
+// layout is out. Then the threads store the
 // group's rows batch by batch (store(t, first, v) with v prepared from fetch(t, first)) into
 // every PE they go to whose memory is mapped here, where send_slot says; in low-latency mode
 // after a barrier, as send writes send_slot there (kernels.rs, send_grouped). With AHEAD the next batch's loads are issued while a batch is stored (a
@@ -549,13 +552,16 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
   uint32_t g_n = group_len(s), units = g_n * n, batch = HELD * blockDim.x;
   uint32_t chunks = (uint32_t)(h / 8);
   uint32_t nb = (chunks + batch - 1) / batch;
+  bool tp = s.mode == THROUGHPUT;
   for (size_t t0 = blockIdx.x; t0 < t_n; t0 += g_n * stride) {
     V v;
     uint4 raw[HELD], next[HELD];
-    for (uint32_t u = w; u < units; u += nw) {
+    for (uint32_t u = w; u < units && !tp; u += nw) {
       size_t t = t0 + u / n * stride;
       if (t < t_n) send<true>(b, s, t, u % n, lane);
     }
+    // Throughput mode: the rows once the layout has placed them (wait_slots).
+    if (tp) wait_slots(b, s);
     size_t rows = (t_n - t0 + stride - 1) / stride;
     uint32_t steps = (uint32_t)(rows < g_n ? rows : g_n) * nb;
     auto ahead = [&](uint32_t j) {
@@ -565,9 +571,9 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
     fetch(raw, t0, 0, threadIdx.x, blockDim.x);
     prepare(v, raw);
     if (AHEAD) ahead(1);
-    // The rows wait for the group's slots in low-latency mode only (send writes them there;
-    // in throughput mode the layout kernel wrote them).
-    if (s.mode != THROUGHPUT) __syncthreads();
+    // The rows wait for the group's slots in low-latency mode (send writes them there; in
+    // throughput mode the layout kernel did).
+    if (!tp) __syncthreads();
     bool unmapped = false;
     for (uint32_t j = 0;;) {
       unmapped |= store(t0 + j / nb * stride, j % nb * batch, v, Placed{true, 0}, threadIdx.x, blockDim.x);
@@ -590,6 +596,16 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
         if (at && !peer) put(t, d, at);
       }
     }
+  }
+  // Throughput mode: the metadata of all the block's tokens after its last row, once the whole
+  // layout is out (kernels.rs, send_grouped).
+  if (tp) {
+    pdl_wait();
+    for (size_t t0 = blockIdx.x; t0 < t_n; t0 += g_n * stride)
+      for (uint32_t u = w; u < units; u += nw) {
+        size_t t = t0 + u / n * stride;
+        if (t < t_n) send<true>(b, s, t, u % n, lane);
+      }
   }
 }
 
@@ -763,7 +779,6 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
     return;
   }
 #endif
-  if (s.mode == THROUGHPUT) pdl_wait();
   send_grouped<false, Held>(
       b, s,
       [&](uint4 raw[HELD], size_t t, uint32_t first, uint32_t tid, uint32_t bs) {
@@ -792,18 +807,16 @@ struct Quantised {
   float scale[PAIRS];
 };
 
-// The FP8 dispatch's block per token, its metadata sent alongside (kernels.rs, send_split):
-// warp 0 sends the metadata of the block's tokens one after another; the other warps load,
-// quantise and store the rows batch by batch, waiting for none of it (low latency:
-// each_mapped finds a row's PEs from the routing; throughput, TP: the layout's slots, once it
-// has placed the rows, while the metadata waits for the whole layout). The copying threads
-// are numbered from 0 past warp 0.
+// The FP8 dispatch's block per token (low latency), its metadata sent alongside (kernels.rs,
+// send_split): warp 0 sends the metadata of the block's tokens one after another; the other
+// warps load, quantise and store the rows batch by batch, waiting for none of it (each_mapped
+// finds a row's PEs from the routing). The copying threads are numbered from 0 past warp 0.
 // If a row went to a PE whose memory is not mapped, after the block's last row the block's
 // (token, destination) warps put it there. The block learns that from a shared flag; Rust
 // uses sync_threads_or (bar.red.or), while with __syncthreads_or this kernel took 1-2.5 %
 // more time at 4096 tokens (one H100, BENCHMARKS.md, thirty-fifth session).
 constexpr uint32_t META_WARPS = 1;
-template <bool AHEAD, bool TP, class V, class Fetch, class Prepare, class Store, class Put>
+template <bool AHEAD, class V, class Fetch, class Prepare, class Store, class Put>
 __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch fetch, Prepare prepare, Store store,
                                            Put put) {
   __shared__ uint32_t unmapped_flag;
@@ -815,7 +828,6 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
   if (threadIdx.x == 0) unmapped_flag = 0;
   __syncthreads();
   if (w < META_WARPS) {
-    if (TP) pdl_wait();  // the metadata after the whole layout
     // (Looped by token rather than by count, which spilled here.)
     for (size_t t = t0; t < t_n; t += stride)
       for (uint32_t d = 0; d < n; d++) send<true>(b, s, t, d, lane);
@@ -841,10 +853,10 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
       auto step = [&](uint32_t j, uint4 (&held)[HELD]) {
         size_t t = t0 + j / nb * stride;
         uint32_t first = j % nb * batch;
-        if (first == 0 && !TP) mask = routed(s, choice(b, s, t, lane));
+        if (first == 0) mask = routed(s, choice(b, s, t, lane));
         V v;
         prepare(v, held);
-        unmapped |= store(t, first, v, Placed{TP, mask}, rank, threads);
+        unmapped |= store(t, first, v, Placed{false, mask}, rank, threads);
         if (AHEAD) ahead(held, j + 2);
         else if (j + 1 < steps) ahead(held, j + 1);
         return j + 1 < steps;
@@ -852,9 +864,8 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
       uint4 even[HELD], odd[HELD];  // the batches of even and of odd steps
       fetch(even, t0, 0, rank, threads);
       uint32_t j = 0;
-      if (AHEAD) ahead(odd, 1);
-      if (TP) wait_slots(b, s);  // the rows' slots, with the first batches in flight
       if (AHEAD) {
+        ahead(odd, 1);
         while (step(j, even) && step(j + 1, odd)) j += 2;
       } else {
         while (step(j, even)) j++;
@@ -877,7 +888,8 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
   }
 }
 
-// The FP8 dispatch, both modes (send_split): the block loads a row and quantises it in
+// The FP8 dispatch, both modes (send_split in low-latency mode, send_grouped in
+// throughput mode): the block loads a row and quantises it in
 // registers, then stores the e4m3 row into each PE it goes to whose memory is mapped here.
 // Only when a destination is not mapped does it also write the row into its staging row,
 // which a warp then puts there.
@@ -898,10 +910,12 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   auto put = [&](size_t t, uint32_t d, uint16_t *target) {
     nvshmemx_putmem_nbi_warp(target, b.comb_stage + t * h, sent_bytes, d);
   };
+  // Throughput mode: every warp copies, the metadata after the rows (kernels.rs,
+  // send_quantised).
   if (s.mode == THROUGHPUT)
-    send_split<FP8_AHEAD, true, Quantised>(b, s, fetch, prepare, store, put);
+    send_grouped<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
   else
-    send_split<FP8_AHEAD, false, Quantised>(b, s, fetch, prepare, store, put);
+    send_split<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
 }
 
 // Completes the block's puts, p's and AMOs for its thread 0 (every thread calls it). When

@@ -50,9 +50,10 @@
 //!   for the whole layout (`pdl::wait`).
 //! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token as the
 //!   low-latency `bf16` dispatch does, which quantises the row in registers and stores the
-//!   `e4m3` row straight into every PE it goes to. The block's first warp sends the metadata
-//!   of all its tokens while the other warps copy (`send_split`); in throughput mode the
-//!   rows wait for the layout's destination columns, as the `bf16` rows do.
+//!   `e4m3` row straight into every PE it goes to. In low-latency mode the block's first warp
+//!   sends the metadata of all its tokens while the other warps copy; in throughput mode
+//!   every warp copies, the rows once the layout's destination columns are done, as the
+//!   `bf16` rows, and the block sends the metadata of its tokens after its last row.
 //!
 //! # Completion
 //! A block's puts are complete before it signals: when every PE's memory is mapped (the
@@ -1426,14 +1427,18 @@ const LOW_LATENCY_GROUP: u32 = 2;
 /// low-latency FP8 dispatch on one H100; BENCHMARKS.md, twenty-first session).
 const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90"));
 
-/// The block-per-token dispatches but the low-latency FP8 one ([`send_split`]): the
-/// low-latency `bf16` dispatch and the throughput FP8 one. The block takes its tokens
-/// (`block_idx_x()` and on by `grid_dim_x()`) [`group_len`] at a time. Its warps send the
-/// group's metadata ([`send`], a warp per (token, destination)), while the threads load the
-/// first batch of the group's first row (`fetch(t, 0, tid, bs)`; a warp that sends loads
-/// after it: held across the metadata, the chunks would not fit the kernel's registers); the
-/// block synchronises once (in low-latency mode, where `send` writes the slots), and then
-/// stores the group's rows batch by batch (`store(t, first, v, Placed::Slots, tid, bs)` with
+/// The block-per-token dispatches but the low-latency FP8 one ([`send_split`]): the `bf16`
+/// dispatches through registers and the throughput FP8 one (`TP`: throughput mode, a copy of
+/// the function each). The block takes its tokens (`block_idx_x()` and on by `grid_dim_x()`)
+/// [`group_len`] at a time. In low-latency mode its warps send the group's metadata ([`send`],
+/// a warp per (token, destination)), while the threads load the first batch of the group's
+/// first row (`fetch(t, 0, tid, bs)`; a warp that sends loads after it: held across the
+/// metadata, the chunks would not fit the kernel's registers), and the block synchronises
+/// once (`send` writes the slots). In throughput mode, launched as the layout's dependent,
+/// each warp waits for the layout to have placed the rows ([`wait_slots`]; a poll once the
+/// first group's has passed), and the block sends the metadata of all its tokens after its
+/// last row, once the whole layout is out ([`shmem_device::pdl::wait`]). Then it stores the
+/// group's rows batch by batch (`store(t, first, v, Placed::Slots, tid, bs)` with
 /// `v = prep.prepare(fetch(t, first, tid, bs))`, [`HELD`] chunks a thread a batch) into every
 /// PE they go to whose memory is mapped here. With `AHEAD` the next batch's loads are issued
 /// before the barrier and before each batch is stored, so that they are in flight meanwhile
@@ -1448,7 +1453,7 @@ const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = 
 /// thread of the block, `put` by whole warps, with `t < T` (`put` after `send_slot[t]` is
 /// complete); `store`'s result is the same in every thread.
 #[inline(always)]
-unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
+unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
     b: Bufs,
     s: Shape,
     mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
@@ -1456,16 +1461,11 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
     mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
     mut put: impl FnMut(usize, u32, Sym<u16>),
 ) {
-    let (n, t_n, tp) = (s.n_pes, s.tokens as usize, s.mode == MODE_THROUGHPUT);
+    let (n, t_n, tp) = (s.n_pes, s.tokens as usize, TP);
     let (w, nw, lane) = (warp_id(), warps_per_block(), lane_id());
     let (tid, bs) = (thread_idx_x(), block_dim_x());
     let mut fetch = |t, first| fetch(t, first, tid, bs);
     let mut store = |t, first, v: &P::V| store(t, first, v, Placed::Slots, tid, bs);
-    // In throughput mode, launched as the layout's dependent (module documentation). (The
-    // block's first batch loaded before the wait, the kernels spilled 8-40 bytes.)
-    if tp {
-        shmem_device::pdl::wait();
-    }
     let (g_n, stride) = (group_len(s), grid_dim_x() as usize);
     let units = g_n * n;
     let batch = HELD as u32 * block_dim_x();
@@ -1486,11 +1486,17 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
             // The warp's index taken afresh each group: held across the group, it spilled
             // (4 bytes at 64 registers on sm_90) once the bulk path reserved its pair slots.
             let mut u = shmem_device::hint::opaque(w);
-            while u < units {
+            while u < units && !tp {
                 if let Some((t, d)) = unit(t0, u) {
                     send::<true>(b, s, t, d, lane, PairSlot::Atomic);
                 }
                 u += nw;
+            }
+            // In throughput mode the rows' slots: before the group's first batch is loaded
+            // (waiting at the start of the function instead, or with the batch in flight,
+            // the FP8 kernel spilled 24 bytes on sm_90).
+            if tp {
+                wait_slots(b, s);
             }
             // Step `j` is batch `j % nb` of the group's row `j / nb`.
             let steps = (g_n as usize).min((t_n - t0).div_ceil(stride)) as u32 * nb;
@@ -1511,7 +1517,7 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
             // BENCHMARKS.md, twenty-fifth session.) In throughput mode the layout kernel
             // wrote them, and the rows go at once (one H100, the FP8 throughput dispatch:
             // 0.4-2.5 % less time; BENCHMARKS.md, twentieth session).
-            if s.mode != MODE_THROUGHPUT {
+            if !tp {
                 sync_threads();
             }
             let mut unmapped = false;
@@ -1548,6 +1554,24 @@ unsafe fn send_grouped<const AHEAD: bool, P: Prepare>(
             }
         }
         t0 += g_n as usize * stride;
+    }
+    // In throughput mode the metadata after all the block's rows, once the whole layout is
+    // out. (Each group's after its rows, the FP8 dispatch took 1.03 of the time at 4096
+    // tokens on two H200s.)
+    if tp {
+        shmem_device::pdl::wait();
+        let mut t0 = block_idx_x() as usize;
+        while t0 < t_n {
+            let mut u = shmem_device::hint::opaque(w);
+            while u < units {
+                if let Some((t, d)) = unit(t0, u) {
+                    // SAFETY: `t < T`, `d < n`, the whole warp; after the layout.
+                    unsafe { send::<true>(b, s, t, d, lane, PairSlot::Atomic) };
+                }
+                u += nw;
+            }
+            t0 += g_n as usize * stride;
+        }
     }
 }
 
@@ -1705,18 +1729,18 @@ unsafe fn send_held(b: Bufs, s: Shape) {
     // row's slot on `d` is this token's alone, and the peer address is in `recv_x`'s bounds
     // there; `x` stays as it is until the dispatch's `quiet` (module documentation).
     unsafe {
-        send_grouped::<false, _>(
-            b,
-            s,
-            |t, first, tid, bs| load_held::<false>(row(t).cast::<Chunk>(), first, chunks, tid, bs),
-            AsLoaded,
-            |t, first, held, by, tid, bs| {
-                each_mapped(b, s, t, by, |peer| {
-                    store_held(held, peer.cast(), first, chunks, tid, bs)
-                })
-            },
-            put,
-        );
+        let fetch =
+            |t, first, tid, bs| load_held::<false>(row(t).cast::<Chunk>(), first, chunks, tid, bs);
+        let store = |t, first, held: &_, by, tid, bs| {
+            each_mapped(b, s, t, by, |peer| {
+                store_held(held, peer.cast(), first, chunks, tid, bs)
+            })
+        };
+        if s.mode == MODE_THROUGHPUT {
+            send_grouped::<false, true, _>(b, s, fetch, AsLoaded, store, put);
+        } else {
+            send_grouped::<false, false, _>(b, s, fetch, AsLoaded, store, put);
+        }
     }
 }
 
@@ -1914,17 +1938,12 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
 /// Warps of a block that send the metadata in [`send_split`]: the first; the others copy.
 const META_WARPS: u32 = 1;
 
-/// The FP8 dispatch's block per token, its metadata sent alongside: warp 0 sends the
-/// metadata of the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one token after
-/// another ([`send`], a token's destinations in turn), while the other warps load, quantise
-/// and store the rows, batch by batch as [`send_grouped`] does. A row waits for none of the
-/// metadata. In low-latency mode it goes to row `t` of this PE's region on every PE it goes
-/// to, which the copying warps find from the routing ([`each_mapped`]). In throughput mode,
-/// launched as the layout's dependent, it goes where the layout placed it (`send_slot`), once
-/// the layout has placed the rows ([`wait_slots`]); the metadata waits for the whole layout
-/// ([`shmem_device::pdl::wait`]); `TP` says which mode, a copy of the function each (with
-/// the mode read at run time in one copy, ptxas spilled 4 bytes on sm_90). The copying
-/// threads are
+/// The FP8 dispatch's block per token (low-latency mode), its metadata sent alongside: warp 0
+/// sends the metadata of the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one
+/// token after another ([`send`], a token's destinations in turn), while the other warps
+/// load, quantise and store the rows, batch by batch as [`send_grouped`] does. A row waits
+/// for none of the metadata: it goes to row `t` of this PE's region on every PE it goes to,
+/// which the copying warps find from the routing ([`each_mapped`]). The copying threads are
 /// numbered from 0 past warp 0 (`tid - 32` of `bs - 32`, what `fetch` and `store` are
 /// given). With `AHEAD` two batches are in flight while a thread quantises and stores a
 /// third: after step `j`'s store its registers take batch `j + 2` (on one H100, 0.96-0.97
@@ -1941,11 +1960,9 @@ const META_WARPS: u32 = 1;
 /// Measured on one H100 at 1 PE, held (BENCHMARKS.md, twentieth session), against
 /// [`send_grouped`], where every thread copies but waits for each group's metadata: the
 /// low-latency FP8 dispatch 0.91 of its time at 4096 tokens (39.3 against 43.0 µs) and
-/// 0.90-0.93 at 128; the throughput one then 1.02-1.03 (its metadata waits for no atomics),
-/// which kept [`send_grouped`] until it was launched as the layout's dependent, where its
-/// rows no longer wait for the whole layout here. (With 224 copying threads a 7168-value
-/// row is one batch of [`HELD`] chunks a thread; with 256 an eighth of the threads had
-/// none.)
+/// 0.90-0.93 at 128; the throughput one 1.02-1.03 (its metadata waits for no atomics), which
+/// keeps [`send_grouped`]. (With 224 copying threads a 7168-value row is one batch of
+/// [`HELD`] chunks a thread; with 256 an eighth of the threads had none.)
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it, the block has more than one
@@ -1954,7 +1971,7 @@ const META_WARPS: u32 = 1;
 /// copying thread, `put` by whole warps, with `t < T` (`put` after every store);
 /// `store`'s result is the same in every thread.
 #[inline(always)]
-unsafe fn send_split<const AHEAD: bool, const TP: bool, P: Prepare>(
+unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     b: Bufs,
     s: Shape,
     mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
@@ -1962,7 +1979,7 @@ unsafe fn send_split<const AHEAD: bool, const TP: bool, P: Prepare>(
     mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
     put: impl FnMut(usize, u32, Sym<u16>),
 ) {
-    let (n, tp) = (s.n_pes, TP);
+    let n = s.n_pes;
     let (w, nw, lane, tid, bs) = (
         warp_id(),
         warps_per_block(),
@@ -1987,9 +2004,6 @@ unsafe fn send_split<const AHEAD: bool, const TP: bool, P: Prepare>(
         // Whether this thread stored a row some destination of which is not mapped here.
         let mut unmapped = false;
         if w < META_WARPS {
-            if tp {
-                shmem_device::pdl::wait();
-            }
             for i in 0..count {
                 // The counters' address taken afresh each token: hoisted out of the loop, an
                 // address derived from it spilled (4 bytes at 80 registers on sm_90).
@@ -2021,25 +2035,15 @@ unsafe fn send_split<const AHEAD: bool, const TP: bool, P: Prepare>(
                 // the next batch this thread loads, `j + 2` with `AHEAD` (the other holds
                 // `j + 1`), else `j + 1` (none past the last step).
                 let more = |j: u32| j + 1 < steps;
-                // In throughput mode the rows' slots, with the first batches in flight.
-                if tp {
-                    wait_slots(b, s);
-                }
-                // This lane's choice of the row's token, loaded at its first batch (low-latency
-                // mode).
+                // This lane's choice of the row's token, loaded at its first batch.
                 let mut e = -1;
                 let mut step = |j: u32, batch: &mut [Chunk; HELD]| {
                     let (t, first) = at(j);
-                    if first == 0 && !tp {
+                    if first == 0 {
                         e = choice(b, s, t, lane);
                     }
                     let v = prep.prepare(*batch);
-                    let by = if tp {
-                        Placed::Slots
-                    } else {
-                        Placed::Routed(routed(s, e))
-                    };
-                    unmapped |= store(t, first, &v, by, rank, threads);
+                    unmapped |= store(t, first, &v, Placed::Routed(routed(s, e)), rank, threads);
                     if AHEAD || more(j) {
                         let (t, first) = ahead(j + if AHEAD { 2 } else { 1 });
                         *batch = fetch(t, first, rank, threads);
@@ -2101,7 +2105,8 @@ unsafe fn put_unmapped(
     }
 }
 
-/// The FP8 dispatch, both modes ([`send_split`]): the block loads a row and quantises it in
+/// The FP8 dispatch, both modes ([`send_split`] in low-latency mode, [`send_grouped`] in
+/// throughput mode): the block loads a row and quantises it in
 /// registers ([`quantize_held`]), then stores the `e4m3` row into each PE it goes to whose
 /// memory is mapped here. Only when a destination is not mapped does the block also write
 /// the row into its staging row (row `t` of `comb_stage`), which a warp then puts there.
@@ -2143,10 +2148,15 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
                 d as i32,
             )
         };
-        if s.mode == MODE_THROUGHPUT {
-            send_split::<FP8_AHEAD, true, _>(b, s, fetch, Quantise, store, put);
+        // In throughput mode every warp copies, the rows first and the metadata after them:
+        // on two H200s at 4096 tokens 0.94 of the time of the split (a warp sending the
+        // metadata beside the copying ones, once the layout is out) at 2 PEs, 1.05 at 1 PE;
+        // and 0.95 of the time of each group's metadata before its rows (BENCHMARKS.md,
+        // forty-seventh session).
+        if s.mode != MODE_THROUGHPUT {
+            send_split::<FP8_AHEAD, _>(b, s, fetch, Quantise, store, put);
         } else {
-            send_split::<FP8_AHEAD, false, _>(b, s, fetch, Quantise, store, put);
+            send_grouped::<FP8_AHEAD, true, _>(b, s, fetch, Quantise, store, put);
         }
     }
 }
@@ -2947,7 +2957,7 @@ kernels! {
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_throughput(max_registers = 64) => dispatch(DispatchPath::Throughput);
+    moe_dispatch_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::Throughput);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8`], either mode (throughput after
     /// [`moe_layout()`] of the same round). 80 registers: three blocks of 256 threads an SM
