@@ -2151,7 +2151,7 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
         // In throughput mode every warp copies, the rows first and the metadata after them:
         // on two H200s at 4096 tokens 0.94 of the time of the split (a warp sending the
         // metadata beside the copying ones, once the layout is out) at 2 PEs, 1.05 at 1 PE;
-        // and 0.95 of the time of each group's metadata before its rows (BENCHMARKS.md,
+        // and 0.97 of the time of each group's metadata after its rows (BENCHMARKS.md,
         // forty-seventh session).
         if s.mode != MODE_THROUGHPUT {
             send_split::<FP8_AHEAD, _>(b, s, fetch, Quantise, store, put);
