@@ -2952,8 +2952,9 @@ kernels! {
     /// same round: its rows by bulk copies as there, into the layout's slots. On one H200 at
     /// 1 PE, held, the round took 0.87 of its time at 128 tokens and 0.97 at 4096 against a
     /// warp per (token, destination) through registers (BENCHMARKS.md, forty-fifth session).
-    /// 64 registers, four blocks an SM: at 72 (three) its rounds took 0.3-0.4 µs more at 512
-    /// and 4096 tokens (forty-seventh session).
+    /// From sm_90 64 registers, four blocks an SM: at 72 (three) its rounds took 0.3-0.4 µs
+    /// more at 512 and 4096 tokens (forty-seventh session); 72 on sm_80, where its register
+    /// path spilled 4 bytes at 64.
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
