@@ -620,17 +620,23 @@ const _: () = assert!(
     "the layout's `unrolled!` lists name its chunks"
 );
 
-/// Units of the layout's scan (a warp each): one per (column, segment of
-/// [`LAYOUT_SEGMENT`] chunks).
+/// Segments of [`LAYOUT_SEGMENT`] chunks of [`LAYOUT_CHUNK`] tokens that `tokens` take: a
+/// column's units of the layout's scan.
+pub const fn layout_segments(tokens: u32) -> usize {
+    (tokens as usize).div_ceil(LAYOUT_CHUNK * LAYOUT_SEGMENT)
+}
+
+/// Units of the layout's scan (a warp each): one per (column, segment,
+/// [`layout_segments`]).
 pub const fn layout_units(tokens: u32, n_pes: u32, experts: u32) -> usize {
-    (experts as usize + n_pes as usize) * (tokens as usize).div_ceil(LAYOUT_CHUNK * LAYOUT_SEGMENT)
+    (experts as usize + n_pes as usize) * layout_segments(tokens)
 }
 
 /// Units of the layout's scan that place this PE's rows: one per (destination, segment), the
 /// first units a launch takes. Each adds one to `signals[SIG_SLOTS]` once its rows' slots
 /// are written, so that round `R` has placed every row at `R` times this.
 pub const fn slot_units(tokens: u32, n_pes: u32) -> u64 {
-    n_pes as u64 * (tokens as u64).div_ceil((LAYOUT_CHUNK * LAYOUT_SEGMENT) as u64)
+    n_pes as u64 * layout_segments(tokens) as u64
 }
 
 /// Words of `scratch`: one count per unit of the layout ([`layout_units`]).
@@ -761,7 +767,7 @@ unsafe fn layout(b: Bufs, s: Shape) {
     let (lane, gw, nw) = warps();
     let row_len = (e_n + n) as usize;
     let mine = me as usize * row_len;
-    let segs = t_n.div_ceil(LAYOUT_CHUNK * LAYOUT_SEGMENT);
+    let segs = layout_segments(s.tokens);
     let units = row_len * segs;
     let (count, generation) = (
         b.work.wrapping_add(LAYOUT_BARRIER),
@@ -1476,6 +1482,19 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
         let t = t0 + (u / n) as usize * stride;
         (t < t_n).then_some((t, u % n))
     };
+    // The metadata of the group from `t0`, a warp per (token, destination), by whole warps.
+    // (The warp's index taken afresh each group: held across the group, it spilled 4 bytes
+    // at 64 registers on sm_90 once the bulk path reserved its pair slots.)
+    let send_group = |t0: usize| {
+        let mut u = shmem_device::hint::opaque(w);
+        while u < units {
+            if let Some((t, d)) = unit(t0, u) {
+                // SAFETY: `t < T`, `d < n`, the whole warp (the caller's contract for when).
+                unsafe { send::<true>(b, s, t, d, lane, PairSlot::Atomic) };
+            }
+            u += nw;
+        }
+    };
     let mut t0 = block_idx_x() as usize;
     while t0 < t_n {
         // SAFETY: every thread of the block runs the same groups, so it calls `sync_threads`,
@@ -1483,14 +1502,8 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
         // `d < n`; `send_slot[t]` is complete after the barrier before `put` (the caller's
         // contract in throughput mode, `send` in low-latency mode).
         unsafe {
-            // The warp's index taken afresh each group: held across the group, it spilled
-            // (4 bytes at 64 registers on sm_90) once the bulk path reserved its pair slots.
-            let mut u = shmem_device::hint::opaque(w);
-            while u < units && !tp {
-                if let Some((t, d)) = unit(t0, u) {
-                    send::<true>(b, s, t, d, lane, PairSlot::Atomic);
-                }
-                u += nw;
+            if !tp {
+                send_group(t0);
             }
             // In throughput mode the rows' slots: before the group's first batch is loaded
             // (waiting at the start of the function instead, or with the batch in flight,
@@ -1562,14 +1575,7 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
         shmem_device::pdl::wait();
         let mut t0 = block_idx_x() as usize;
         while t0 < t_n {
-            let mut u = shmem_device::hint::opaque(w);
-            while u < units {
-                if let Some((t, d)) = unit(t0, u) {
-                    // SAFETY: `t < T`, `d < n`, the whole warp; after the layout.
-                    unsafe { send::<true>(b, s, t, d, lane, PairSlot::Atomic) };
-                }
-                u += nw;
-            }
+            send_group(t0);
             t0 += g_n as usize * stride;
         }
     }
