@@ -976,17 +976,21 @@ __device__ __forceinline__ void arrive_block(const Bufs &b, uint64_t *sig, uint3
 }
 
 // A dispatch kernel per path, as in Rust (DispatchPath): its own registers set its occupancy.
-enum DispatchPath { LOW_LATENCY_PATH, THROUGHPUT_PATH, FP8_PATH };
+enum DispatchPath { LOW_LATENCY_PATH, THROUGHPUT_PATH, FP8_LOW_LATENCY_PATH, FP8_THROUGHPUT_PATH };
 
 template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Shape s) {
-  // The bf16 paths fix the mode and the type, as in Rust, so that every test of them folds.
+  // The bf16 paths fix the mode and the type, as in Rust, so that every test of them folds;
+  // the FP8 ones the type: with the mode fixed too, ptxas spilled 8 bytes in the throughput
+  // kernel at 80 registers.
   if (PATH == LOW_LATENCY_PATH) s.mode = LOW_LATENCY, s.dtype = BF16;
   if (PATH == THROUGHPUT_PATH) s.mode = THROUGHPUT, s.dtype = BF16;
+  if (PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_THROUGHPUT_PATH) s.dtype = FP8;
+  const bool fp8 = PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_THROUGHPUT_PATH;
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
   uint32_t l_n = e_n / n;
   size_t pair_cursors = ROW_CURSORS + n;
-  if (PATH == FP8_PATH)
+  if (fp8)
     send_quantised(b, s);
   else
     send_held(b, s);
@@ -1011,9 +1015,10 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   if (put) nvshmem_quiet();
 }
 
-// Register budgets: the throughput bf16 kernel takes 58 under 64 (four blocks of 256 threads
-// an SM; the Rust kernel takes 72, where at 64 ptxas spills 4 bytes), FP8 80 as in Rust
-// (three). The low-latency bf16 kernel takes
+// Register budgets: the throughput bf16 kernel takes 56 under 64 (four blocks of 256 threads
+// an SM, as the Rust kernel from sm_90), the low-latency FP8 one 80 as in Rust (three). The
+// throughput FP8 kernel takes 80 (three blocks) where the Rust one takes 64 (four): at 72
+// this one spilled 36 bytes (16 with the mode fixed). The low-latency bf16 kernel takes
 // 64 as in Rust, without spills: with its bulk copies it took 0.99 of its time at 80 (three
 // blocks an SM) at 4096 tokens on one H200, held (BENCHMARKS.md, forty-second session).
 // (Before them it spilled 44 bytes at 64 and was fastest at 80: seventeenth session.)
@@ -1024,7 +1029,10 @@ extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput(Bufs b, Shape
   dispatch<THROUGHPUT_PATH>(b, s);
 }
 extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8(Bufs b, Shape s) {
-  dispatch<FP8_PATH>(b, s);
+  dispatch<FP8_LOW_LATENCY_PATH>(b, s);
+}
+extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8_throughput(Bufs b, Shape s) {
+  dispatch<FP8_THROUGHPUT_PATH>(b, s);
 }
 
 extern "C" __global__ void moe_experts(Bufs b, Shape s) {

@@ -277,12 +277,13 @@ impl Options {
     }
 }
 
-/// A set of the four kernels, Rust or CUDA C++.
+/// The module's kernels, Rust or CUDA C++.
 pub struct Kernels<'m> {
     layout: KernelFn<'m, kernels::moe_layout>,
     dispatch: KernelFn<'m, kernels::moe_dispatch>,
     dispatch_throughput: KernelFn<'m, kernels::moe_dispatch_throughput>,
     dispatch_fp8: KernelFn<'m, kernels::moe_dispatch_fp8>,
+    dispatch_fp8_throughput: KernelFn<'m, kernels::moe_dispatch_fp8_throughput>,
     experts: KernelFn<'m, kernels::moe_experts>,
     combine: KernelFn<'m, kernels::moe_combine>,
 }
@@ -300,8 +301,12 @@ macro_rules! with_dispatch {
                 let $f = &$k.dispatch_throughput;
                 $body
             }
-            DispatchPath::Fp8 => {
+            DispatchPath::Fp8LowLatency => {
                 let $f = &$k.dispatch_fp8;
+                $body
+            }
+            DispatchPath::Fp8Throughput => {
+                let $f = &$k.dispatch_fp8_throughput;
                 $body
             }
         }
@@ -323,6 +328,7 @@ impl<'m> Kernels<'m> {
             dispatch: module.kernel()?,
             dispatch_throughput: module.kernel()?,
             dispatch_fp8: module.kernel()?,
+            dispatch_fp8_throughput: module.kernel()?,
             experts: module.kernel()?,
             combine: module.kernel()?,
         })

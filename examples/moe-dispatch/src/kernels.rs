@@ -196,27 +196,40 @@ pub struct Shape {
 pub const READ_ONCE_L2S: u64 = 3;
 
 /// Which dispatch kernel a shape takes ([`Shape::dispatch_path`]). Each path is a kernel of
-/// its own, so that its own registers set its occupancy: the throughput `bf16` dispatch fits
-/// in 64 registers, four blocks of 256 threads an SM, where the FP8 dispatch needs 80, three.
-/// (Measured on one H100 at 4096 tokens, on a held stream, against one kernel for all three
-/// at 80 registers: throughput `bf16` 4 % faster; BENCHMARKS.md, seventeenth session.)
+/// its own, so that its own registers set its occupancy: from sm_90 the throughput
+/// dispatches fit in 64 registers, four blocks of 256 threads an SM, where the low-latency
+/// FP8 dispatch needs 80, three. (Measured on one H100 at 4096 tokens, on a held stream,
+/// against one kernel for all three at 80 registers: throughput `bf16` 4 % faster;
+/// BENCHMARKS.md, seventeenth session. The throughput FP8 dispatch in a kernel of its own at
+/// 64 registers: 0.95 of the time of the FP8 kernel of both modes at 80 on one H200;
+/// forty-eighth session.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DispatchPath {
     /// `bf16`, low-latency mode: [`moe_dispatch()`].
     LowLatency,
     /// `bf16`, throughput mode: [`moe_dispatch_throughput()`].
     Throughput,
-    /// FP8, either mode: [`moe_dispatch_fp8()`].
-    Fp8,
+    /// FP8, low-latency mode: [`moe_dispatch_fp8()`].
+    Fp8LowLatency,
+    /// FP8, throughput mode: [`moe_dispatch_fp8_throughput()`].
+    Fp8Throughput,
 }
 
 impl DispatchPath {
-    /// The fewest threads a block of its kernel may have: the FP8 dispatch's first warp
-    /// sends the metadata while the others copy.
+    /// Whether the path sends FP8 rows.
+    pub fn fp8(self) -> bool {
+        matches!(
+            self,
+            DispatchPath::Fp8LowLatency | DispatchPath::Fp8Throughput
+        )
+    }
+
+    /// The fewest threads a block of its kernel may have: the low-latency FP8 dispatch's
+    /// first warp sends the metadata while the others copy.
     pub fn min_threads(self) -> u32 {
         match self {
-            DispatchPath::Fp8 => (META_WARPS + 1) * 32,
-            DispatchPath::LowLatency | DispatchPath::Throughput => 32,
+            DispatchPath::Fp8LowLatency => (META_WARPS + 1) * 32,
+            _ => 32,
         }
     }
 }
@@ -245,12 +258,11 @@ impl Shape {
 
     /// The dispatch kernel this shape takes.
     pub fn dispatch_path(&self) -> DispatchPath {
-        if self.fp8() {
-            DispatchPath::Fp8
-        } else if self.mode == MODE_THROUGHPUT {
-            DispatchPath::Throughput
-        } else {
-            DispatchPath::LowLatency
+        match (self.fp8(), self.mode == MODE_THROUGHPUT) {
+            (false, false) => DispatchPath::LowLatency,
+            (false, true) => DispatchPath::Throughput,
+            (true, false) => DispatchPath::Fp8LowLatency,
+            (true, true) => DispatchPath::Fp8Throughput,
         }
     }
 
@@ -261,7 +273,7 @@ impl Shape {
     /// 0 for the FP8 dispatch. Given fewer, or built for a GPU without bulk copies,
     /// the kernel copies through registers instead.
     pub fn dispatch_shared_bytes(&self) -> u32 {
-        if self.dispatch_path() != DispatchPath::Fp8 {
+        if !self.dispatch_path().fp8() {
             self.bulk_slots_offset() + BULK_SLOTS as u32 * self.bulk_slot_bytes()
         } else {
             0
@@ -2225,31 +2237,27 @@ unsafe fn arrive_block(b: Bufs, sig: Sym<u64>, n: u32) {
 /// See [`moe_dispatch()`].
 #[inline(always)]
 unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
-    // The `bf16` paths fix the mode and the type (the kernel's contract), so that every test
-    // of them below folds away: on one H200, at 1 PE, held, 0.991-0.992 of the time at 128
-    // and 4096 tokens; the twin, changed alike, 0.948 at 4096 tokens in low-latency mode.
-    // The FP8 kernel keeps `dtype` a parameter: fixed, it took 1.006 and 1.010 of the time
-    // at two of its four points (BENCHMARKS.md, fortieth session).
-    let s = match path {
-        DispatchPath::LowLatency => Shape {
-            mode: MODE_LOW_LATENCY,
-            dtype: DTYPE_BF16,
-            ..s
-        },
-        DispatchPath::Throughput => Shape {
-            mode: MODE_THROUGHPUT,
-            dtype: DTYPE_BF16,
-            ..s
-        },
-        DispatchPath::Fp8 => s,
+    // Each path fixes the mode and the type (the kernel's contract), so that every test of
+    // them below folds away: the `bf16` paths, on one H200, at 1 PE, held, took 0.991-0.992
+    // of the time at 128 and 4096 tokens; the twin, changed alike, 0.948 at 4096 tokens in
+    // low-latency mode (BENCHMARKS.md, fortieth session). The low-latency FP8 kernel reads
+    // its mode: fixed, ptxas spilled 4 bytes on sm_90 at its 80 registers (the throughput
+    // path it keeps is never taken).
+    let (mode, dtype) = match path {
+        DispatchPath::LowLatency => (MODE_LOW_LATENCY, DTYPE_BF16),
+        DispatchPath::Throughput => (MODE_THROUGHPUT, DTYPE_BF16),
+        DispatchPath::Fp8LowLatency => (s.mode, DTYPE_FP8),
+        DispatchPath::Fp8Throughput => (MODE_THROUGHPUT, DTYPE_FP8),
     };
+    let s = Shape { mode, dtype, ..s };
     let tp = s.mode == MODE_THROUGHPUT;
     let n = s.n_pes;
     // SAFETY: the kernel's contract; every thread of the block calls them.
     unsafe {
-        match path {
-            DispatchPath::Fp8 => send_quantised(b, s),
-            DispatchPath::LowLatency | DispatchPath::Throughput => send_held(b, s),
+        if path.fp8() {
+            send_quantised(b, s);
+        } else {
+            send_held(b, s);
         }
     }
     let sig = b.signals.wrapping_add(SIG_DISPATCH);
@@ -2966,13 +2974,23 @@ kernels! {
     /// As [`moe_dispatch()`].
     moe_dispatch_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::Throughput);
 
-    /// [`moe_dispatch()`] for [`DispatchPath::Fp8`], either mode (throughput after
-    /// [`moe_layout()`] of the same round). 80 registers: three blocks of 256 threads an SM
-    /// (at 64 it spills).
+    /// [`moe_dispatch()`] for [`DispatchPath::Fp8LowLatency`]. 80 registers: three blocks of
+    /// 256 threads an SM (at 64 and 72 it spills).
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_fp8(max_registers = 80) => dispatch(DispatchPath::Fp8);
+    moe_dispatch_fp8(max_registers = 80) => dispatch(DispatchPath::Fp8LowLatency);
+
+    /// [`moe_dispatch()`] for [`DispatchPath::Fp8Throughput`], after [`moe_layout()`] of the
+    /// same round. From sm_90 64 registers, four blocks of 256 threads an SM: on one H200 at
+    /// 1 PE, held, 4096 tokens, 37.7-38.0 µs against 39.5-39.9 for the FP8 kernel of both
+    /// modes at 80 (three blocks), and 40.5 in blocks of 224 threads (seven warps, so that a
+    /// 7168-value row is one batch of [`HELD`] chunks a thread; BENCHMARKS.md, forty-eighth
+    /// session). 80 below (76 used on sm_80).
+    ///
+    /// # Safety
+    /// As [`moe_dispatch()`].
+    moe_dispatch_fp8_throughput(max_registers = 80, sm_90(max_registers = 64)) => dispatch(DispatchPath::Fp8Throughput);
 
     /// The stand-in expert layer: each kept pair's output row (local, no communication).
     ///

@@ -233,7 +233,8 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             match s.dispatch_path() {
                 DispatchPath::LowLatency => k::moe_dispatch,
                 DispatchPath::Throughput => k::moe_dispatch_throughput,
-                DispatchPath::Fp8 => k::moe_dispatch_fp8,
+                DispatchPath::Fp8LowLatency => k::moe_dispatch_fp8,
+                DispatchPath::Fp8Throughput => k::moe_dispatch_fp8_throughput,
             },
             shared,
         );
