@@ -980,8 +980,8 @@ enum DispatchPath { LOW_LATENCY_PATH, THROUGHPUT_PATH, FP8_LOW_LATENCY_PATH, FP8
 
 template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Shape s) {
   // The bf16 paths fix the mode and the type, as in Rust, so that every test of them folds;
-  // the FP8 ones the type: with the mode fixed too, ptxas spilled 8 bytes in the throughput
-  // kernel at 80 registers.
+  // the FP8 ones only the type (which this file's dispatch does not read): with the mode
+  // fixed too, ptxas spilled 8 bytes in the throughput kernel at 80 registers.
   if (PATH == LOW_LATENCY_PATH) s.mode = LOW_LATENCY, s.dtype = BF16;
   if (PATH == THROUGHPUT_PATH) s.mode = THROUGHPUT, s.dtype = BF16;
   if (PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_THROUGHPUT_PATH) s.dtype = FP8;
