@@ -270,7 +270,7 @@ impl Shape {
     /// for the `bf16` dispatches, a line of barriers ([`BULK_HEADER`]), with at most
     /// [`RESERVE_EXPERTS`] experts the table of the pair slots the low-latency one reserves a
     /// block at a time, then the bulk copies' [`BULK_SLOTS`] slots of a piece of a row each;
-    /// 0 for the FP8 dispatch. Given fewer, or built for a GPU without bulk copies,
+    /// 0 for the FP8 dispatches. Given fewer, or built for a GPU without bulk copies,
     /// the kernel copies through registers instead.
     pub fn dispatch_shared_bytes(&self) -> u32 {
         if !self.dispatch_path().fp8() {
