@@ -22,6 +22,7 @@
 //! | `nvshmem_malloc(n * sizeof(T))`, `nvshmem_free` | [`Shmem::alloc`] → [`SymBuffer`], dropped |
 //! | `cuModuleLoadData` + `nvshmemx_cumodule_init` | [`Shmem::load_module`], [`Shmem::load_cuda_module`] |
 //! | `cuLaunchKernel` / `nvshmemx_collective_launch` | [`KernelFn::launch`] with a [`LaunchConfig`] (cooperative when the manifest says collective) |
+//! | `cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, p)` | [`LaunchConfig::with_shared_carveout`] ([`SharedCarveout`]) |
 //! | `nvshmem_barrier_all()`, `nvshmemx_barrier_all_on_stream(s)` | [`Shmem::barrier_all`], [`Shmem::barrier_all_on`] |
 //! | `nvshmem_team_split_strided`, `_split_2d`, `nvshmemx_barrier_on_stream`, `nvshmemx_TYPE_OP_reduce_on_stream` | [`Team::split_strided`], [`Team::split_2d`], [`Team::barrier_on`], [`Team::reduce_on`] |
 //! | `cudaStreamBeginCapture` … `cudaGraphLaunch` | [`Shmem::capture`] → [`Graph::launch`] |
@@ -54,6 +55,7 @@ pub use cudarc;
 pub use error::{Error, Result};
 pub use module::{
     EmbeddedBuild, EmbeddedKernels, Implementation, KernelFn, LaunchConfig, Module, ModuleKind,
+    SharedCarveout,
 };
 pub use runtime::{BackendKind, Mark, Shmem, StreamHold};
 pub use stream::{Capture, Enqueue, Graph, RawStream, StreamRef, UserStream};

@@ -379,6 +379,11 @@ impl Shmem {
     pub fn dependent_launches_overlap(&self) -> bool {
         self.backend.overlaps_dependents()
     }
+    /// Streaming multiprocessors of this PE's GPU (under the simulator, the number it
+    /// models), shared with the other PEs on the GPU where several are (CUDA MPS).
+    pub fn multiprocessors(&self) -> Result<u32> {
+        self.backend.multiprocessors()
+    }
     /// The CUDA context of this PE's GPU ([`Error::Simulator`] under the simulator).
     pub fn context(&self) -> Result<&Arc<CudaContext>> {
         Ok(&self.gpu()?.ctx)

@@ -3,7 +3,7 @@
 
 use super::{Backend, Function, LaunchArgs, PeInfo};
 use crate::error::{Error, Result};
-use crate::module::LaunchConfig;
+use crate::module::{LaunchConfig, SharedCarveout};
 use crate::nvshmem::{HostSync, Nvshmem, sys::RawUniqueId};
 use crate::runtime::Mark;
 use crate::stream::{GraphExec, StreamRef};
@@ -51,6 +51,8 @@ pub(crate) struct Gpu {
     /// The dynamic shared memory each kernel has been allowed beyond [`SHARED_DEFAULT`]
     /// ([`Gpu::allow_shared`]).
     shared_allowed: std::cell::RefCell<std::collections::HashMap<usize, u32>>,
+    /// Each kernel's shared-memory carveout as last set ([`Gpu::set_carveout`]).
+    carveouts: std::cell::RefCell<std::collections::HashMap<usize, i32>>,
 }
 
 /// Dynamic shared memory a block may have without its kernel opting in (48 KB on every GPU
@@ -246,6 +248,7 @@ impl Gpu {
             in_flight: Default::default(),
             poisoned: std::cell::Cell::new(false),
             shared_allowed: Default::default(),
+            carveouts: Default::default(),
         })
     }
 
@@ -450,6 +453,29 @@ impl Gpu {
             )
         }?;
         allowed.insert(f as usize, bytes);
+        Ok(())
+    }
+}
+
+impl Gpu {
+    /// Sets `f`'s preferred shared-memory carveout to `carveout` where it is not that already
+    /// (the attribute stays with the kernel: one driver call a change, not a launch).
+    fn set_carveout(&self, f: Function, carveout: SharedCarveout) -> Result<()> {
+        let v = carveout.attribute();
+        let mut set = self.carveouts.borrow_mut();
+        if set.get(&(f as usize)) == Some(&v) {
+            return Ok(());
+        }
+        // SAFETY: `f` is a function of a loaded module of this context; `v` is -1 or a
+        // percentage (`crate::module` refuses more than 100).
+        unsafe {
+            result::function::set_function_attribute(
+                f,
+                sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                v,
+            )
+        }?;
+        set.insert(f as usize, v);
         Ok(())
     }
 }
@@ -797,14 +823,19 @@ impl Backend for Gpu {
                 cfg.shared_mem_bytes as usize,
             )
         }?;
-        let sms = self
-            .ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let sms = self.multiprocessors()?;
         // PEs that share the GPU (CUDA MPS) run at once, and MPS does not keep their SMs
         // apart: each counts on its share of every SM, so that all of their grids fit
         // together whatever SMs they land on. Sized at the whole GPU, two PEs' grids that
         // wait on each other deadlocked (measured: halo and MoE defaults, 2 PEs on one H200).
-        Ok((per_sm.max(0) as u32 * sms as u32) / self.gpu_share)
+        Ok((per_sm.max(0) as u32 * sms) / self.gpu_share)
+    }
+
+    fn multiprocessors(&self) -> Result<u32> {
+        Ok(self
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            as u32)
     }
 
     unsafe fn launch(
@@ -817,6 +848,9 @@ impl Backend for Gpu {
     ) -> Result<()> {
         let stream = self.resolve(cfg.stream)?;
         self.allow_shared(f, cfg.shared_mem_bytes)?;
+        if let Some(c) = cfg.shared_carveout {
+            self.set_carveout(f, c)?;
+        }
         {
             let mut names = self.in_flight.borrow_mut();
             if names.len() < 64 {

@@ -110,6 +110,8 @@ pub(crate) trait Backend {
     /// Blocks of `cfg`'s shape of `f` that can be resident at once (what a cooperative
     /// launch may have).
     fn coresident_blocks(&self, f: Function, cfg: &LaunchConfig) -> Result<u32>;
+    /// Streaming multiprocessors of this PE's GPU (the simulator's count of them).
+    fn multiprocessors(&self) -> Result<u32>;
     /// Splits `parent` (collective over its PEs): the new team, and for [`Split::TwoD`] the
     /// column team too (`-1` where this PE is not a member, and as the second for strided).
     fn team_split(&self, parent: i32, how: Split) -> Result<(i32, i32)>;

@@ -732,6 +732,10 @@ impl Backend for SimPe {
         Ok(coresident_blocks(cfg.threads()))
     }
 
+    fn multiprocessors(&self) -> Result<u32> {
+        Ok(SMS)
+    }
+
     /// Runs the kernel on every PE's grid once every PE has launched it with the same
     /// shape.
     unsafe fn launch(

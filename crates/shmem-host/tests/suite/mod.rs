@@ -5,7 +5,7 @@
 
 #![allow(dead_code, unused_macros, unused_imports)]
 
-use shmem_host::{Error, LaunchConfig, Module, Shmem, StreamRef, SymBuffer};
+use shmem_host::{Error, LaunchConfig, Module, SharedCarveout, Shmem, StreamRef, SymBuffer};
 use std::path::PathBuf;
 use suite_common::expect;
 use suite_common::*;
@@ -725,6 +725,42 @@ pub fn shared_beyond_default(rt: &Shmem) {
         got.to_vec().unwrap(),
         [B, 0].repeat(blocks as usize),
         "per block: [bytes given, words read wrong]"
+    );
+    // The same launch with the SMs' most shared memory, then the driver's split again (the
+    // attribute set anew each time): the same words.
+    for carveout in [SharedCarveout::Percent(100), SharedCarveout::Default] {
+        let again = filled(rt, 2 * blocks as usize, |_| 0u32);
+        // SAFETY: as above.
+        unsafe {
+            k.launch(
+                LaunchConfig::linear(blocks, 256)
+                    .with_shared_mem(B)
+                    .with_shared_carveout(carveout),
+                (&again,),
+            )
+            .unwrap()
+        };
+        rt.barrier_all().unwrap();
+        assert_eq!(
+            again.to_vec().unwrap(),
+            [B, 0].repeat(blocks as usize),
+            "{carveout:?}: per block: [bytes given, words read wrong]"
+        );
+    }
+    // A carveout above 100 % is refused before the launch.
+    // SAFETY: refused, so nothing runs.
+    let e = unsafe {
+        k.launch(
+            LaunchConfig::linear(blocks, 256)
+                .with_shared_mem(B)
+                .with_shared_carveout(SharedCarveout::Percent(101)),
+            (&got,),
+        )
+    }
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Invalid(m) if m.contains("carveout of 101 %")),
+        "{e}"
     );
     if !rt.is_simulated() {
         // More than any GPU gives a block: refused before the launch, with the limit named.
