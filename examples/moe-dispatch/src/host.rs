@@ -17,8 +17,8 @@ use crate::routing::{self, Distribution, destinations};
 use shmem_device::{DevicePtr, Sym};
 use shmem_host::args::HostArg;
 use shmem_host::{
-    Enqueue, Error, Graph, KernelFn, LaunchConfig, Mark, Module, Result, Shmem, StreamRef,
-    SymBuffer,
+    Enqueue, Error, Graph, KernelFn, LaunchConfig, Mark, Module, Result, SharedCarveout, Shmem,
+    StreamRef, SymBuffer,
 };
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -286,6 +286,8 @@ pub struct Kernels<'m> {
     dispatch_fp8_throughput: KernelFn<'m, kernels::moe_dispatch_fp8_throughput>,
     experts: KernelFn<'m, kernels::moe_experts>,
     combine: KernelFn<'m, kernels::moe_combine>,
+    /// Streaming multiprocessors of the GPU.
+    sms: u32,
 }
 
 /// Runs `$body` with `$f` bound to the dispatch kernel of `$shape` in `$k` (a [`Kernels`]):
@@ -331,6 +333,7 @@ impl<'m> Kernels<'m> {
             dispatch_fp8_throughput: module.kernel()?,
             experts: module.kernel()?,
             combine: module.kernel()?,
+            sms: module.runtime().multiprocessors()?,
         })
     }
 
@@ -443,6 +446,10 @@ where
     unsafe { DevicePtr::from_raw(b.device_ptr() as *mut T) }
 }
 
+/// The shared-memory carveout of the throughput layout's SMs where its dispatch takes shared
+/// memory and starts while it runs ([`grids`]).
+const LAYOUT_CARVEOUT_PERCENT: u8 = 100;
+
 /// The shapes of the four launches of `k` (layout, dispatch, experts, combine) for `opts`.
 fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<'static>; 4]> {
     let th = opts.threads;
@@ -482,6 +489,22 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     let dispatch = t * wpb;
     let segs = (shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
     let combine = t * n * segs;
+    // Where the throughput dispatch starts while its layout runs, its blocks take shared memory
+    // (the `bf16` one) and the layout's grid has a block on (nearly) every SM, the layout's SMs
+    // keep the most shared memory they can have, so that the dispatch's blocks start beside the
+    // layout's. With the driver's carveout for the layout (which takes none), the first dispatch
+    // block started 5.6 µs into the layout at 4096 tokens, and 1.2 µs in with this. 1 PE on GPU 0
+    // of two H200s, the round with it: 1.2, 0.7 and 1.0 µs shorter at 2048, 3072 and 4096 tokens
+    // (130-260 layout blocks on 132 SMs), but 0.5-1.1 µs longer at 512-1536 (33-98 blocks: the
+    // dispatch's blocks went first to the SMs the layout left free). The FP8 dispatch takes no
+    // shared memory, and at this carveout (its blocks then run with the least L1) took 2.6 µs more
+    // (BENCHMARKS.md, forty-ninth session).
+    let layout_blocks = layout.div_ceil(wpb).clamp(1, lf);
+    let layout_carveout = if dependent && shared > 0 && layout_blocks * 10 >= k.sms * 9 {
+        SharedCarveout::Percent(LAYOUT_CARVEOUT_PERCENT)
+    } else {
+        SharedCarveout::Default
+    };
     Ok([
         // Layout and combine wait inside the grid and on other PEs, dispatch on other
         // PEs: cooperative, for the CUDA C++ twin too (the Rust manifest says so itself);
@@ -489,7 +512,9 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         // waits for it inside (`shmem_device::pdl`): not cooperatively, as no cooperative
         // launch starts early. Its grid fits all the same (`fit`), and only its block 0
         // waits for the others.
-        LaunchConfig::linear(layout.div_ceil(wpb).clamp(1, lf), th).with_cooperative(true),
+        LaunchConfig::linear(layout_blocks, th)
+            .with_cooperative(true)
+            .with_shared_carveout(layout_carveout),
         LaunchConfig::linear(fit(df, dispatch), th)
             .with_shared_mem(shared)
             .with_cooperative(!dependent)

@@ -44,6 +44,9 @@
 //!   warp 0 moving the rows by bulk copies into the slots the layout gave them), without
 //!   atomics. The host launches the throughput dispatch as a programmatic dependent of the
 //!   layout ([`shmem_device::pdl`]; from sm_90): every layout block lets it start at once.
+//!   Where the dispatch's blocks take shared memory (`bf16`) and the layout's grid covers the
+//!   SMs, the layout runs at the SMs' largest shared-memory carveout, so that the dispatch's
+//!   blocks can start beside the layout's (`shmem_host::LaunchConfig::with_shared_carveout`).
 //!   The layout scans the destinations' columns first and counts them done in
 //!   `signals[SIG_SLOTS]`; the dispatch's rows wait for that count (`wait_slots`), after
 //!   their first bulk copies into shared memory are under way, and only its metadata waits
