@@ -902,11 +902,21 @@ pub unsafe fn grid_sync_rounds(got: SymSlice<u32>, work: SymSlice<u32>) {
 /// second cannot start first, costs little.
 pub const PDL_WAIT_NS: u64 = 50_000_000;
 
+/// What [`pdl_first`](pdl_first()) waits: [`PDL_WAIT_NS`] on the GPU; on the simulator, which
+/// runs a stream's launches in order (the dependent never starts first), one poll. Waiting
+/// there, the simulator could declare the poll a deadlock before the time was up: after
+/// `POLL_LIMIT` polls, which an optimised build makes in less than 50 ms.
+const PDL_WAIT: u64 = if cfg!(target_arch = "nvptx64") {
+    PDL_WAIT_NS
+} else {
+    0
+};
+
 /// The first kernel of a programmatic dependent launch: every block lets its dependent start
-/// (`pdl::launch_dependents`); thread 0 of block 0 then waits up to [`PDL_WAIT_NS`] for
-/// `flag[0]`, which the dependent sets before its `pdl::wait`, and writes into `seen[0]`
-/// whether it saw it (1) or not (0); after that the block's threads write `data[i] = 3 i +
-/// 1` for every thread `i` of the grid. So where the dependent started early it ran while
+/// (`pdl::launch_dependents`); thread 0 of block 0 then waits up to [`PDL_WAIT_NS`] (on
+/// the GPU) for `flag[0]`, which the dependent sets before its `pdl::wait`, and writes into
+/// `seen[0]` whether it saw it (1) or not (0); after that the block's threads write `data[i]
+/// = 3 i + 1` for every thread `i` of the grid. So where the dependent started early it ran while
 /// this kernel did, and it must wait for `data`.
 ///
 /// # Safety
@@ -924,7 +934,7 @@ pub unsafe fn pdl_first(data: SymSlice<u32>, flag: SymSlice<u32>, seen: SymSlice
                 if scoped::load_relaxed(Gpu, flag.at(0)) != 0 {
                     break 1;
                 }
-                if global_timer_ns().wrapping_sub(start) > PDL_WAIT_NS {
+                if global_timer_ns().wrapping_sub(start) > PDL_WAIT {
                     break 0;
                 }
             };
