@@ -710,50 +710,38 @@ pub fn shared_beyond_default(rt: &Shmem) {
         .kernel::<api_suite_kernels::shared_beyond_default>()
         .unwrap();
     let blocks = 2u32;
-    let got = filled(rt, 2 * blocks as usize, |_| 0u32);
-    // SAFETY: launched with the shared memory the kernel fills; `got` holds two zeroed words
-    // a block.
-    unsafe {
-        k.launch(
-            LaunchConfig::linear(blocks, 256).with_shared_mem(B),
-            (&got,),
-        )
-        .unwrap()
-    };
-    rt.barrier_all().unwrap();
-    assert_eq!(
-        got.to_vec().unwrap(),
-        [B, 0].repeat(blocks as usize),
-        "per block: [bytes given, words read wrong]"
-    );
-    // The same launch with the SMs' most shared memory, then the driver's split again (the
-    // attribute set anew each time): the same words.
-    for carveout in [SharedCarveout::Percent(100), SharedCarveout::Default] {
-        let again = filled(rt, 2 * blocks as usize, |_| 0u32);
-        // SAFETY: as above.
-        unsafe {
-            k.launch(
-                LaunchConfig::linear(blocks, 256)
-                    .with_shared_mem(B)
-                    .with_shared_carveout(carveout),
-                (&again,),
-            )
-            .unwrap()
+    let cfg = LaunchConfig::linear(blocks, 256).with_shared_mem(B);
+    // As the kernel is, then with the SMs' most shared memory, then the driver's split again
+    // (the attribute set anew each time): the same words.
+    let carveouts = [
+        None,
+        Some(SharedCarveout::Percent(100)),
+        Some(SharedCarveout::Default),
+    ];
+    let mut got = None;
+    for carveout in carveouts {
+        let words = filled(rt, 2 * blocks as usize, |_| 0u32);
+        let cfg = match carveout {
+            Some(c) => cfg.with_shared_carveout(c),
+            None => cfg,
         };
+        // SAFETY: launched with the shared memory the kernel fills; `words` holds two zeroed
+        // words a block.
+        unsafe { k.launch(cfg, (&words,)).unwrap() };
         rt.barrier_all().unwrap();
         assert_eq!(
-            again.to_vec().unwrap(),
+            words.to_vec().unwrap(),
             [B, 0].repeat(blocks as usize),
-            "{carveout:?}: per block: [bytes given, words read wrong]"
+            "carveout {carveout:?}: per block: [bytes given, words read wrong]"
         );
+        got = Some(words);
     }
+    let got = got.unwrap();
     // A carveout above 100 % is refused before the launch.
     // SAFETY: refused, so nothing runs.
     let e = unsafe {
         k.launch(
-            LaunchConfig::linear(blocks, 256)
-                .with_shared_mem(B)
-                .with_shared_carveout(SharedCarveout::Percent(101)),
+            cfg.with_shared_carveout(SharedCarveout::Percent(101)),
             (&got,),
         )
     }
