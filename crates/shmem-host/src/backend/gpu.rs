@@ -455,9 +455,7 @@ impl Gpu {
         allowed.insert(f as usize, bytes);
         Ok(())
     }
-}
 
-impl Gpu {
     /// Sets `f`'s preferred shared-memory carveout to `carveout` where it is not that already
     /// (the attribute stays with the kernel: one driver call a change, not a launch).
     fn set_carveout(&self, f: Function, carveout: SharedCarveout) -> Result<()> {
