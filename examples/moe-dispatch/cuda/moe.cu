@@ -535,8 +535,8 @@ __device__ __forceinline__ uint32_t group_len(const Shape &s) {
 // The block-per-token dispatches: the block takes its tokens group_len at a time. In
 // low-latency mode its warps send the group's metadata (a warp per (token, destination))
 // while the threads load the first batch of the group's first row (a warp that sends loads
-// after it); in throughput mode each warp waits for the layout to have placed the rows
-// (wait_slots), and the block sends its tokens' metadata after its last row, once the whole
+// after it); in throughput mode the block's first warp waits for the layout to have placed
+// the rows (wait_slots) and the block meets it, before the first group, and the block sends its tokens' metadata after its last row, once the whole
 // layout is out. Then the threads store the
 // group's rows batch by batch (store(t, first, v) with v prepared from fetch(t, first)) into
 // every PE they go to whose memory is mapped here, where send_slot says; in low-latency mode
@@ -553,6 +553,13 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
   uint32_t chunks = (uint32_t)(h / 8);
   uint32_t nb = (chunks + batch - 1) / batch;
   bool tp = s.mode == THROUGHPUT;
+  // Throughput mode: the rows once the layout has placed them, waited for once by the
+  // block's first warp, which the others meet (kernels.rs, send_grouped, waits at the first
+  // group; here, in the first group, nvcc spilled 4 bytes).
+  if (tp && blockIdx.x < t_n) {
+    if (w == 0) wait_slots(b, s);
+    __syncthreads();
+  }
   for (size_t t0 = blockIdx.x; t0 < t_n; t0 += g_n * stride) {
     V v;
     uint4 raw[HELD], next[HELD];
@@ -560,8 +567,6 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
       size_t t = t0 + u / n * stride;
       if (t < t_n) send<true>(b, s, t, u % n, lane);
     }
-    // Throughput mode: the rows once the layout has placed them (wait_slots).
-    if (tp) wait_slots(b, s);
     size_t rows = (t_n - t0 + stride - 1) / stride;
     uint32_t steps = (uint32_t)(rows < g_n ? rows : g_n) * nb;
     auto ahead = [&](uint32_t j) {

@@ -1456,9 +1456,13 @@ const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = 
 /// first row (`fetch(t, 0, tid, bs)`; a warp that sends loads after it: held across the
 /// metadata, the chunks would not fit the kernel's registers), and the block synchronises
 /// once (`send` writes the slots). In throughput mode, launched as the layout's dependent,
-/// each warp waits for the layout to have placed the rows ([`wait_slots`]; a poll once the
-/// first group's has passed), and the block sends the metadata of all its tokens after its
-/// last row, once the whole layout is out ([`shmem_device::pdl::wait`]). Then it stores the
+/// the block's first warp waits for the layout to have placed the rows ([`wait_slots`])
+/// and the block meets, before its first group. (With every warp polling the one word, 32
+/// a block and four blocks an SM, the layout's adds to it came later: on one H200 at 1 PE,
+/// held, the FP8 rounds took 18.0-18.2 µs at 512 tokens against 15.4-15.5, and 37.6-38.0
+/// at 4096 against 36.5-36.9; BENCHMARKS.md, fiftieth session.) The block sends the metadata
+/// of all its tokens after its last row, once the whole layout is out
+/// ([`shmem_device::pdl::wait`]). Then it stores the
 /// group's rows batch by batch (`store(t, first, v, Placed::Slots, tid, bs)` with
 /// `v = prep.prepare(fetch(t, first, tid, bs))`, [`HELD`] chunks a thread a batch) into every
 /// PE they go to whose memory is mapped here. With `AHEAD` the next batch's loads are issued
@@ -1520,11 +1524,14 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
             if !tp {
                 send_group(t0);
             }
-            // In throughput mode the rows' slots: before the group's first batch is loaded
-            // (waiting at the start of the function instead, or with the batch in flight,
-            // the FP8 kernel spilled 24 bytes on sm_90).
-            if tp {
-                wait_slots(b, s);
+            // In throughput mode the rows' slots, once, before the first group's first batch
+            // is loaded: one warp polls, the others meet it. (With the batch in flight, or
+            // before the loop, the FP8 kernel spilled 24 bytes on sm_90.)
+            if tp && t0 == block_idx_x() as usize {
+                if w == 0 {
+                    wait_slots(b, s);
+                }
+                sync_threads();
             }
             // Step `j` is batch `j % nb` of the group's row `j / nb`.
             let steps = (g_n as usize).min((t_n - t0).div_ceil(stride)) as u32 * nb;
