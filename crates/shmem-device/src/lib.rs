@@ -34,6 +34,7 @@
 //! | `nvshmem_putmem_signal_nbi(d, s, b, sig, v, NVSHMEM_SIGNAL_ADD, pe)` | [`signal::put_signal_nbi`]`(Thread, d, s, sig, v, SignalOp::Add, pe)` |
 //! | `nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, v)` | [`signal::signal_wait_until`]`(sig, Cmp::Ge, v)` |
 //! | `nvshmem_uint64_wait_until(ivar, NVSHMEM_CMP_EQ, v)` | [`p2p::wait_until`]`(ivar, Cmp::Eq, v)` |
+//! | `while (*(volatile uint64_t *)sig < v) __nanosleep(ns);` (a wait with a backoff: none in NVSHMEM) | [`signal::signal_wait_until_backoff`]`(sig, Cmp::Ge, v, ns)`; [`nanosleep`]`(ns)` |
 //! | (a wait that gives up: none in NVSHMEM) | [`p2p::wait_until_within`]`(ivar, Cmp::Eq, v, bound)`, or any wait under a program-wide bound ([`bound`]) |
 //! | `nvshmem_int_atomic_fetch_add(dst, v, pe)` | [`amo::atomic_fetch_add`]`(dst, v, pe)` |
 //! | `nvshmem_fence()`, `nvshmem_quiet()` | [`fence`], [`quiet`] |
@@ -127,7 +128,7 @@ pub mod prelude {
     pub use crate::scope::{Block, Thread, Warp};
     pub use crate::signal::{
         SignalOp, put_signal, put_signal_nbi, signal_fetch, signal_op, signal_wait_until,
-        signal_wait_until_within,
+        signal_wait_until_backoff, signal_wait_until_within,
     };
     pub use crate::team::{Team, my_pe, n_pes};
     pub use crate::thread::*;

@@ -157,6 +157,22 @@ pub fn global_timer_ns() -> u64 {
     crate::bound::now_ns()
 }
 
+/// Suspends the calling thread for about `ns` nanoseconds (PTX `nanosleep`, CUDA's
+/// `__nanosleep`; sm_70 and up): the hardware sleeps somewhere in `0 ..= 2 ns`, at most a
+/// millisecond. For the backoff of a poll that is not urgent, so that many waiting threads
+/// leave the memory system to the work they wait for
+/// ([`crate::signal::signal_wait_until_backoff`]). Under the simulator it returns at once.
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: `nanosleep` only suspends the thread; it reads no memory and writes none.
+    unsafe {
+        core::arch::asm!("nanosleep.u32 {0};", in(reg32) ns, options(nomem, nostack))
+    };
+    #[cfg(not(target_arch = "nvptx64"))]
+    let _ = ns;
+}
+
 /// Whether every lane of the calling thread's warp executes this call with it
 /// (`activemask.b32` is all ones): a hint for the shape of a peer copy
 /// ([`crate::rma`]), which holds only at the instant it is read. No code on the host asks

@@ -13,7 +13,7 @@
 //! | [`rma_small`](rma_small()) | thread-scope `put`, `put_nbi`, `get`, `get_nbi` of 4 to 160 bytes | no |
 //! | [`group_entry`](group_entry()) | block- and warp-scope `put`, `get` and `put_signal` after the group's own writes and reads | no |
 //! | [`rma_warp`](rma_warp()) | warp-scope `put`, `put_nbi`, `get`, `get_nbi`, `rma::put_nbi_unmapped` of 4 bytes to 16 KiB | no |
-//! | [`signals`](signals()) | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` | yes (waits) |
+//! | [`signals`](signals()) | `put_signal[_nbi]` × set/add × scopes, `signal_op`, `signal_fetch`, `signal_wait_until` and `signal_wait_until_backoff` | yes (waits) |
 //! | [`waits`](waits()) | `wait_until`, `test` and their `_all`/`_any` forms, 4 types | yes (waits) |
 //! | [`atomics`](atomics()) | every AMO, 6 types; a contended counter | no |
 //! | [`ordering`](ordering()) | `fence` and `quiet` ordering a put before a flag | yes (waits) |
@@ -337,8 +337,9 @@ pub unsafe fn rma_warp(src: SymSlice<u32>, dst: SymSlice<u32>, count: u32) {
 /// `put_signal` / `put_signal_nbi` with Set and Add in every scope, then `signal_op`.
 ///
 /// Case `c` (0–11) moves `SIGNAL_CASE` elements from `src` to next's `dst` and updates
-/// next's `sig[c]` to `c + 1` (Set, or Add onto 0); each PE waits for its own `sig[c]`.
-/// Then `signal_op` adds 7 to next's `sig[12]` and sets next's `sig[13]` to 9.
+/// next's `sig[c]` to `c + 1` (Set, or Add onto 0); each PE waits for its own `sig[c]`
+/// (odd cases with `signal_wait_until_backoff`). Then `signal_op` adds 7 to next's `sig[12]`
+/// (waited for with the backoff) and sets next's `sig[13]` to 9.
 ///
 /// Host sets `src[i] = pattern(pe, i)`, zeroes `dst`, `sig`. After: `dst` = `pattern(prev, i)`
 /// over the 12 cases, `sig[c] = got[c] = c + 1`, `sig[12] = got[12] = 7`, `sig[13] = got[13] = 9`.
@@ -367,7 +368,13 @@ pub unsafe fn signals(
             }
             if t == 0 {
                 // SAFETY: prev makes the matching put_signal, so the wait ends.
-                let v = unsafe { signal_wait_until(sig.at(c), Cmp::Eq, c as u64 + 1) };
+                let v = unsafe {
+                    if c % 2 == 1 {
+                        signal_wait_until_backoff(sig.at(c), Cmp::Eq, c as u64 + 1, 100)
+                    } else {
+                        signal_wait_until(sig.at(c), Cmp::Eq, c as u64 + 1)
+                    }
+                };
                 // SAFETY: only thread 0 writes `got`.
                 unsafe { got.write(c, v) };
             }
@@ -393,7 +400,7 @@ pub unsafe fn signals(
         unsafe {
             signal_op(sig.at(12), 7, SignalOp::Add, next);
             signal_op(sig.at(13), 9, SignalOp::Set, next);
-            signal_wait_until(sig.at(12), Cmp::Ge, 7);
+            signal_wait_until_backoff(sig.at(12), Cmp::Ge, 7, 1000);
             got.write(12, signal_fetch(sig.at(12)));
             signal_wait_until(sig.at(13), Cmp::Eq, 9);
             got.write(13, signal_fetch(sig.at(13)));
