@@ -89,6 +89,7 @@ __device__ __forceinline__ uint32_t warp_or(uint32_t v) {
 
 constexpr size_t LAYOUT_CHUNK = 32;  // a warp's tokens, a lane each: a chunk is one ballot
 constexpr size_t LAYOUT_SEGMENT = 4;  // chunks a unit of the layout takes, in one warp
+constexpr unsigned LOOKBACK_SLEEP_NS = 256;  // an expert column's backoff in the layout
 constexpr size_t MAX_TOP_K = 16;
 
 // One unit of the layout's scan (scan_unit in Rust): column col's hits among the
@@ -188,9 +189,17 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
     uint32_t hits = s.top_k <= 8 ? scan_unit<8>(b, s, col, first, lane, found)
                                  : scan_unit<MAX_TOP_K>(b, s, col, first, lane, found);
     if (lane == 0) *(volatile uint64_t *)&b.scratch[unit] = tag << 32 | hits;
+    // An expert column's warps poll with a backoff (kernels.rs, LOOKBACK_SLEEP_NS).
     uint32_t before = 0;
-    for (size_t c = lane; c < sg; c += 32)
-      before += (uint32_t)nvshmem_signal_wait_until(b.scratch + col * segs + c, NVSHMEM_CMP_GE, tag << 32);
+    for (size_t c = lane; c < sg; c += 32) {
+      uint64_t *word = b.scratch + col * segs + c, v;
+      if (col < e_n) {
+        while ((v = *(volatile uint64_t *)word) < tag << 32) __nanosleep(LOOKBACK_SLEEP_NS);
+      } else {
+        v = nvshmem_signal_wait_until(word, NVSHMEM_CMP_GE, tag << 32);
+      }
+      before += (uint32_t)v;
+    }
     for (int m = 16; m > 0; m /= 2) before += __shfl_xor_sync(0xffffffffu, before, m);
 #pragma unroll
     for (size_t i = 0; i < LAYOUT_SEGMENT; i++) {

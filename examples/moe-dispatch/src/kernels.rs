@@ -647,6 +647,16 @@ pub const fn layout_units(tokens: u32, n_pes: u32, experts: u32) -> usize {
     (experts as usize + n_pes as usize) * layout_segments(tokens)
 }
 
+/// The sleep between the polls of an expert column's warp of the layout that waits for the
+/// column's earlier units ([`signal_wait_until_backoff`]): the destinations' units, which the
+/// dispatch's rows wait for, are scanned meanwhile, and some 2000 warps polling tightly
+/// slowed them. On one H200 at 1 PE, held, 4096 tokens, the throughput rounds took 0.4-0.5 µs
+/// less with 256 ns (`bf16` 38.05-38.45 µs against 38.45-38.88, FP8 35.84-36.38 against
+/// 36.27-36.91), and the same at 128 and 512 tokens; the expert warps starting 1 µs late
+/// instead took 0.5-1.5 µs more at 128 and 512 tokens (BENCHMARKS.md, fiftieth session). The
+/// twin uses the same (checked by a test).
+pub const LOOKBACK_SLEEP_NS: u32 = 256;
+
 /// Units of the layout's scan that place this PE's rows: one per (destination, segment), the
 /// first units a launch takes. Each adds one to `signals[SIG_SLOTS]` once its rows' slots
 /// are written, so that round `R` has placed every row at `R` times this.
@@ -825,15 +835,17 @@ unsafe fn layout(b: Bufs, s: Shape) {
                 );
             }
             // The hits of the column's earlier units, each once its warp has published it
-            // this launch (earlier launches' tags are smaller).
+            // this launch (earlier launches' tags are smaller). An expert column's warps poll
+            // with a backoff ([`LOOKBACK_SLEEP_NS`]); the destinations' poll at once.
             let mut before = 0u32;
             let mut c = lane as usize;
             while c < sg {
-                let v = signal_wait_until(
-                    b.scratch.wrapping_add(col as usize * segs + c),
-                    Cmp::Ge,
-                    tag << 32,
-                );
+                let (word, from) = (b.scratch.wrapping_add(col as usize * segs + c), tag << 32);
+                let v = if col < e_n {
+                    signal_wait_until_backoff(word, Cmp::Ge, from, LOOKBACK_SLEEP_NS)
+                } else {
+                    signal_wait_until(word, Cmp::Ge, from)
+                };
                 before += v as u32;
                 c += 32;
             }

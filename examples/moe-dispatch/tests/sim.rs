@@ -100,7 +100,8 @@ fn the_cuda_twin_shape_has_every_field_in_order() {
 /// The twin's constants that the Rust kernels' buffers and signals depend on: its layout
 /// scans in units of [`LAYOUT_SEGMENT`](k::LAYOUT_SEGMENT) chunks of
 /// [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK) tokens (the host driver sizes `scratch` and the
-/// layout's grid for them), its `work` words and signal words are where the Rust kernels'
+/// layout's grid for them) and its expert columns poll with the same backoff
+/// ([`LOOKBACK_SLEEP_NS`](k::LOOKBACK_SLEEP_NS)), its `work` words and signal words are where the Rust kernels'
 /// are, and a grid's arrival is the same [`ARRIVAL`](k::ARRIVAL).
 #[test]
 fn the_cuda_twin_uses_the_same_constants() {
@@ -108,6 +109,8 @@ fn the_cuda_twin_uses_the_same_constants() {
     assert_eq!(chunk.trim(), k::LAYOUT_CHUNK.to_string());
     let segment = twin_between("constexpr size_t LAYOUT_SEGMENT = ", ";");
     assert_eq!(segment.trim(), k::LAYOUT_SEGMENT.to_string());
+    let sleep = twin_between("constexpr unsigned LOOKBACK_SLEEP_NS = ", ";");
+    assert_eq!(sleep.trim(), k::LOOKBACK_SLEEP_NS.to_string());
     let work = twin_between("enum : size_t { LAYOUT_BARRIER", "}");
     assert_eq!(
         work.trim(),
