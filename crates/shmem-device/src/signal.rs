@@ -189,8 +189,7 @@ pub unsafe fn signal_wait_until(sig: Sym<u64>, cmp: Cmp, value: u64) -> u64 {
 /// once, their tight polls compete with the work they wait for (the loads and atomics of
 /// the threads that will make the condition true, on the same memory); with the backoff
 /// they leave it alone, and each returns up to about `2 sleep_ns` after the condition
-/// holds. Not in NVSHMEM. (The MoE layout's expert columns wait so for each other; on one
-/// H200 their rounds took 0.4-0.5 µs less at 4096 tokens with 256 ns;
+/// holds. Not in NVSHMEM. (The MoE layout's expert columns wait so for each other;
 /// BENCHMARKS.md, fiftieth session.)
 ///
 /// Bounded by the program-wide bound when one is set ([`crate::bound`]).
