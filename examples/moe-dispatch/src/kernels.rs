@@ -654,9 +654,9 @@ pub const fn layout_units(tokens: u32, n_pes: u32, experts: u32) -> usize {
 /// (`bf16` 37.90-38.24 µs against 39.17-39.33) and 0.3-1.2 less for FP8, where its warps had
 /// polled in NVSHMEM's tight loop; the Rust rounds the same within 0.1 µs (0.5 µs shorter
 /// than the twin's before, 0.3-0.8 longer after: a gap not found yet; the same with the
-/// Rust waits written as the twin's). 128 and 1024 ns were no better; the expert warps starting 1 µs late
-/// instead took 0.5-1.5 µs more at 128 and 512 tokens (BENCHMARKS.md, fiftieth session).
-/// The twin uses the same (checked by a test).
+/// Rust waits written as the twin's). 128 and 1024 ns were no better; the expert warps
+/// starting 1 µs late instead took 0.5-1.5 µs more at 128 and 512 tokens (BENCHMARKS.md,
+/// fiftieth session). The twin uses the same (checked by a test).
 pub const LOOKBACK_SLEEP_NS: u32 = 256;
 
 /// Units of the layout's scan that place this PE's rows: one per (destination, segment), the
