@@ -805,8 +805,9 @@ unsafe fn layout(b: Bufs, s: Shape) {
     // worked out where they are used, through `opaque`, so that the scan's loads do not wait
     // for these two: LLVM hoisted both before the loop, where every warp waited for them
     // before its first load. On one H200 at 1 PE, held, the destinations' warps then started
-    // 0.7 µs sooner at 4096 tokens, and the throughput rounds took 1.1 µs less (`bf16`,
-    // 37.2-37.5 µs) and 1.3-1.6 less (FP8, 33.5-33.7) (BENCHMARKS.md, fiftieth session).
+    // 0.7-0.8 µs sooner at 4096 tokens, and the throughput rounds took 0.9-1.7 µs less
+    // (`bf16`, 37.2-37.5 µs) and 1.2-1.8 less (FP8, 33.5-33.7) (BENCHMARKS.md, fiftieth
+    // session).
     // SAFETY: `work`'s word; no block of this launch can move it before every block has
     // read it (each reads it before arriving).
     let generation_seen = unsafe { scoped::load_relaxed(Gpu, generation) };
@@ -829,13 +830,13 @@ unsafe fn layout(b: Bufs, s: Shape) {
                 scan_unit::<MAX_TOP_K>(b, s, col, first, lane)
             }
         };
+        let tag = tag();
         // SAFETY: `unit < scratch_len`: the warp's own unit, published once this launch;
         // `col * segs + c` for `c < sg` are the column's earlier units, which their warps
         // publish (a warp takes its units in order, and a column's units come in order of
         // `u`, so the lowest unpublished unit always has a warp on it: a cooperative launch,
         // every warp resident); a row `t` written below is below `T`, and a found choice (the
         // low byte less one) below `K`; `SIG_SLOTS` is this PE's word, touched atomically.
-        let tag = tag();
         unsafe {
             if lane == 0 {
                 scoped::store_relaxed(
