@@ -545,8 +545,9 @@ __device__ __forceinline__ uint32_t group_len(const Shape &s) {
 // low-latency mode its warps send the group's metadata (a warp per (token, destination))
 // while the threads load the first batch of the group's first row (a warp that sends loads
 // after it); in throughput mode the block's first warp waits for the layout to have placed
-// the rows (wait_slots) and the block meets it, before the first group, and the block sends its tokens' metadata after its last row, once the whole
-// layout is out. Then the threads store the
+// the rows (wait_slots) and the block meets it, before the first group, and the block sends
+// its tokens' metadata after its last row, once the whole layout is out. Then the threads
+// store the
 // group's rows batch by batch (store(t, first, v) with v prepared from fetch(t, first)) into
 // every PE they go to whose memory is mapped here, where send_slot says; in low-latency mode
 // after a barrier, as send writes send_slot there (kernels.rs, send_grouped). With AHEAD the next batch's loads are issued while a batch is stored (a

@@ -652,11 +652,11 @@ pub const fn layout_units(tokens: u32, n_pes: u32, experts: u32) -> usize {
 /// dispatch's rows wait for, are scanned meanwhile, beside some 2000 such warps. On one H200
 /// at 1 PE, held, 4096 tokens, the twin's throughput rounds took 1.1-1.3 µs less with 256 ns
 /// (`bf16` 37.90-38.24 µs against 39.17-39.33) and 0.3-1.2 less for FP8, where its warps had
-/// polled in NVSHMEM's tight loop; the Rust rounds the same within 0.1 µs (0.5 µs shorter
-/// than the twin's before, 0.3-0.8 longer after: a gap not found yet; the same with the
-/// Rust waits written as the twin's). 128 and 1024 ns were no better; the expert warps
-/// starting 1 µs late instead took 0.5-1.5 µs more at 128 and 512 tokens (BENCHMARKS.md,
-/// fiftieth session). The twin uses the same (checked by a test).
+/// polled in NVSHMEM's tight loop; the Rust rounds the same within 0.1 µs (the Rust
+/// layout's warps then still waited for its tag before their first loads, [`moe_layout()`]).
+/// 128 and 1024 ns were no better; the expert warps starting 1 µs late instead took 0.5-1.5
+/// µs more at 128 and 512 tokens (BENCHMARKS.md, fiftieth session). The twin uses the same
+/// (checked by a test).
 pub const LOOKBACK_SLEEP_NS: u32 = 256;
 
 /// Units of the layout's scan that place this PE's rows: one per (destination, segment), the
