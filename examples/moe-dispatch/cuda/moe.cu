@@ -291,6 +291,18 @@ __device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv)
   inv = __fdiv_rn(448.0f, a);
 }
 
+// This lane's choice of token t and its weight (lanes K and up: -1 and 0), which send takes:
+// the dispatch's inputs, which a throughput dispatch may load before it waits for its layout
+// (kernels.rs, pick).
+struct Pick {
+  int32_t e;
+  float w;
+};
+__device__ __forceinline__ Pick pick(const Bufs &b, const Shape &s, size_t t, uint32_t lane) {
+  if (lane >= s.top_k) return Pick{-1, 0.0f};
+  return Pick{b.topk[t * s.top_k + lane], b.weights[t * s.top_k + lane]};
+}
+
 // Sends token t's metadata to PE d if any of its experts is there (one warp): its source
 // index, weights and pairs, and each pair's slot; send_slot[t][d] then holds the row's slot on
 // d (-1: not sent there), which it also returns to every lane. The caller sends the row. In
@@ -300,7 +312,7 @@ __device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv)
 // A low-latency pair's slot: an atomic on its expert's counter, or with `base` reserved
 // already for the block (reserve_pairs): base[e] plus the pair's rank[k] (rank: the token's).
 template <bool ROWS>
-__device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint32_t lane,
+__device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint32_t lane, Pick pk,
                                         const uint32_t *base = nullptr, const uint16_t *rank = nullptr) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
@@ -308,8 +320,8 @@ __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t,
   uint32_t l_n = e_n / n;
   size_t pair_cursors = ROW_CURSORS + n;
   bool mine = lane < k_n;
-  int32_t e = mine ? b.topk[t * k_n + lane] : -1;
-  float w = mine ? b.weights[t * k_n + lane] : 0.0f;
+  int32_t e = pk.e;
+  float w = pk.w;
   uint32_t dest = e >= 0 ? (uint32_t)e / l_n : 0xffffffffu;
   if (d == 0 && mine && e < 0) b.send_pair[t * k_n + lane] = -2;
   if (__ballot_sync(0xffffffffu, dest == d) == 0) {
@@ -575,7 +587,7 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
     uint4 raw[HELD], next[HELD];
     for (uint32_t u = w; u < units && !tp; u += nw) {
       size_t t = t0 + u / n * stride;
-      if (t < t_n) send<true>(b, s, t, u % n, lane);
+      if (t < t_n) send<true>(b, s, t, u % n, lane, pick(b, s, t, lane));
     }
     size_t rows = (t_n - t0 + stride - 1) / stride;
     uint32_t steps = (uint32_t)(rows < g_n ? rows : g_n) * nb;
@@ -615,11 +627,17 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
   // Throughput mode: the metadata of all the block's tokens after its last row, once the whole
   // layout is out (kernels.rs, send_grouped).
   if (tp) {
+    // The warp's first unit's choices and weights are on their way while it waits (kernels.rs).
+    size_t t1 = blockIdx.x + w / n * stride;
+    bool ahead = w < units && t1 < t_n;
+    Pick first = ahead ? pick(b, s, t1, lane) : Pick{-1, 0.0f};
     pdl_wait();
     for (size_t t0 = blockIdx.x; t0 < t_n; t0 += g_n * stride)
       for (uint32_t u = w; u < units; u += nw) {
         size_t t = t0 + u / n * stride;
-        if (t < t_n) send<true>(b, s, t, u % n, lane);
+        if (t >= t_n) continue;
+        send<true>(b, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane));
+        ahead = false;
       }
   }
 }
@@ -743,6 +761,10 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     count_rows(b, rows);
     if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
   } else {
+    // Throughput mode: the warp's first token's choices and weights on their way while it waits
+    // for the layout (kernels.rs, send_bulk).
+    bool ahead = tp && w - 1 < count * n;
+    Pick first = ahead ? pick(b, s, t0 + (w - 1) / n * stride, lane) : Pick{-1, 0.0f};
     if (tp) pdl_wait();
     // With several tokens, the block's pair slots reserved at once (reserve_pairs in Rust):
     // the metadata warps count the block's pairs of each expert in `base` (each pair's rank
@@ -764,9 +786,12 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
         if (uint32_t c = base[e]) base[e] = atomicAdd(counter(b, ROW_CURSORS + n + e), c);
       asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
     }
-    for (uint32_t u = w - 1; u < count * n; u += nw - 1)
-      send<false>(b, s, t0 + u / n * stride, u % n, lane, reserved ? base : nullptr,
+    for (uint32_t u = w - 1; u < count * n; u += nw - 1) {
+      size_t t = t0 + u / n * stride;
+      send<false>(b, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane), reserved ? base : nullptr,
                   reserved ? rank + u / n * k_n : nullptr);
+      ahead = false;
+    }
   }
   if (__syncthreads_or(unmapped)) {
     for (uint32_t u = w; u < count * n; u += nw) {
@@ -845,7 +870,7 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
   if (w < META_WARPS) {
     // (Looped by token rather than by count, which spilled here.)
     for (size_t t = t0; t < t_n; t += stride)
-      for (uint32_t d = 0; d < n; d++) send<true>(b, s, t, d, lane);
+      for (uint32_t d = 0; d < n; d++) send<true>(b, s, t, d, lane, pick(b, s, t, lane));
   } else {
     uint32_t rank = threadIdx.x - META_WARPS * 32, threads = blockDim.x - META_WARPS * 32;
     uint32_t chunks = (uint32_t)(s.hidden / 8), batch = HELD * threads;

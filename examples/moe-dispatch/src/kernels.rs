@@ -1019,7 +1019,7 @@ unsafe fn layout(b: Bufs, s: Shape) {
 /// # Safety
 /// `t < T`, `d < n`; the whole warp calls it; the buffers and round as in
 /// [`moe_dispatch()`]; a [`PairSlot::Reserved`] `slot` is [`reserve_pairs`]'s for `t`'s block
-/// and `t` its token `i`.
+/// and `t` its token `i`; `(e, w)` is [`pick`]`(b, s, t, lane)`.
 #[inline(always)]
 unsafe fn send<const ROWS: bool>(
     b: Bufs,
@@ -1028,6 +1028,7 @@ unsafe fn send<const ROWS: bool>(
     d: u32,
     lane: u32,
     slot: PairSlot,
+    (e, w): (i32, f32),
 ) -> i32 {
     let tp = s.mode == MODE_THROUGHPUT;
     let (me, n, e_n, cap) = (my_pe() as u32, s.n_pes, s.experts, s.capacity);
@@ -1040,11 +1041,6 @@ unsafe fn send<const ROWS: bool>(
     // this round, so each word written here has one writer; every remote word is in its
     // buffer's bounds on PE `d` (module documentation).
     unsafe {
-        let (e, w) = if mine {
-            (ld(b.topk, q), ld(b.weights, q))
-        } else {
-            (-1, 0.0)
-        };
         let dest = if e >= 0 { e as u32 / l_n } else { u32::MAX };
         if d == 0 && mine && e < 0 {
             st(b.send_pair, q, -2);
@@ -1120,6 +1116,28 @@ unsafe fn send<const ROWS: bool>(
             p(b.recv_src.wrapping_add(row), t as i32, d as i32);
         }
         slot as i32
+    }
+}
+
+/// This lane's choice of token `t` and its weight (lanes `K` and up: -1 and 0), which
+/// [`send`] takes: the dispatch's inputs, which a throughput dispatch's metadata warps load
+/// for their first token before they wait for the layout, so that after it `send` waits for
+/// the layout's words alone. Where the metadata ends the round (128 and 512 tokens; at 4096
+/// the rows do), on one H200 at 1 PE, held, the throughput `bf16` rounds took 0.2-0.4 µs less
+/// at 128 tokens and 0.3-0.6 at 512, the FP8 ones 0.1-0.2 and 0.15-0.35 (BENCHMARKS.md,
+/// fifty-first session). The twin does the same.
+///
+/// # Safety
+/// `t < T`; the buffers as in [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn pick(b: Bufs, s: Shape, t: usize, lane: u32) -> (i32, f32) {
+    let k_n = s.top_k as usize;
+    if (lane as usize) < k_n {
+        let q = t * k_n + lane as usize;
+        // SAFETY: `t < T`, `lane < K`.
+        unsafe { (ld(b.topk, q), ld(b.weights, q)) }
+    } else {
+        (-1, 0.0)
     }
 }
 
@@ -1485,7 +1503,8 @@ const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = 
 /// held, the FP8 rounds took 18.0-18.2 µs at 512 tokens against 15.4-15.5, and 37.6-38.0
 /// at 4096 against 36.5-36.9; BENCHMARKS.md, fiftieth session.) The block sends the metadata
 /// of all its tokens after its last row, once the whole layout is out
-/// ([`shmem_device::pdl::wait`]). Then it stores the
+/// ([`shmem_device::pdl::wait`]), each warp's first token's choices and weights ([`pick`])
+/// loaded before that wait. Then it stores the
 /// group's rows batch by batch (`store(t, first, v, Placed::Slots, tid, bs)` with
 /// `v = prep.prepare(fetch(t, first, tid, bs))`, [`HELD`] chunks a thread a batch) into every
 /// PE they go to whose memory is mapped here. With `AHEAD` the next batch's loads are issued
@@ -1532,7 +1551,7 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
         while u < units {
             if let Some((t, d)) = unit(t0, u) {
                 // SAFETY: `t < T`, `d < n`, the whole warp (the caller's contract for when).
-                unsafe { send::<true>(b, s, t, d, lane, PairSlot::Atomic) };
+                unsafe { send::<true>(b, s, t, d, lane, PairSlot::Atomic, pick(b, s, t, lane)) };
             }
             u += nw;
         }
@@ -1617,10 +1636,26 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
     // out. (Each group's after its rows, the FP8 dispatch took 1.03 of the time at 4096
     // tokens on two H200s.)
     if tp {
+        // The warp's first unit's choices and weights (inputs, not the layout's) are on their
+        // way while it waits.
+        let first = unit(block_idx_x() as usize, w);
+        // SAFETY: `t < T`.
+        let mut ahead = first.map(|(t, _)| unsafe { pick(b, s, t, lane) });
         shmem_device::pdl::wait();
         let mut t0 = block_idx_x() as usize;
         while t0 < t_n {
-            send_group(t0);
+            let mut u = shmem_device::hint::opaque(w);
+            while u < units {
+                if let Some((t, d)) = unit(t0, u) {
+                    // SAFETY: `t < T`, `d < n`, the whole warp, after the layout; the first
+                    // unit's `pick` is `ahead`'s.
+                    unsafe {
+                        let pk = ahead.take().unwrap_or_else(|| pick(b, s, t, lane));
+                        send::<true>(b, s, t, d, lane, PairSlot::Atomic, pk);
+                    }
+                }
+                u += nw;
+            }
             t0 += g_n as usize * stride;
         }
     }
@@ -1833,7 +1868,9 @@ unsafe fn wait_slots(b: Bufs, s: Shape) {
 /// No row waits for the metadata, and no thread holds a row in registers. Warp 0 also counts
 /// the rows it finds towards each PE, and adds them to the PE's row counter once
 /// ([`count_rows`]; low-latency mode). Meanwhile the other warps send the metadata of the
-/// block's tokens, a warp per (token, destination) ([`send`]); in low-latency mode, with
+/// block's tokens, a warp per (token, destination) ([`send`]); in throughput mode once the
+/// whole layout is out ([`shmem_device::pdl::wait`]), each warp's first token's choices and
+/// weights ([`pick`]) loaded before that wait; in low-latency mode, with
 /// several tokens a block, they first reserve
 /// the block's pair slots together, one atomic an expert ([`reserve_pairs`], on a
 /// [`NamedBarrier`] that warp 0 takes no part in). Rows to PEs whose memory is not mapped go
@@ -1956,6 +1993,9 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                 bulk::wait_all();
             }
         } else {
+            // In throughput mode the warp's first token's choices and weights (inputs, not the
+            // layout's) are on their way while it waits for the layout.
+            let mut ahead = (tp && w - 1 < count * n).then(|| pick(b, s, token((w - 1) / n), lane));
             if tp {
                 shmem_device::pdl::wait();
             }
@@ -1976,7 +2016,8 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                 } else {
                     PairSlot::Atomic
                 };
-                send::<false>(b, s, token(i), u % n, lane, slot);
+                let pk = ahead.take().unwrap_or_else(|| pick(b, s, token(i), lane));
+                send::<false>(b, s, token(i), u % n, lane, slot, pk);
                 u += nw - 1;
             }
         }
@@ -2061,7 +2102,8 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                 let work = Sym::from_raw(shmem_device::hint::opaque(b.work.as_ptr()));
                 let b = Bufs { work, ..b };
                 for d in 0..n {
-                    send::<true>(b, s, token(i), d, lane, PairSlot::Atomic);
+                    let pk = pick(b, s, token(i), lane);
+                    send::<true>(b, s, token(i), d, lane, PairSlot::Atomic, pk);
                 }
             }
         } else {
