@@ -1637,7 +1637,10 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
     // tokens on two H200s.)
     if tp {
         // The warp's first unit's choices and weights (inputs, not the layout's) are on their
-        // way while it waits.
+        // way while it waits. (The loop below is `send_group`'s with `ahead`: folded into
+        // `send_group`, the throughput `bf16` kernel, whose code generation it also moved,
+        // read 1.015-1.030 of the time at 128 tokens on one H200; docs/gpu-runs.md,
+        // fifty-first session, run 16.)
         let first = unit(block_idx_x() as usize, w);
         // SAFETY: `t < T`.
         let mut ahead = first.map(|(t, _)| unsafe { pick(b, s, t, lane) });
