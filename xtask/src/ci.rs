@@ -63,6 +63,12 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
         "halo-exchange,moe-dispatch,ring-kernels",
     ]);
     step("build-ptx", &mut build)?;
+    // The SASS of a kernel just built, by the disassembler `cargo xtask sass` installs: it
+    // fails if the listing has no `ring` kernel.
+    let mut sass = Command::new(&xtask);
+    sass.args(["sass", "--kernel", "ring", "ring-kernels"])
+        .stdout(std::process::Stdio::null());
+    step("sass", &mut sass)?;
     step("doctests", &mut c(&["test", "--workspace", "--doc"]))?;
     // The README's programs on the CPU simulator (what its main command does on a machine
     // without a GPU): each exits non-zero if its check against the CPU fails.

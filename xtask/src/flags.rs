@@ -10,6 +10,9 @@ commands:
               --arch A[,B]  (sm_80, sm_90, sm_100; default sm_90)   --nvshmem DIR   --toolchain T
               --require-ptxas   --out DIR   [CRATE|PATH]...  (default: every kernel crate)
               --deny-spills CRATE[,CRATE]  (fail if ptxas spills in their kernels, sm_90 and newer)
+  sass        the SASS of built kernels, read here without a GPU (cuobjdump and nvdisasm from pip,
+              installed on first use): CRATE (its target/ptx/<arch>/CRATE.cubin) or a .cubin
+              --arch A  (default sm_90)   --kernel NAME (that kernel only)   --raw (with encodings)
   ci          the test command: setup, fmt, clippy -D warnings, rustdoc -D warnings, tests
   gpu-bundle  build what a GPU machine runs into carry/ (kernels, release programs, GPU tests)
               --nvshmem-3.8 (ring kernels against NVSHMEM 3.8.0)   --openmpi (Open MPI, mpirun stage)

@@ -4,6 +4,8 @@
 //! cargo xtask setup      [--nvshmem-version V]... [--no-ptxas] [--toolchain T]
 //! cargo xtask build-ptx  [--arch sm_90[,sm_80]]... [--nvshmem DIR] [--toolchain T]
 //!                        [--require-ptxas] [--out DIR] [CRATE|PATH]...
+//! cargo xtask sass       [--arch sm_90] [--kernel NAME] [--raw] CRATE|CUBIN...
+//!                        the SASS of built kernels (cuobjdump and nvdisasm from pip)
 //! cargo xtask ci         everything CI runs: setup, fmt, clippy, docs, tests
 //! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi] [--twins]
 //!                        what a GPU machine runs, into carry/ (see scripts/gpu-run.sh)
@@ -13,6 +15,7 @@ mod build_ptx;
 mod ci;
 mod flags;
 mod gpu_bundle;
+mod sass;
 mod setup;
 
 use std::path::PathBuf;
@@ -28,6 +31,7 @@ fn main() -> ExitCode {
     let result = match cmd.as_str() {
         "setup" => setup::run(args),
         "build-ptx" => build_ptx::run(args),
+        "sass" => sass::run(args),
         "ci" => ci::run(args),
         "gpu-bundle" => gpu_bundle::run_bundle(args),
         "help" | "--help" | "-h" => {

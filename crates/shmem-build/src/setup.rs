@@ -25,6 +25,15 @@ pub const CUDA_TOOLKIT_WHEELS: [&str; 5] = [
     "nvidia-nvvm==13.0.88",
 ];
 
+/// The pip packages that provide `cuobjdump` and the `nvdisasm` it runs, to read the SASS of
+/// the cubins `ptxas` writes on a machine without a GPU ([`disassembler`], `cargo xtask
+/// sass`). PyPI has no 13.0 release of either (its oldest is 13.2); 13.5 reads the sm_80,
+/// sm_90 and sm_100 cubins of `ptxas` 13.0.
+pub const DISASSEMBLER_WHEELS: [&str; 2] = [
+    "nvidia-cuda-cuobjdump==13.5.37",
+    "nvidia-cuda-nvdisasm==13.5.37",
+];
+
 /// Marks a completed install, so an interrupted one is redone.
 const DONE: &str = ".shmem-install-complete";
 
@@ -145,6 +154,23 @@ pub fn cuda_toolkit() -> Result<PathBuf> {
         Err(Error::Setup(format!(
             "the CUDA toolkit wheels left no bin/nvcc and nvvm/bin/cicc under {}",
             root.display()
+        )))
+    }
+}
+
+/// Installs `cuobjdump` and `nvdisasm` ([`DISASSEMBLER_WHEELS`]) into
+/// `<deps_dir>/cuda-sass`; returns the directory that holds both (`cuobjdump -sass` runs the
+/// `nvdisasm` it finds on `PATH`). Not part of [`all`]: only reading SASS needs them.
+pub fn disassembler() -> Result<PathBuf> {
+    let dir = deps_dir().join("cuda-sass");
+    pip_install_all(&DISASSEMBLER_WHEELS, &dir)?;
+    let bin = dir.join("nvidia/cu13/bin");
+    if bin.join("cuobjdump").is_file() && bin.join("nvdisasm").is_file() {
+        Ok(bin)
+    } else {
+        Err(Error::Setup(format!(
+            "the disassembler wheels left no cuobjdump and nvdisasm under {}",
+            bin.display()
         )))
     }
 }
