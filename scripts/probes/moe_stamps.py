@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Per-block `%globaltimer` stamps of the MoE rounds: a diagnostic build, never committed.
+
+The stamps of the fiftieth to fifty-second sessions took `fetch_max` on twelve words from
+every block and warp; they added about 6.6 µs to a throughput round and 2.7 µs to a
+low-latency one (BENCHMARKS.md, fifty-third session, "What the stamps cost"). These are plain
+stores, each block's thread 0 into its own slot, and cost 0-0.5 µs a round:
+
+- the layout's blocks: start and end (their units done); its last block: its exchange's end;
+- the dispatch's blocks: start, rows done (the copying warp's last bulk store complete; the
+  `bf16` paths), end; block 0: the round's end (every block arrived);
+- the combine's first thread prints one line a round, `Q` and 16 values in ns from the
+  round's first block: layout start, its blocks' end p50 and last, its exchange's end; the
+  dispatch's blocks' start min / p10 / p50 / p90 / last; rows done p10 / p50 / p90 / last;
+  its blocks' end p50 / last; the round's end (percentiles in 250 ns buckets).
+
+Use, in a scratch worktree (the patch asserts each place it changes, so it fails loudly when
+the kernels have moved on):
+
+    git worktree add /tmp/stamps HEAD
+    python3 scripts/probes/moe_stamps.py apply /tmp/stamps/examples/moe-dispatch/src/kernels.rs
+    (cd /tmp/stamps && MOE_DIAG=1 cargo xtask build-ptx --arch sm_90 --require-ptxas --out /tmp/stamps-ptx moe-dispatch)
+    # on the GPU machine, with that directory carried:
+    SHMEM_PTX_DIR=.../stamps-ptx moe_dispatch --pes 1 --compare moe.cubin --tokens 4096 \
+        --dtype bf16 --mode throughput --hold-stream --no-verify --reps 3 --rounds 12 > q.log
+    python3 scripts/probes/moe_stamps.py summary q.log
+
+The line is printed in every `--compare` round, so its twin's rounds, which print nothing,
+still run beside it; the combine's own time is not meaningful in such a build.
+"""
+import re
+import statistics
+import sys
+
+MODULE = r"""
+/// DIAGNOSTIC (not committed): per-block `%globaltimer` stamps by plain stores, summarised
+/// and printed by the combine's thread 0 of block 0 (no atomics on shared words).
+pub mod diag {
+    const NB: usize = 1024;
+    static mut DS: [[u64; 3]; NB] = [[0; 3]; NB];
+    static mut LS: [[u64; 2]; NB] = [[0; 2]; NB];
+    static mut G: [u64; 2] = [0; 2];
+    static mut ARGS: [u64; 18] = [0; 18];
+    static mut H: [u32; 256] = [0; 256];
+    #[inline(always)]
+    fn now() -> u64 {
+        shmem_device::thread::global_timer_ns()
+    }
+    #[inline(always)]
+    pub fn d(i: usize) {
+        let b = shmem_device::thread::block_idx_x() as usize;
+        if b < NB {
+            unsafe { core::ptr::write_volatile(&raw mut DS[b][i], now()) };
+        }
+    }
+    #[inline(always)]
+    pub fn l(i: usize) {
+        let b = shmem_device::thread::block_idx_x() as usize;
+        if b < NB {
+            unsafe { core::ptr::write_volatile(&raw mut LS[b][i], now()) };
+        }
+    }
+    #[inline(always)]
+    pub fn g(i: usize) {
+        unsafe { core::ptr::write_volatile(&raw mut G[i], now()) };
+    }
+    /// Percentile `p` (0..=100) of the values `v(b)` that are set, in 250 ns buckets from `base`.
+    #[inline(never)]
+    fn pct(base: u64, p: u32, set: impl Fn(usize) -> u64) -> u64 {
+        unsafe {
+            let h = &raw mut H;
+            for i in 0..256 {
+                (*h)[i] = 0;
+            }
+            let mut n = 0u32;
+            for b in 0..NB {
+                let v = set(b);
+                if v != 0 {
+                    let k = (((v.saturating_sub(base)) / 250) as usize).min(255);
+                    (*h)[k] += 1;
+                    n += 1;
+                }
+            }
+            let want = (n * p).div_ceil(100).max(1);
+            let mut acc = 0u32;
+            for k in 0..256 {
+                acc += (*h)[k];
+                if acc >= want {
+                    return k as u64 * 250;
+                }
+            }
+            255 * 250
+        }
+    }
+    #[inline(never)]
+    pub fn print() {
+        unsafe {
+            let ds = &raw mut DS;
+            let ls = &raw mut LS;
+            let mut base = u64::MAX;
+            for b in 0..NB {
+                for v in [(*ds)[b][0], (*ls)[b][0]] {
+                    if v != 0 && v < base {
+                        base = v;
+                    }
+                }
+            }
+            if base == u64::MAX {
+                return;
+            }
+            let mx = |f: &dyn Fn(usize) -> u64| {
+                let mut m = 0;
+                for b in 0..NB {
+                    let v = f(b);
+                    if v > m {
+                        m = v;
+                    }
+                }
+                m.saturating_sub(base)
+            };
+            let mn = |f: &dyn Fn(usize) -> u64| {
+                let mut m = u64::MAX;
+                for b in 0..NB {
+                    let v = f(b);
+                    if v != 0 && v < m {
+                        m = v;
+                    }
+                }
+                if m == u64::MAX { 0 } else { m - base }
+            };
+            let a = &raw mut ARGS;
+            let ls0 = |b: usize| (*ls)[b][0];
+            let ls1 = |b: usize| (*ls)[b][1];
+            let d0 = |b: usize| (*ds)[b][0];
+            let d1 = |b: usize| (*ds)[b][1];
+            let d2 = |b: usize| (*ds)[b][2];
+            let g = &raw mut G;
+            let vals = [
+                mn(&ls0),
+                pct(base, 50, ls1),
+                mx(&ls1),
+                (*g)[0].saturating_sub(base),
+                mn(&d0),
+                pct(base, 10, d0),
+                pct(base, 50, d0),
+                pct(base, 90, d0),
+                mx(&d0),
+                pct(base, 10, d1),
+                pct(base, 50, d1),
+                pct(base, 90, d1),
+                mx(&d1),
+                pct(base, 50, d2),
+                mx(&d2),
+                (*g)[1].saturating_sub(base),
+                0,
+                0,
+            ];
+            for i in 0..18 {
+                (*a)[i] = vals[i];
+            }
+            for b in 0..NB {
+                (*ds)[b] = [0; 3];
+                (*ls)[b] = [0; 2];
+            }
+            (*g) = [0; 2];
+            shmem_device::sys::vprintf(
+                c"Q %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n".as_ptr().cast(),
+                a.cast_const().cast(),
+            );
+        }
+    }
+}
+"""
+
+LINE = re.compile(r"(?:^|\] )Q ((?:\d+ ){15}\d+)")
+NAMES = ["layout start", "layout blocks end p50", "layout blocks end last", "layout exchange end",
+         "dispatch start min", "p10", "p50", "p90", "last", "rows done p10", "p50", "p90", "last",
+         "dispatch end p50", "last", "round end"]
+
+
+# The places the stamps go: (text of the kernels, the same text with the stamp).
+PLACES = [
+("""    shmem_device::pdl::launch_dependents();
+    let (me, n, e_n, k_n) = (my_pe() as u32, s.n_pes, s.experts, s.top_k as usize);""","""    shmem_device::pdl::launch_dependents();
+    if DIAG && thread_idx_x() == 0 {
+        diag::l(0);
+    }
+    let (me, n, e_n, k_n) = (my_pe() as u32, s.n_pes, s.experts, s.top_k as usize);"""),
+("""            last = scoped::fetch_add(Gpu, count, 1u32) + 1 == grid_dim_x();
+            if last {
+                scoped::store_relaxed(Gpu, count, 0u32);
+                scoped::store_relaxed(Gpu, generation, tag() as u32);
+            }
+        }
+    }""","""            last = scoped::fetch_add(Gpu, count, 1u32) + 1 == grid_dim_x();
+            if last {
+                scoped::store_relaxed(Gpu, count, 0u32);
+                scoped::store_relaxed(Gpu, generation, tag() as u32);
+            }
+        }
+        if DIAG {
+            diag::l(1);
+        }
+    }"""),
+("""    if lane < n {
+        // SAFETY: `lane < n`.
+        unsafe { st(b.recv_count, lane as usize, cnt(lane, e_n + me)) };
+    }
+}""","""    if lane < n {
+        // SAFETY: `lane < n`.
+        unsafe { st(b.recv_count, lane as usize, cnt(lane, e_n + me)) };
+    }
+    if DIAG && lane == 0 {
+        diag::g(0);
+    }
+}"""),
+("""    let s = Shape { mode, dtype, ..s };
+    let tp = s.mode == MODE_THROUGHPUT;
+    let n = s.n_pes;""","""    let s = Shape { mode, dtype, ..s };
+    let tp = s.mode == MODE_THROUGHPUT;
+    let n = s.n_pes;
+    if DIAG && thread_idx_x() == 0 {
+        diag::d(0);
+    }"""),
+("""    unsafe { arrive_block(b, sig, n) };
+    if thread_idx_x() == 0 && block_idx_x() == 0 {
+        // SAFETY: as above.
+        unsafe { wait_arrivals(sig, s.round, n) };""","""    unsafe { arrive_block(b, sig, n) };
+    if DIAG && thread_idx_x() == 0 {
+        diag::d(2);
+    }
+    if thread_idx_x() == 0 && block_idx_x() == 0 {
+        // SAFETY: as above.
+        unsafe { wait_arrivals(sig, s.round, n) };
+        if DIAG {
+            diag::g(1);
+        }"""),
+("""unsafe fn combine(b: Bufs, s: Shape) {
+    // SAFETY: the caller's contract.
+    unsafe {""","""unsafe fn combine(b: Bufs, s: Shape) {
+    if DIAG && block_idx_x() == 0 && thread_idx_x() == 0 {
+        diag::print();
+    }
+    // SAFETY: the caller's contract.
+    unsafe {"""),
+("""            count_rows(b, rows);
+            if lane == 0 {
+                bulk::wait_all();
+            }""","""            count_rows(b, rows);
+            if lane == 0 {
+                bulk::wait_all();
+                if DIAG {
+                    diag::d(1);
+                }
+            }"""),
+]
+
+
+def apply(p):
+    s = open(p).read()
+    places = [("use shmem_device::scoped::{self, Gpu};\n",
+               "use shmem_device::scoped::{self, Gpu};\n\nconst DIAG: bool = option_env!(\"MOE_DIAG\").is_some();\n" + MODULE)]
+    for old, new in places + PLACES:
+        if s.count(old) != 1:
+            sys.exit("moe_stamps.py: the kernels have moved on; this place is not found once:\n" + old)
+        s = s.replace(old, new)
+    open(p, "w").write(s)
+
+
+def summary(paths):
+    for f in paths:
+        rows = [list(map(int, m.group(1).split())) for m in map(LINE.search, open(f)) if m]
+        rows = rows[3:]  # the first rounds warm up
+        if not rows:
+            print(f, "no stamps")
+            continue
+        med = [statistics.median(r[i] for r in rows) / 1000 for i in range(16)]
+        print("%s (%d rounds, medians, µs): " % (f, len(rows)) + " | ".join("%s %.2f" % nv for nv in zip(NAMES, med)))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "apply":
+        apply(sys.argv[2] if len(sys.argv) > 2 else "examples/moe-dispatch/src/kernels.rs")
+    elif len(sys.argv) >= 3 and sys.argv[1] == "summary":
+        summary(sys.argv[2:])
+    else:
+        sys.exit("usage: moe_stamps.py apply [kernels.rs] | summary LOG...")
