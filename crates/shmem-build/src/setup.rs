@@ -125,19 +125,25 @@ pub fn nvshmem(version: &str) -> Result<PathBuf> {
     })
 }
 
+/// Installs the pip packages `wheels` into `<deps_dir>/<name>` ([`pip_install_all`]) and
+/// returns its directory `root`, once each of `files` (relative to `root`) is there.
+fn wheel_tree(name: &str, wheels: &[&str], root: &str, files: &[&str]) -> Result<PathBuf> {
+    let dir = deps_dir().join(name);
+    pip_install_all(wheels, &dir)?;
+    let root = dir.join(root);
+    match files.iter().find(|f| !root.join(f).is_file()) {
+        None => Ok(root),
+        Some(f) => Err(Error::Setup(format!(
+            "`pip install {}` left no {f} under {}",
+            wheels.join(" "),
+            root.display()
+        ))),
+    }
+}
+
 /// Installs `ptxas` into `<deps_dir>/cuda-nvcc`; returns its path.
 pub fn ptxas() -> Result<PathBuf> {
-    let dir = deps_dir().join("cuda-nvcc");
-    pip_install(NVCC_WHEEL, &dir)?;
-    let p = dir.join("nvidia/cu13/bin/ptxas");
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(Error::Setup(format!(
-            "{NVCC_WHEEL} has no ptxas at {}",
-            p.display()
-        )))
-    }
+    wheel_tree("cuda-nvcc", &[NVCC_WHEEL], "nvidia/cu13/bin", &["ptxas"]).map(|b| b.join("ptxas"))
 }
 
 /// Installs the CUDA 13.0 compiler of [`CUDA_TOOLKIT_WHEELS`] into
@@ -145,34 +151,24 @@ pub fn ptxas() -> Result<PathBuf> {
 /// `nvvm`). Not part of [`all`]: only the CUDA C++ twins need it (`cargo xtask gpu-bundle
 /// --twins`).
 pub fn cuda_toolkit() -> Result<PathBuf> {
-    let dir = deps_dir().join("cuda-toolkit");
-    pip_install_all(&CUDA_TOOLKIT_WHEELS, &dir)?;
-    let root = dir.join("nvidia/cu13");
-    if root.join("bin/nvcc").is_file() && root.join("nvvm/bin/cicc").is_file() {
-        Ok(root)
-    } else {
-        Err(Error::Setup(format!(
-            "the CUDA toolkit wheels left no bin/nvcc and nvvm/bin/cicc under {}",
-            root.display()
-        )))
-    }
+    wheel_tree(
+        "cuda-toolkit",
+        &CUDA_TOOLKIT_WHEELS,
+        "nvidia/cu13",
+        &["bin/nvcc", "nvvm/bin/cicc"],
+    )
 }
 
 /// Installs `cuobjdump` and `nvdisasm` ([`DISASSEMBLER_WHEELS`]) into
 /// `<deps_dir>/cuda-sass`; returns the directory that holds both (`cuobjdump -sass` runs the
 /// `nvdisasm` it finds on `PATH`). Not part of [`all`]: only reading SASS needs them.
 pub fn disassembler() -> Result<PathBuf> {
-    let dir = deps_dir().join("cuda-sass");
-    pip_install_all(&DISASSEMBLER_WHEELS, &dir)?;
-    let bin = dir.join("nvidia/cu13/bin");
-    if bin.join("cuobjdump").is_file() && bin.join("nvdisasm").is_file() {
-        Ok(bin)
-    } else {
-        Err(Error::Setup(format!(
-            "the disassembler wheels left no cuobjdump and nvdisasm under {}",
-            bin.display()
-        )))
-    }
+    wheel_tree(
+        "cuda-sass",
+        &DISASSEMBLER_WHEELS,
+        "nvidia/cu13/bin",
+        &["cuobjdump", "nvdisasm"],
+    )
 }
 
 /// What [`all`] installed or found.
