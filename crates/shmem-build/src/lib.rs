@@ -31,6 +31,7 @@ pub mod link;
 pub mod locate;
 mod meta;
 pub mod ptx;
+pub mod sass;
 pub mod setup;
 mod toolchain;
 

@@ -3,6 +3,7 @@
 //! ```text
 //! shmem setup [--nvshmem-version V]... [--toolchain T] [--no-ptxas]
 //! shmem new PATH [--name NAME] [--shmem-rs DIR]
+//! shmem sass [--kernel NAME] [--raw] PATH...
 //! ```
 //!
 //! Install it from the checkout: `cargo install --path crates/shmem-cli`.
@@ -13,7 +14,8 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// GPU kernels in Rust that communicate by themselves: set up a machine, start a project.
+/// GPU kernels in Rust that communicate by themselves: set up a machine, start a project,
+/// read what the GPU runs.
 #[derive(Parser)]
 #[command(name = "shmem", version)]
 struct Cli {
@@ -50,6 +52,21 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         shmem_rs: Option<PathBuf>,
     },
+    /// Print the SASS (the GPU's own instructions) of built kernels, without a GPU: each cubin
+    /// named, or found under a directory (a project's `target/`, where its build.rs leaves
+    /// `<arch>/<crate>.cubin`), through cuobjdump and nvdisasm from pip (installed into
+    /// ~/.cache/shmem-rs on first use).
+    Sass {
+        /// Cubins, or directories to search for them
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// That kernel only: cubins without it are left out (an error if none has it)
+        #[arg(long, value_name = "NAME")]
+        kernel: Option<String>,
+        /// Keep each instruction's encoding
+        #[arg(long)]
+        raw: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -66,6 +83,7 @@ fn main() -> ExitCode {
             name,
             shmem_rs,
         } => new::run(&path, name.as_deref(), shmem_rs.as_deref()),
+        Command::Sass { paths, kernel, raw } => sass(&paths, kernel.as_deref(), raw),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -73,5 +91,36 @@ fn main() -> ExitCode {
             eprintln!("shmem: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `shmem sass`: each cubin of `paths` (files, or the cubins under directories) that has
+/// `kernel` (every cubin without one), a header line naming it when there are several; an
+/// error if none has it.
+fn sass(paths: &[PathBuf], kernel: Option<&str>, raw: bool) -> Result<(), String> {
+    let mut cubins = Vec::new();
+    for p in paths {
+        cubins.extend(shmem_build::sass::cubins(p).map_err(|e| e.to_string())?);
+    }
+    if cubins.is_empty() {
+        return Err(
+            "no cubin found: build the kernels with ptxas installed (`shmem setup`)".into(),
+        );
+    }
+    let mut shown = 0;
+    for c in &cubins {
+        if let Some(text) =
+            shmem_build::sass::disassemble(c, kernel, raw).map_err(|e| e.to_string())?
+        {
+            if cubins.len() > 1 {
+                println!("== {}", c.display());
+            }
+            print!("{text}");
+            shown += 1;
+        }
+    }
+    match (shown, kernel) {
+        (0, Some(k)) => Err(format!("no kernel `{k}` in {} cubin(s)", cubins.len())),
+        _ => Ok(()),
     }
 }

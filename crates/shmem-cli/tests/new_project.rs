@@ -1,7 +1,8 @@
 //! A user's own project, as a user makes it: `shmem new` writes it into a temporary
 //! directory outside this checkout, plain `cargo build --release` builds it (the kernels
 //! compiled for the GPU and embedded by its `build.rs`), it runs on the CPU simulator at 2
-//! and 4 PEs, and again after being copied to another directory (no PTX beside it). Then the
+//! and 4 PEs, and again after being copied to another directory (no PTX beside it); `shmem
+//! sass` shows its kernel's SASS from the build's cubin. Then the
 //! errors a user meets: a kernel crate that does not exist, a toolchain that is not
 //! installed; and a build for the simulator only (`SHMEM_KERNELS=simulator`).
 //!
@@ -112,6 +113,18 @@ fn a_new_project_builds_runs_anywhere_and_fails_clearly() {
     for pes in [2, 4] {
         runs(&program, &project, pes);
     }
+    // The kernel's SASS, from the cubin the build left under its target directory.
+    let out = clean(env!("CARGO_BIN_EXE_shmem"))
+        .args(["sass", "--kernel", "send_to_next"])
+        .arg(target.join("release/build"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("Function : send_to_next") && text(&out).contains("EXIT"),
+        "{}",
+        text(&out)
+    );
     let elsewhere = tmp.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
     std::fs::copy(&program, elsewhere.join("demo")).unwrap();
