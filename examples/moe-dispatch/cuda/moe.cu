@@ -498,11 +498,20 @@ __device__ __forceinline__ int32_t choice(const Bufs &b, const Shape &s, size_t 
 // experts is on d; whole warps, a ballot a PE), which each_mapped takes; send_bulk's copying
 // warp counts the rows from it (count_rows). A copying warp loads the choices when it starts a
 // row and finds the PEs once the row's data is there (kernels.rs, routed).
+// PE d's ballot tests e against its experts' range, d L .. (d + 1) L (no division).
 __device__ __forceinline__ uint32_t routed(const Shape &s, int32_t e) {
-  uint32_t dest = e >= 0 ? (uint32_t)e / (s.experts / s.n_pes) : 0xffffffffu, mask = 0;
-  for (uint32_t d = 0; d < s.n_pes; d++)
-    if (__ballot_sync(0xffffffffu, dest == d)) mask |= 1u << d;
+  uint32_t l_n = s.experts / s.n_pes, mask = 0, lo = 0;
+  for (uint32_t d = 0; d < s.n_pes; d++, lo += l_n)
+    if (__ballot_sync(0xffffffffu, (uint32_t)e - lo < l_n)) mask |= 1u << d;
   return mask;
+}
+
+// Step j of rows of nb batches is row j / nb, batch j % nb: moved on by `by` (at most 2)
+// steps with compares (kernels.rs, step_on).
+__device__ __forceinline__ void step_on(uint32_t &row, uint32_t &batch, uint32_t by, uint32_t nb) {
+  batch += by;
+  if (batch >= nb) batch -= nb, row++;
+  if (batch >= nb) batch -= nb, row++;
 }
 
 // Adds the rows towards PE d this warp counted (lane d holds the count) to counter
@@ -877,10 +886,18 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
     uint32_t nb = (chunks + batch - 1) / batch, steps = count * nb;
     bool unmapped = false;
     if (steps > 0) {
-      // Batch j into `to` (past the last step, the row's end, which loads nothing).
-      auto ahead = [&](uint4 (&to)[HELD], uint32_t j) {
-        if (j < steps) fetch(to, t0 + j / nb * stride, j % nb * batch, rank, threads);
-        else fetch(to, t0, chunks, rank, threads);
+      // Step j's place (step_on): row `row` of the block's, batch `k`.
+      uint32_t row = 0, k = 0;
+      // Batch j + by into `to`, step j at (row, k) (past the last step, the row's end, which
+      // loads nothing).
+      auto ahead = [&](uint4 (&to)[HELD], uint32_t j, uint32_t by) {
+        if (j + by < steps) {
+          uint32_t r = row, kk = k;
+          step_on(r, kk, by, nb);
+          fetch(to, t0 + r * stride, kk * batch, rank, threads);
+        } else {
+          fetch(to, t0, chunks, rank, threads);
+        }
       };
       // Step j: batch j, held in `held`, prepared and stored; `held` then takes the next
       // batch this thread loads, j + 2 with AHEAD (the other holds j + 1), else j + 1. With AHEAD
@@ -891,21 +908,22 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
       // finding them each batch; BENCHMARKS.md, forty-third session).
       uint32_t mask = 0;
       auto step = [&](uint32_t j, uint4 (&held)[HELD]) {
-        size_t t = t0 + j / nb * stride;
-        uint32_t first = j % nb * batch;
+        size_t t = t0 + row * stride;
+        uint32_t first = k * batch;
         if (first == 0) mask = routed(s, choice(b, s, t, lane));
         V v;
         prepare(v, held);
         unmapped |= store(t, first, v, Placed{false, mask}, rank, threads);
-        if (AHEAD) ahead(held, j + 2);
-        else if (j + 1 < steps) ahead(held, j + 1);
+        if (AHEAD) ahead(held, j, 2);
+        else if (j + 1 < steps) ahead(held, j, 1);
+        step_on(row, k, 1, nb);
         return j + 1 < steps;
       };
       uint4 even[HELD], odd[HELD];  // the batches of even and of odd steps
       fetch(even, t0, 0, rank, threads);
       uint32_t j = 0;
       if (AHEAD) {
-        ahead(odd, 1);
+        ahead(odd, 0, 1);
         while (step(j, even) && step(j + 1, odd)) j += 2;
       } else {
         while (step(j, even)) j++;

@@ -1377,19 +1377,18 @@ unsafe fn choice(b: Bufs, s: Shape, t: usize, lane: u32) -> i32 {
 /// [`each_mapped`] takes it, and [`send_bulk`]'s copying warp counts the rows from it
 /// ([`count_rows`]). A copying warp loads the choices when it starts a row and finds the PEs
 /// once the row's data is there: found at once, the warp waited for the load (on one H200
-/// the FP8 dispatch took 1-2 % more time at 4096 tokens).
+/// the FP8 dispatch took 1-2 % more time at 4096 tokens). PE `d`'s ballot tests `e` against
+/// its experts' range, `d L .. (d + 1) L`, one compare a PE, where `e / L` had taken a
+/// division (some 18 instructions) a call (-1, no expert, is in no range).
 #[inline(always)]
 fn routed(s: Shape, e: i32) -> u32 {
-    let dest = if e >= 0 {
-        e as u32 / (s.experts / s.n_pes)
-    } else {
-        u32::MAX
-    };
-    let mut mask = 0;
+    let l_n = s.experts / s.n_pes;
+    let (mut mask, mut lo) = (0, 0u32);
     for d in 0..s.n_pes {
-        if ballot(dest == d) != 0 {
+        if ballot((e as u32).wrapping_sub(lo) < l_n) != 0 {
             mask |= 1 << d;
         }
+        lo += l_n;
     }
     mask
 }
@@ -1488,6 +1487,24 @@ const LOW_LATENCY_GROUP: u32 = 2;
 /// `cp.async` (no registers held), took 1.34-1.39 times as long at 4096 tokens (the twin's
 /// low-latency FP8 dispatch on one H100; BENCHMARKS.md, twenty-first session).
 const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90"));
+
+/// A block's step `j` over rows of `nb` batches is row `j / nb`, batch `j % nb`: moved on
+/// from step `j`'s `(row, batch)` by `by` (at most 2) steps with compares, where each step
+/// divided by `nb` (a run-time value: a division of some 18 instructions, two a step).
+#[inline(always)]
+fn step_on((row, batch): (u32, u32), by: u32, nb: u32) -> (u32, u32) {
+    // `batch + by < nb + 2 <= 3 nb`.
+    let (mut row, mut batch) = (row, batch + by);
+    if batch >= nb {
+        batch -= nb;
+        row += 1;
+    }
+    if batch >= nb {
+        batch -= nb;
+        row += 1;
+    }
+    (row, batch)
+}
 
 /// The block-per-token dispatches but the low-latency FP8 one ([`send_split`]): the `bf16`
 /// dispatches through registers and the throughput FP8 one (`TP`: throughput mode, a copy of
@@ -2115,14 +2132,22 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
             let batch = HELD as u32 * threads;
             let nb = chunks.div_ceil(batch);
             let steps = count * nb;
-            let at = |j: u32| (token(j / nb), j % nb * batch);
-            // Past the last step: a batch past the row's end, which loads nothing.
-            let ahead = |j: u32| if j < steps { at(j) } else { (t0, chunks) };
+            // Step `j` is batch `j % nb` of the block's row `j / nb` ([`step_on`]).
+            let at = |(row, k): (u32, u32)| (token(row), k * batch);
+            // Step `j` at `pos`, `by` steps on; past the last step, a batch past the row's
+            // end, which loads nothing.
+            let ahead = |j: u32, pos, by| {
+                if j + by < steps {
+                    at(step_on(pos, by, nb))
+                } else {
+                    (t0, chunks)
+                }
+            };
             if steps > 0 {
                 // The batches of even and of odd steps.
                 let mut even = fetch(t0, 0, rank, threads);
                 let mut odd = if AHEAD {
-                    let (t, first) = ahead(1);
+                    let (t, first) = ahead(0, (0, 0), 1);
                     fetch(t, first, rank, threads)
                 } else {
                     [Chunk([0; 4]); HELD]
@@ -2133,17 +2158,20 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                 let more = |j: u32| j + 1 < steps;
                 // This lane's choice of the row's token, loaded at its first batch.
                 let mut e = -1;
+                // Step `j`'s place ([`step_on`]).
+                let mut pos = (0, 0);
                 let mut step = |j: u32, batch: &mut [Chunk; HELD]| {
-                    let (t, first) = at(j);
+                    let (t, first) = at(pos);
                     if first == 0 {
                         e = choice(b, s, t, lane);
                     }
                     let v = prep.prepare(*batch);
                     unmapped |= store(t, first, &v, Placed::Routed(routed(s, e)), rank, threads);
                     if AHEAD || more(j) {
-                        let (t, first) = ahead(j + if AHEAD { 2 } else { 1 });
+                        let (t, first) = ahead(j, pos, if AHEAD { 2 } else { 1 });
                         *batch = fetch(t, first, rank, threads);
                     }
+                    pos = step_on(pos, 1, nb);
                     more(j)
                 };
                 let mut j = 0;
