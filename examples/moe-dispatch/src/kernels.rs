@@ -3121,8 +3121,21 @@ kernels! {
 
 #[cfg(test)]
 mod tests {
-    use super::{Chunk, magnitude};
+    use super::{Chunk, magnitude, step_on};
     use crate::bf16;
+
+    /// `step_on` moves a step's (row, batch) on as `j / nb` and `j % nb` would.
+    #[test]
+    fn step_on_is_the_division() {
+        for nb in 1..=5u32 {
+            for j in 0..40u32 {
+                for by in 1..=2 {
+                    let got = step_on((j / nb, j % nb), by, nb);
+                    assert_eq!(got, ((j + by) / nb, (j + by) % nb), "nb {nb} j {j} by {by}");
+                }
+            }
+        }
+    }
 
     /// `magnitude` on the bits is the CPU quantisation's `amax` (a fold of `f32::max` over
     /// the widened values): signs, zeros, infinities, subnormals and NaNs (left out).

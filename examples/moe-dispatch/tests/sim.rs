@@ -398,6 +398,10 @@ fn fp8_dispatch_sends_the_quantised_rows() {
     (c.n, c.hidden, c.dist, c.capacity) = (4, 128, Distribution::Skewed, Some(3));
     run_case(&c, MODE_LOW_LATENCY, 13, 1);
     run_case(&c, MODE_THROUGHPUT, 14, 1);
+    // Rows of several batches: with 32 copying threads a 2560-value row is three (the last
+    // one partial), so the low-latency copying loop moves its steps past rows' ends.
+    (c.n, c.tokens, c.hidden, c.capacity) = (2, 11, 2560, None);
+    run_case(&c, MODE_LOW_LATENCY, 17, 1);
 }
 
 /// Peers' memory unmapped (PEs on different nodes: `nvshmem_ptr` null): the FP8 dispatch
