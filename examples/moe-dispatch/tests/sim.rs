@@ -399,9 +399,11 @@ fn fp8_dispatch_sends_the_quantised_rows() {
     run_case(&c, MODE_LOW_LATENCY, 13, 1);
     run_case(&c, MODE_THROUGHPUT, 14, 1);
     // Rows of several batches: with 32 copying threads a 2560-value row is three (the last
-    // one partial), so the low-latency copying loop moves its steps past rows' ends.
+    // one partial), so the low-latency copying loop moves its steps past rows' ends; the
+    // throughput one (64 copying threads) takes two.
     (c.n, c.tokens, c.hidden, c.capacity) = (2, 11, 2560, None);
     run_case(&c, MODE_LOW_LATENCY, 17, 1);
+    run_case(&c, MODE_THROUGHPUT, 18, 1);
 }
 
 /// Peers' memory unmapped (PEs on different nodes: `nvshmem_ptr` null): the FP8 dispatch
