@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark on the GPU machine, in one command: builds the CUDA C++ kernels with nvcc,
 # runs shmem-bench (Rust and C++ interleaved), plots. From the repository root, with the Rust
-# side built beforehand (scripts/gpu-bundle.sh puts it in carry/).
+# side built beforehand (`cargo xtask gpu-bundle` puts it in carry/).
 # usage: bench/run.sh OUT_DIR [shmem-bench options...]
 # env: SHMEM_BENCH (the binary, default carry/bin/shmem-bench), SHMEM_PTX_DIR (default
 #      carry/ptx), ARCH (default sm_90).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The halo-exchange benchmark on the GPU machine (built beforehand by scripts/gpu-bundle.sh):
+# The halo-exchange benchmark on the GPU machine (built beforehand by `cargo xtask gpu-bundle`):
 # Rust kernels (persistent, per-iteration) next to the CUDA C++ NVSHMEM reference, interleaved
 # in one process per configuration, plus the host-driven baseline, on 2 GPUs and on 1.
 # usage: examples/halo-exchange/bench.sh OUT_DIR
