@@ -47,10 +47,10 @@ def e4m3_to_f32(b):
 def quantize(x):
     """bf16 tokens ``[T, H]`` as the FP8 dispatch sends them: e4m3 bits ``[T, H]`` and one
     float32 scale per 128 values ``[T, H / 128]`` (the group's largest magnitude, at least
-    1e-4, over 448; values times 448 over it)."""
+    1e-4, times 1/448 in float32, as DeepEP computes it; values times 448 over it)."""
     xf = bf16_to_f32(x).reshape(x.shape[0], -1, 128)
     amax = np.maximum(np.abs(xf).max(axis=2, keepdims=True), np.float32(1e-4))
-    scales = amax / np.float32(448)
+    scales = amax * (np.float32(1) / np.float32(448))
     q = e4m3_from_f32(xf * (np.float32(448) / amax))
     return q.reshape(x.shape), scales[:, :, 0]
 

@@ -284,10 +284,11 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   if (lane < n) b.recv_count[lane] = cnt(lane, e_n + me);
 }
 
-// A group's scale and its inverse from its largest magnitude (at least 1e-4).
+// A group's scale and its inverse from its largest magnitude (at least 1e-4): amax * (1/448)
+// and 448 / amax, as DeepEP's low-latency dispatch computes them (lib.rs, fp8::scales).
 __device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv) {
   float a = fmaxf(amax, 1e-4f);
-  scale = __fdiv_rn(a, 448.0f);
+  scale = __fmul_rn(a, 1.0f / 448.0f);
   inv = __fdiv_rn(448.0f, a);
 }
 

@@ -80,13 +80,17 @@ pub mod fp8 {
         hidden + hidden / GROUP * 4
     }
 
-    /// A group's scale and its inverse, from its largest magnitude: `amax / 448` and
-    /// `448 / amax` (`amax` at least 10^-4, so that a group of zeros has a finite scale).
-    /// A value `v` is sent as `e4m3(v * inverse)`, and read back as `f32(e4m3) * scale`.
+    /// A group's scale and its inverse, from its largest magnitude: `amax · (1/448)` and
+    /// `448 / amax` (`amax` at least 10^-4, so that a group of zeros has a finite scale), in
+    /// `f32` as DeepEP's low-latency dispatch computes them, so that the scales sent are
+    /// DeepEP's bit for bit. A value `v` is sent as `e4m3(v * inverse)`, and read back as
+    /// `f32(e4m3) * scale`. (With the scale an exact division too, `amax / 448`, the
+    /// low-latency FP8 dispatch took 1-4 % more time at 512 tokens on one H200, the same at
+    /// 4096; BENCHMARKS.md, fifty-sixth session.)
     #[inline(always)]
     pub fn scales(amax: f32) -> (f32, f32) {
         let a = amax.max(1e-4);
-        (a / E4M3_MAX, E4M3_MAX / a)
+        (a * (1.0 / E4M3_MAX), E4M3_MAX / a)
     }
 
     /// One `bf16` row quantised on the CPU, as the dispatch sends it ([`row_bytes`]).
