@@ -17,7 +17,8 @@ __global__ void spin(unsigned long long ns) {
   do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
 }
 __global__ void stream_copy(const uint4 *a, uint4 *b, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) b[i] = a[i];
+  size_t step = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += step) b[i] = a[i];
 }
 // The modes above.
 __global__ void arrive(unsigned *ctr, unsigned target, int mode) {
@@ -37,7 +38,8 @@ int main() {
   cudaStream_t st; cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
   const int reps = 60;
   int grids[][2] = {{132, 1024}, {264, 512}, {528, 256}, {1056, 128}};
-  printf("blocks x threads, mode (0 empty, 1 barrier+add, 2 +system fence, 3 +block 0 waits): median (min) us between events\n");
+  printf("blocks x threads, mode (0 empty, 1 barrier+add, 2 +system fence, 3 +block 0 waits): "
+         "median (min) us between events\n");
   for (int mode = 0; mode < 4; mode++)
     for (auto &g : grids) {
       std::vector<cudaEvent_t> ev(2 * reps);
@@ -53,7 +55,11 @@ int main() {
       }
       if (cudaStreamSynchronize(st) != cudaSuccess) { printf("error\n"); return 1; }
       std::vector<float> t;
-      for (int r = 5; r < reps; r++) { float ms; cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]); t.push_back(ms * 1000); }
+      for (int r = 5; r < reps; r++) {
+        float ms;
+        cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]);
+        t.push_back(ms * 1000);
+      }
       std::sort(t.begin(), t.end());
       printf("%5d x %4d mode %d: %.2f (%.2f)\n", g[0], g[1], mode, t[t.size() / 2], t[0]);
       for (auto &e : ev) cudaEventDestroy(e);
