@@ -11,15 +11,9 @@
 #include <cstdio>
 #include <vector>
 #include <cuda_runtime.h>
-__global__ void spin(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
-}
-__global__ void stream_copy(const uint4 *a, uint4 *b, size_t n) {
-  size_t step = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += step) b[i] = a[i];
-}
+
+#include "held_stream.cuh"
+
 // The modes above.
 __global__ void arrive(unsigned *ctr, unsigned target, int mode) {
   if (mode >= 1) {
