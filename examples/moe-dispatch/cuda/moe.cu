@@ -45,7 +45,7 @@ enum : size_t { LAYOUT_BARRIER = 0, ROW_CURSORS = 2 };
 // slots of expert e.
 constexpr size_t COUNTER_STRIDE = 32;
 __device__ __forceinline__ uint32_t *counter(const Bufs &b, size_t i) { return b.work + i * COUNTER_STRIDE; }
-enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2, SIG_SLOTS = 3 };
+enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2, SIG_SLOTS = 3, SIG_RESERVED = 4 };
 
 __device__ __forceinline__ float bf16_to_f32(uint32_t b) { return __uint_as_float(b << 16); }
 
@@ -308,8 +308,8 @@ __device__ __forceinline__ Pick pick(const Bufs &b, const Shape &s, size_t t, ui
 // index, weights and pairs, and each pair's slot; send_slot[t][d] then holds the row's slot on
 // d (-1: not sent there), which it also returns to every lane. The caller sends the row. In
 // low-latency mode the slot is t, and where the token does not go to d this marks row t from
-// here on d as empty (source index -1); with ROWS a row sent is counted here, else the warp
-// that copies it counts it (count_rows).
+// here on d as empty (source index -1); with ROWS a row sent is counted here, else the caller
+// counts it (send_bulk tallies a block's).
 // A low-latency pair's slot: an atomic on its expert's counter, or with `base` reserved
 // already for the block (reserve_pairs): base[e] plus the pair's rank[k] (rank: the token's).
 template <bool ROWS>
@@ -496,8 +496,7 @@ __device__ __forceinline__ int32_t choice(const Bufs &b, const Shape &s, size_t 
 }
 
 // Low latency: the PEs a token goes to, from its choices (each lane's e; bit d: one of its
-// experts is on d; whole warps, a ballot a PE), which each_mapped takes; send_bulk's copying
-// warp counts the rows from it (count_rows). A copying warp loads the choices when it starts a
+// experts is on d; whole warps, a ballot a PE), which each_mapped takes. A copying warp loads the choices when it starts a
 // row and finds the PEs once the row's data is there (kernels.rs, routed).
 // PE d's ballot tests e against its experts' range, d L .. (d + 1) L (no division).
 __device__ __forceinline__ uint32_t routed(const Shape &s, int32_t e) {
@@ -513,13 +512,6 @@ __device__ __forceinline__ void step_on(uint32_t &row, uint32_t &batch, uint32_t
   batch += by;
   if (batch >= nb) batch -= nb, row++;
   if (batch >= nb) batch -= nb, row++;
-}
-
-// Adds the rows towards PE d this warp counted (lane d holds the count) to counter
-// ROW_CURSORS + d: one reduction a block and PE in send_bulk instead of one a row
-// (kernels.rs, count_rows).
-__device__ __forceinline__ void count_rows(const Bufs &b, uint32_t rows) {
-  if (rows) atomicAdd(counter(b, ROW_CURSORS + threadIdx.x % 32), rows);
 }
 
 // How a copying thread finds the PEs token t's row goes to (kernels.rs, Placed): from
@@ -656,12 +648,128 @@ struct Held {
   uint4 v[HELD];
 };
 
+// Completes the block's puts, p's and AMOs for its thread 0 (every thread calls it). When
+// every PE's memory is mapped here they were plain stores: after the barrier, one quiet
+// (a system-scope fence) on thread 0 orders them all before its later operations. Else
+// every issuing thread quiets its own first.
+// A round's arrivals at a signal word from one PE's whole grid, whatever its size: block 0
+// adds ARRIVAL - (G - 1), every other block 1 (arrive, by one thread once the block's puts
+// are complete); round R waits for R * n * ARRIVAL (wait_arrivals).
+constexpr uint64_t ARRIVAL = 1ull << 32;
+// pe's copy of the counter cur, left at zero: through the mapped address, else g and p
+// (then put is set: the p needs this thread's quiet).
+// (MAPPED: pe is mapped.)
+template <bool MAPPED>
+__device__ __forceinline__ uint32_t take(uint32_t *cur, uint32_t pe, bool &put) {
+  volatile uint32_t *q = (volatile uint32_t *)nvshmem_ptr(cur, pe);
+  if (q) {
+    uint32_t c = *q;
+    *q = 0;
+    return c;
+  }
+  if (MAPPED) return 0;
+  uint32_t c = nvshmem_uint32_g(cur, pe);
+  nvshmem_uint32_p(cur, 0, pe);
+  put = true;
+  return c;
+}
+// This block's share of its PE's ARRIVAL (arrival_share in Rust).
+__device__ __forceinline__ uint64_t arrival_share() {
+  return blockIdx.x == 0 ? ARRIVAL - (gridDim.x - 1) : 1;
+}
+__device__ __forceinline__ void arrive(uint64_t *sig, uint32_t n) {
+  uint64_t v = arrival_share();
+  for (uint32_t d = 0; d < n; d++) nvshmemx_signal_op(sig, v, NVSHMEM_SIGNAL_ADD, d);
+}
+__device__ __forceinline__ void wait_arrivals(uint64_t *sig, uint32_t round, uint32_t n) {
+  nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)round * n * ARRIVAL);
+}
+
+// Whether every PE's memory is mapped here (all_mapped in Rust).
+__device__ __forceinline__ bool all_mapped(const Bufs &b, uint32_t n) {
+  bool mapped = true;
+  for (uint32_t d = 0; d < n; d++) mapped = mapped && nvshmem_ptr(b.signals, d) != nullptr;
+  return mapped;
+}
+// The group's puts complete, then the block's arrival at sig on every PE (arrive_group in
+// Rust; the group: whole warps meeting at `meet`, this thread the rank-th): with every PE
+// mapped, lane d of the group's first warp looks PE d's copy up before the barrier, fences and
+// adds the block's share there; else every thread's quiet first, then rank 0 fences and
+// signals.
+template <class Meet>
+__device__ __forceinline__ void arrive_group(const Bufs &b, uint64_t *sig, uint32_t n, uint32_t rank, Meet meet) {
+  bool first = rank < 32;
+  unsigned long long *peer = first && rank < n ? (unsigned long long *)nvshmem_ptr(sig, rank) : nullptr;
+  bool mapped = all_mapped(b, n);
+  if (!mapped) nvshmem_quiet();
+  meet();
+  if (mapped) {
+    if (first) {
+      nvshmem_quiet();
+      if (peer) atomicAdd_system(peer, (unsigned long long)arrival_share());
+    }
+  } else if (rank == 0) {
+    __threadfence();
+    arrive(sig, n);
+  }
+}
+__device__ __forceinline__ void arrive_block(const Bufs &b, uint64_t *sig, uint32_t n) {
+  arrive_group(b, sig, n, threadIdx.x, [] { __syncthreads(); });
+}
+// Low latency: what each source sent here, from its cursors towards this PE, then reset; a
+// thread a counter, threads 0..bs of the block (pull_counts in Rust). MAPPED: every source
+// is mapped (counts_early).
+template <bool MAPPED>
+__device__ __forceinline__ void pull_counts(const Bufs &b, const Shape &s, uint32_t tid, uint32_t bs) {
+  uint32_t me = nvshmem_my_pe(), n = s.n_pes, cap = s.capacity, l_n = s.experts / n;
+  size_t pair_cursors = ROW_CURSORS + n;
+  bool put = false;
+  for (uint32_t i = tid; i < n * l_n; i += bs) {
+    uint32_t src = i / l_n, l = i % l_n;
+    uint32_t c = take<MAPPED>(counter(b, pair_cursors + me * l_n + l), src, put);
+    size_t at = l * n + src;
+    b.expert_count[at] = min(c, cap);
+    b.expert_offset[at] = (l * n + src) * cap;
+  }
+  uint32_t r = (tid + bs - (n * l_n) % bs) % bs;
+  if (r < n) b.recv_count[r] = take<MAPPED>(counter(b, ROW_CURSORS + me), r, put);
+  if (put) nvshmem_quiet();
+}
+// Whether the low-latency bf16 dispatch by bulk copies sends its counts early: with at least
+// EARLY_COUNTS_TOKENS tokens a block (early_counts in Rust).
+constexpr uint32_t EARLY_COUNTS_TOKENS = 4;
+__device__ __forceinline__ bool early_counts(const Shape &s) {
+  return s.mode == LOW_LATENCY && s.tokens >= EARLY_COUNTS_TOKENS * gridDim.x;
+}
+// Low latency, in a block's metadata warps (threads of them meeting at `meet`, this thread
+// the rank-th) once its pair slots and rows are counted (counts_early in Rust): with every PE
+// mapped, the block's arrival at signals[SIG_RESERVED] on every PE; in block 0, then every
+// PE's grid's, the word back to zero, and the counts read while the copying warps still move
+// rows.
+template <class Meet>
+__device__ __forceinline__ void counts_early(const Bufs &b, const Shape &s, uint32_t rank, uint32_t threads,
+                                             Meet meet) {
+  uint32_t n = s.n_pes;
+  uint64_t *sig = b.signals + SIG_RESERVED;
+  if (!all_mapped(b, n)) return;
+  arrive_group(b, sig, n, rank, meet);
+  if (blockIdx.x != 0) return;
+  if (rank == 0) {
+    uint64_t all = (uint64_t)n * ARRIVAL;
+    nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, all);
+    atomicAdd_system((unsigned long long *)sig, (unsigned long long)(0 - all));
+  }
+  meet();
+  pull_counts<true>(b, s, rank, threads);
+}
+
 // The bf16 dispatches by bulk copies (send_bulk in Rust): BULK_SLOTS slots of
-// shared memory, a piece of a row (at most BULK_PIECE bytes) each, after their barriers'
-// line (BULK_HEADER bytes).
+// shared memory, a piece of a row (at most BULK_PIECE bytes) each, after their barriers' line
+// and the block's rows towards each PE (a word a PE from ROW_TALLY): BULK_HEADER bytes.
 constexpr uint32_t BULK_SLOTS = 3;
 constexpr uint32_t BULK_PIECE = 14336;
-constexpr uint32_t BULK_HEADER = 128;
+constexpr uint32_t BULK_HEADER = 256;
+constexpr uint32_t ROW_TALLY = 128;
 __device__ __forceinline__ uint32_t bulk_piece(const Shape &s) { return min(s.hidden * 2, BULK_PIECE); }
 __device__ __forceinline__ uint32_t bulk_slot_bytes(const Shape &s) { return (bulk_piece(s) + 127) / 128 * 128; }
 // The pair slots a block reserves at once (reserve_pairs): with at most RESERVE_EXPERTS
@@ -741,8 +849,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     };
     for (uint32_t k = 0; k < steps && k + 1 < BULK_SLOTS; k++) load(k);
     if (tp) wait_slots(b, s);  // the layout's dependent: its slots once the rows are placed
-    int32_t e = -1;     // this lane's choice of the row's token
-    uint32_t rows = 0;  // lane d: the rows counted towards d
+    int32_t e = -1;  // this lane's choice of the row's token
     for (uint32_t k = 0; k < steps; k++) {
       size_t t = t0 + k / pieces * stride;
       uint32_t off = k % pieces * piece, len = min(piece, row_bytes - off), i = k % BULK_SLOTS;
@@ -759,16 +866,13 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
       if (tp) {
         __syncwarp();
       } else {
-        uint32_t mask = routed(s, e);
-        if (off == 0) rows += mask >> lane & 1;
-        by = Placed{false, mask};
+        by = Placed{false, routed(s, e)};
       }
       unmapped |= each_mapped(b, s, t, by, [&](uint16_t *peer) {
         if (lane == 0) copy_to_global(reinterpret_cast<uint8_t *>(peer) + off, slots + i * slot_bytes, len);
       });
       if (lane == 0) asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
-    count_rows(b, rows);
     if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
   } else {
     // Throughput mode: the warp's first token's choices and weights on their way while it waits
@@ -783,7 +887,12 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     uint32_t k_n = s.top_k, e_n = s.experts, mt = threadIdx.x - 32, mts = (nw - 1) * 32;
     uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
     uint16_t *rank = reinterpret_cast<uint16_t *>(base + e_n);
+    // Low latency: the block's rows towards PE d, tallied here, then added to its row cursor
+    // once (counts_early).
+    uint32_t *tally = reinterpret_cast<uint32_t *>(dispatch_smem + ROW_TALLY);
+    if (!tp && mt < n) tally[mt] = 0;
     bool reserved = !tp && count > 1 && e_n <= RESERVE_EXPERTS && count * k_n <= RESERVE_PAIRS;
+    if (!tp && !reserved) asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
     if (reserved) {
       for (uint32_t e = mt; e < e_n; e += mts) base[e] = 0;
       asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
@@ -798,9 +907,16 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     }
     for (uint32_t u = w - 1; u < count * n; u += nw - 1) {
       size_t t = t0 + u / n * stride;
-      send<false>(b, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane), reserved ? base : nullptr,
-                  reserved ? rank + u / n * k_n : nullptr);
+      int32_t sent = send<false>(b, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane),
+                                 reserved ? base : nullptr, reserved ? rank + u / n * k_n : nullptr);
+      if (!tp && lane == 0 && sent >= 0) atomicAdd(&tally[u % n], 1u);
       ahead = false;
+    }
+    if (!tp) {
+      auto meet = [&] { asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory"); };
+      meet();
+      if (mt < n && tally[mt]) atomicAdd(counter(b, ROW_CURSORS + mt), tally[mt]);
+      if (early_counts(s)) counts_early(b, s, mt, mts, meet);
     }
   }
   if (__syncthreads_or(unmapped)) {
@@ -817,7 +933,8 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
 // The bf16 dispatches: by bulk copies (send_bulk) where the build has them (sm_90
 // and up) and the launch gave the shared memory, else through registers (send_grouped), the
 // block loading each row once for all its destinations.
-__device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
+// Returns whether the block's metadata warps sent the counts on their own (counts_early).
+__device__ __forceinline__ bool send_held(const Bufs &b, const Shape &s) {
   size_t h = s.hidden;
   uint32_t chunks = h / 8;
   auto put = [&](size_t t, uint32_t d, uint16_t *target) {
@@ -826,7 +943,7 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
 #if __CUDA_ARCH__ >= 900
   if (blockDim.x > 32 && dynamic_smem_bytes() >= bulk_shared_bytes(s)) {
     send_bulk(b, s, put);
-    return;
+    return early_counts(s);
   }
 #endif
   send_grouped<false, Held>(
@@ -843,6 +960,7 @@ __device__ __forceinline__ void send_held(const Bufs &b, const Shape &s) {
                            [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks, tid, bs); });
       },
       put);
+  return false;
 }
 
 // The FP8 dispatch loads its next batch ahead from sm_90 up (as kernels.rs, FP8_AHEAD).
@@ -977,63 +1095,6 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
     send_split<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
 }
 
-// Completes the block's puts, p's and AMOs for its thread 0 (every thread calls it). When
-// every PE's memory is mapped here they were plain stores: after the barrier, one quiet
-// (a system-scope fence) on thread 0 orders them all before its later operations. Else
-// every issuing thread quiets its own first.
-// A round's arrivals at a signal word from one PE's whole grid, whatever its size: block 0
-// adds ARRIVAL - (G - 1), every other block 1 (arrive, by one thread once the block's puts
-// are complete); round R waits for R * n * ARRIVAL (wait_arrivals).
-constexpr uint64_t ARRIVAL = 1ull << 32;
-// pe's copy of the counter cur, left at zero: through the mapped address, else g and p
-// (then put is set: the p needs this thread's quiet).
-__device__ __forceinline__ uint32_t take(uint32_t *cur, uint32_t pe, bool &put) {
-  volatile uint32_t *q = (volatile uint32_t *)nvshmem_ptr(cur, pe);
-  if (q) {
-    uint32_t c = *q;
-    *q = 0;
-    return c;
-  }
-  uint32_t c = nvshmem_uint32_g(cur, pe);
-  nvshmem_uint32_p(cur, 0, pe);
-  put = true;
-  return c;
-}
-// This block's share of its PE's ARRIVAL (arrival_share in Rust).
-__device__ __forceinline__ uint64_t arrival_share() {
-  return blockIdx.x == 0 ? ARRIVAL - (gridDim.x - 1) : 1;
-}
-__device__ __forceinline__ void arrive(uint64_t *sig, uint32_t n) {
-  uint64_t v = arrival_share();
-  for (uint32_t d = 0; d < n; d++) nvshmemx_signal_op(sig, v, NVSHMEM_SIGNAL_ADD, d);
-}
-__device__ __forceinline__ void wait_arrivals(uint64_t *sig, uint32_t round, uint32_t n) {
-  nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)round * n * ARRIVAL);
-}
-
-// The block's puts complete, then its arrival at sig on every PE (arrive_block in Rust): with
-// every PE mapped, lane d of warp 0 looks PE d's copy up before the barrier, fences and adds
-// the block's share there; else every thread's quiet first, then thread 0 fences and signals.
-__device__ __forceinline__ void arrive_block(const Bufs &b, uint64_t *sig, uint32_t n) {
-  uint32_t lane = threadIdx.x & 31;
-  bool first = threadIdx.x < 32;
-  unsigned long long *peer =
-      first && lane < n ? (unsigned long long *)nvshmem_ptr(sig, lane) : nullptr;
-  bool mapped = true;
-  for (uint32_t d = 0; d < n; d++) mapped = mapped && nvshmem_ptr(b.signals, d) != nullptr;
-  if (!mapped) nvshmem_quiet();
-  __syncthreads();
-  if (mapped) {
-    if (first) {
-      nvshmem_quiet();
-      if (peer) atomicAdd_system(peer, (unsigned long long)arrival_share());
-    }
-  } else if (threadIdx.x == 0) {
-    __threadfence();
-    arrive(sig, n);
-  }
-}
-
 // A dispatch kernel per path, as in Rust (DispatchPath): its own registers set its occupancy.
 enum DispatchPath { LOW_LATENCY_PATH, THROUGHPUT_PATH, FP8_LOW_LATENCY_PATH, FP8_THROUGHPUT_PATH };
 
@@ -1045,32 +1106,21 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   if (PATH == THROUGHPUT_PATH) s.mode = THROUGHPUT, s.dtype = BF16;
   const bool fp8 = PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_THROUGHPUT_PATH;
   bool tp = s.mode == THROUGHPUT;
-  uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
-  uint32_t l_n = e_n / n;
-  size_t pair_cursors = ROW_CURSORS + n;
+  uint32_t n = s.n_pes;
+  // Whether the metadata warps sent the counts on their own, and read them in block 0 where
+  // every PE is mapped (counts_early).
+  bool early = false;
   if (fp8)
     send_quantised(b, s);
   else
-    send_held(b, s);
+    early = send_held(b, s);
   uint64_t *sig = b.signals + SIG_DISPATCH;
   arrive_block(b, sig, n);
   if (threadIdx.x == 0 && blockIdx.x == 0) wait_arrivals(sig, s.round, n);
-  if (blockIdx.x != 0 || tp) return;
-  // Low latency, block 0 once every PE's grid has arrived: what each source sent here, from
-  // its cursors towards this PE, then reset; a thread a counter.
+  if (blockIdx.x != 0 || tp || (early && all_mapped(b, n))) return;
+  // Low latency, block 0 once every PE's grid has arrived.
   __syncthreads();
-  uint32_t tid = threadIdx.x, bs = blockDim.x;
-  bool put = false;
-  for (uint32_t i = tid; i < n * l_n; i += bs) {
-    uint32_t src = i / l_n, l = i % l_n;
-    uint32_t c = take(counter(b, pair_cursors + me * l_n + l), src, put);
-    size_t at = l * n + src;
-    b.expert_count[at] = min(c, cap);
-    b.expert_offset[at] = (l * n + src) * cap;
-  }
-  uint32_t r = (tid + bs - (n * l_n) % bs) % bs;
-  if (r < n) b.recv_count[r] = take(counter(b, ROW_CURSORS + me), r, put);
-  if (put) nvshmem_quiet();
+  pull_counts<false>(b, s, threadIdx.x, blockDim.x);
 }
 
 // Register budgets: the throughput bf16 kernel takes 56 under 64 (four blocks of 256 threads

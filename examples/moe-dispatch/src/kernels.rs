@@ -67,6 +67,11 @@
 //! signal words count up across rounds, and round `R` waits for `R * n * ARRIVAL`. In the
 //! dispatch, block 0 waits; in low-latency mode it then reads from every source how many
 //! rows and pairs it sent here (the source's cursors, which it resets for the next round).
+//! The low-latency `bf16` dispatch by bulk copies, with several tokens a block and every PE
+//! mapped, reads them earlier: each block's metadata warps arrive at `signals[SIG_RESERVED]`
+//! once its cursors are final, and block 0's wait for those and read run while the rows
+//! still move (`counts_early`, [`EARLY_COUNTS_TOKENS`]); that word waits for one round's arrivals and goes back to
+//! zero each round.
 //! In the combine every block waits, then adds the returned sums.
 //! (Measured on one H100 against a count of finished blocks whose last sent the signals:
 //! 1.2–1.5 µs less a round for the combine and the throughput dispatch.)
@@ -155,8 +160,11 @@ pub const SIG_COMBINE: usize = 1;
 pub const SIG_COUNTS: usize = 2;
 /// See [`SIG_DISPATCH`].
 pub const SIG_SLOTS: usize = 3;
+/// Low latency: arrivals of blocks whose pair slots and rows are counted on their PE's
+/// cursors (`counts_early`, [`EARLY_COUNTS_TOKENS`]).
+pub const SIG_RESERVED: usize = 4;
 /// Words of [`Bufs::signals`].
-pub const SIGNAL_WORDS: usize = 4;
+pub const SIGNAL_WORDS: usize = 5;
 
 /// The sizes, mode and round of a call; the same on every PE. The CUDA C++ kernels take the
 /// same `struct`.
@@ -1013,8 +1021,8 @@ unsafe fn layout(b: Bufs, s: Shape) {
 /// then holds the row's slot on `d` (-1: not sent there), which it also returns to every
 /// lane; the caller sends the row. In low-latency mode the slot is `t`, and where the token
 /// does not go to `d` this marks row `t` from here on `d` as empty (its source index -1);
-/// with `ROWS` a row sent is counted here, else the warp that copies it counts it
-/// ([`count_rows`]). A low-latency pair's slot comes from `slot`.
+/// with `ROWS` a row sent is counted here, else the caller counts it ([`send_bulk`] tallies
+/// a block's). A low-latency pair's slot comes from `slot`.
 ///
 /// # Safety
 /// `t < T`, `d < n`; the whole warp calls it; the buffers and round as in
@@ -1374,8 +1382,7 @@ unsafe fn choice(b: Bufs, s: Shape, t: usize, lane: u32) -> i32 {
 
 /// In low-latency mode, the PEs a token goes to, from its choices (each lane's [`choice`],
 /// `e`): bit `d` set when one of its experts is on PE `d` (a ballot a PE, whole warps).
-/// [`each_mapped`] takes it, and [`send_bulk`]'s copying warp counts the rows from it
-/// ([`count_rows`]). A copying warp loads the choices when it starts a row and finds the PEs
+/// [`each_mapped`] takes it. A copying warp loads the choices when it starts a row and finds the PEs
 /// once the row's data is there: found at once, the warp waited for the load (on one H200
 /// the FP8 dispatch took 1-2 % more time at 4096 tokens). PE `d`'s ballot tests `e` against
 /// its experts' range, `d L .. (d + 1) L`, one compare a PE, where `e / L` had taken a
@@ -1391,23 +1398,6 @@ fn routed(s: Shape, e: i32) -> u32 {
         lo += l_n;
     }
     mask
-}
-
-/// Adds to counter `ROW_CURSORS + d` the rows towards PE `d` that this warp counted from the
-/// routing ([`routed`]), lane `d` holding that count: one reduction a block and PE in
-/// [`send_bulk`], where one a row ([`send`]'s) put 4096 of them on one word at 1 PE and 4096
-/// tokens, 1.4 µs of the low-latency `bf16` dispatch's time on one H200 (the twin's;
-/// BENCHMARKS.md, forty-third session). The FP8 dispatch, whose one metadata warp sends a
-/// block's tokens one after another, spreads them over its time and keeps them in [`send`].
-///
-/// # Safety
-/// `rows` is zero in lanes `n` and up; the buffers as in [`moe_dispatch()`].
-#[inline(always)]
-unsafe fn count_rows(b: Bufs, rows: u32) {
-    if rows != 0 {
-        // SAFETY: a counter of `work`, as `lane < n` where `rows` is not zero.
-        unsafe { scoped::add_relaxed(Gpu, counter(b, ROW_CURSORS + lane_id() as usize), rows) };
-    }
 }
 
 /// How a copying thread finds the PEs token `t`'s row goes to ([`each_mapped`]).
@@ -1695,8 +1685,13 @@ pub const BULK_SLOTS: usize = 3;
 pub const BULK_PIECE: u32 = 14336;
 
 /// Bytes before the bulk slots in the dispatch's shared memory: the slots' barriers, on a
-/// 128-byte line of their own.
-pub const BULK_HEADER: u32 = 128;
+/// 128-byte line of their own, then the block's rows towards each PE (a word a PE) on
+/// another.
+pub const BULK_HEADER: u32 = 256;
+
+/// Where the low-latency `bf16` dispatch's metadata warps tally the block's rows towards
+/// each PE in its shared memory ([`send_bulk`]): a word a PE, at most 32.
+const ROW_TALLY: u32 = 128;
 
 /// The most experts for which the low-latency `bf16` dispatch reserves its pair slots a block
 /// at a time (one atomic an expert instead of one a pair): a word of shared memory each.
@@ -1706,6 +1701,16 @@ pub const RESERVE_EXPERTS: u32 = 256;
 /// reserves its pair slots at once: a `u16` of shared memory each. At
 /// 4096 tokens a block of an H200's grid has 7-8 tokens, 64 pairs at top-8.
 pub const RESERVE_PAIRS: u32 = 512;
+
+/// The word of the low-latency `bf16` dispatch's shared memory where its metadata warps
+/// tally the block's rows towards PE `d` ([`ROW_TALLY`]; [`send_bulk`]). Found afresh where
+/// it is used, as [`reserved_table`].
+/// `None` when the launch did not give the header.
+#[inline(always)]
+fn row_tally(d: u32) -> Option<shmem_device::shared::SharedPtr<u32>> {
+    let words = (ROW_TALLY / 4) as usize;
+    shmem_device::shared::dynamic::<u32>(words + 32).map(|w| w.wrapping_add(words + d as usize))
+}
 
 /// Where [`send`] takes a low-latency pair's slot in its expert's list.
 #[derive(Clone, Copy)]
@@ -1807,7 +1812,7 @@ unsafe fn reserve_pairs(
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
-unsafe fn send_held(b: Bufs, s: Shape) {
+unsafe fn send_held(b: Bufs, s: Shape) -> bool {
     let h = s.hidden as usize;
     let chunks = (h / 8) as u32;
     let row = |t: usize| b.x.as_ptr().wrapping_add(t * h);
@@ -1833,7 +1838,7 @@ unsafe fn send_held(b: Bufs, s: Shape) {
         // SAFETY: the kernel's contract; the launch gave the shared memory, the block has a
         // copying warp and metadata warps.
         unsafe { send_bulk(b, s, put) };
-        return;
+        return early_counts(s);
     }
     // SAFETY: as `send_grouped` says: `t < T`, and `send_slot[t]` complete at `store`; the
     // row's slot on `d` is this token's alone, and the peer address is in `recv_x`'s bounds
@@ -1852,6 +1857,7 @@ unsafe fn send_held(b: Bufs, s: Shape) {
             send_grouped::<false, false, _>(b, s, fetch, AsLoaded, store, put);
         }
     }
+    false
 }
 
 /// In throughput mode, where the dispatch is its layout's dependent: waits, in one warp, until
@@ -1889,15 +1895,16 @@ unsafe fn wait_slots(b: Bufs, s: Shape) {
 /// out to every PE the token goes to whose memory is mapped here (`bulk::copy_to_global`):
 /// in low-latency mode to row `t` of this PE's region there, the PEs found from the routing,
 /// in throughput mode where the layout placed it (`send_slot`; [`each_mapped`]).
-/// No row waits for the metadata, and no thread holds a row in registers. Warp 0 also counts
-/// the rows it finds towards each PE, and adds them to the PE's row counter once
-/// ([`count_rows`]; low-latency mode). Meanwhile the other warps send the metadata of the
+/// No row waits for the metadata, and no thread holds a row in registers. Meanwhile the other
+/// warps send the metadata of the
 /// block's tokens, a warp per (token, destination) ([`send`]); in throughput mode once the
 /// whole layout is out ([`shmem_device::pdl::wait`]), each warp's first token's choices and
 /// weights ([`pick`]) loaded before that wait; in low-latency mode, with
 /// several tokens a block, they first reserve
 /// the block's pair slots together, one atomic an expert ([`reserve_pairs`], on a
-/// [`NamedBarrier`] that warp 0 takes no part in). Rows to PEs whose memory is not mapped go
+/// [`NamedBarrier`] that warp 0 takes no part in), and after their `send`s tally the block's
+/// rows towards each PE and send the block's counts on their own ([`counts_early`]). Rows to
+/// PEs whose memory is not mapped go
 /// afterwards: the block learns of them from one `sync_threads_or`, and its warps call
 /// `put(t, d, at)`.
 ///
@@ -1966,9 +1973,8 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
             if tp {
                 wait_slots(b, s);
             }
-            // This lane's choice of the row being copied, and (lane `d`) the rows counted
-            // towards `d`.
-            let (mut e, mut rows) = (-1, 0);
+            // This lane's choice of the row being copied.
+            let mut e = -1;
             for k in 0..steps {
                 let (t, off, len) = part(k);
                 if off == 0 && !tp {
@@ -1993,11 +1999,7 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                     sync_warp(u32::MAX);
                     Placed::Slots
                 } else {
-                    let mask = routed(s, e);
-                    if off == 0 {
-                        rows += mask >> lane & 1;
-                    }
-                    Placed::Routed(mask)
+                    Placed::Routed(routed(s, e))
                 };
                 unmapped |= each_mapped(b, s, t, by, |peer| {
                     if lane == 0 {
@@ -2012,7 +2014,6 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                     bulk::commit_group();
                 }
             }
-            count_rows(b, rows);
             if lane == 0 {
                 bulk::wait_all();
             }
@@ -2023,15 +2024,31 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
             if tp {
                 shmem_device::pdl::wait();
             }
-            // With several tokens, the block's pair slots reserved at once.
+            let (meta, rank) = (NamedBarrier::new(1, (nw - 1) * 32), thread_idx_x() - 32);
+            // Low latency: the block's rows towards PE `d`, tallied in shared memory and
+            // added to the PE's row cursor once ([`counts_early`]). One add a row
+            // ([`send`]'s) put 4096 of them on one word at 1 PE and 4096 tokens, 1.4 µs of
+            // the twin's time on one H200 (BENCHMARKS.md, forty-third session). The FP8
+            // dispatch, whose one metadata warp sends a block's tokens one after another,
+            // spreads them over its time and keeps them in `send`.
+            if !tp
+                && rank < n
+                && let Some(at) = row_tally(rank)
+            {
+                scoped::store_relaxed(scoped::Cta, at, 0);
+            }
+            // With several tokens, the block's pair slots reserved at once (its first
+            // barrier orders the tally's zeros before the adds below).
             let reserved = match reserved_table(s) {
-                Some((base, rank)) if !tp && count > 1 && count * s.top_k <= RESERVE_PAIRS => {
-                    let meta = NamedBarrier::new(1, (nw - 1) * 32);
-                    reserve_pairs(b, s, (meta, thread_idx_x() - 32), count, token, base, rank);
+                Some((base, ranks)) if !tp && count > 1 && count * s.top_k <= RESERVE_PAIRS => {
+                    reserve_pairs(b, s, (meta, rank), count, token, base, ranks);
                     true
                 }
                 _ => false,
             };
+            if !tp && !reserved {
+                meta.sync();
+            }
             let mut u = w - 1;
             while u < count * n {
                 let i = u / n;
@@ -2041,8 +2058,26 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                     PairSlot::Atomic
                 };
                 let pk = ahead.take().unwrap_or_else(|| pick(b, s, token(i), lane));
-                send::<false>(b, s, token(i), u % n, lane, slot, pk);
+                let sent = send::<false>(b, s, token(i), u % n, lane, slot, pk);
+                if !tp
+                    && lane == 0
+                    && sent >= 0
+                    && let Some(at) = row_tally(u % n)
+                {
+                    scoped::add_relaxed(scoped::Cta, at, 1);
+                }
                 u += nw - 1;
+            }
+            if !tp {
+                meta.sync();
+                let rows = match row_tally(rank) {
+                    Some(at) if rank < n => scoped::load_relaxed(scoped::Cta, at),
+                    _ => 0,
+                };
+                count_rows(b, rank, rows);
+                if early_counts(s) {
+                    counts_early(b, s, (rank, meta.threads()), || meta.sync());
+                }
             }
         }
         if sync_threads_or(unmapped) {
@@ -2314,30 +2349,119 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
 /// kernels' contract).
 #[inline(always)]
 unsafe fn arrive_block(b: Bufs, sig: Sym<u64>, n: u32) {
-    let (lane, first) = (lane_id(), thread_idx_x() < 32);
-    let peer = if first && lane < n {
-        ptr(sig, lane as i32)
+    // SAFETY: the caller's contract; the whole block meets.
+    unsafe { arrive_group(b, sig, n, thread_idx_x(), sync_threads) };
+}
+
+/// [`arrive_block`] for a group of whole warps of the block that meet at `meet`, this
+/// thread the `rank`th (the group's first warp holds ranks `0..32`): after what the group
+/// issued before it.
+///
+/// # Safety
+/// As [`arrive_block`]; every thread of the group calls it, and `meet` is the group's
+/// barrier.
+#[inline(always)]
+unsafe fn arrive_group(b: Bufs, sig: Sym<u64>, n: u32, rank: u32, meet: impl Fn()) {
+    let first = rank < 32;
+    let peer = if first && rank < n {
+        ptr(sig, rank as i32)
     } else {
         None
     };
-    let mapped = (0..n).all(|d| ptr(b.signals, d as i32).is_some());
+    let mapped = all_mapped(b, n);
     if !mapped {
         quiet();
     }
-    sync_threads();
+    meet();
     if mapped {
         if first {
             quiet();
             if let Some(q) = peer {
-                // SAFETY: `q` is PE `lane`'s copy of the signal word (the caller's contract),
+                // SAFETY: `q` is PE `rank`'s copy of the signal word (the caller's contract),
                 // after this lane's fence.
                 unsafe { scoped::add_relaxed(scoped::Sys, q, arrival_share()) };
             }
         }
-    } else if thread_idx_x() == 0 {
+    } else if rank == 0 {
         scoped::fence_acq_rel(Gpu);
         // SAFETY: the caller's contract.
         unsafe { arrive(sig, n) };
+    }
+}
+
+/// Whether every PE's memory is mapped here (its signal words, and with them the whole
+/// symmetric heap): the same in every thread of the grid.
+#[inline(always)]
+fn all_mapped(b: Bufs, n: u32) -> bool {
+    (0..n).all(|d| ptr(b.signals, d as i32).is_some())
+}
+
+/// Adds `rows`, the block's rows towards PE `d` (zero unless `d < n`), to this PE's row
+/// cursor towards `d`.
+///
+/// # Safety
+/// The buffers as in [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn count_rows(b: Bufs, d: u32, rows: u32) {
+    if rows != 0 {
+        // SAFETY: a counter of `work`, as `d < n` where `rows` is not zero.
+        unsafe { scoped::add_relaxed(Gpu, counter(b, ROW_CURSORS + d as usize), rows) };
+    }
+}
+
+/// Whether the low-latency `bf16` dispatch by bulk copies sends its counts early
+/// (`counts_early`): with at least this many tokens a block, the same in every block. Where
+/// a block's rows take longer than its metadata, the reading of the counts leaves the
+/// kernel's last path; with few rows it adds a second fence, arrival and wait to it.
+/// Measured on one H200 at 1 PE, held, against the dispatch without (BENCHMARKS.md,
+/// fifty-eighth session): early at every size, 0.97-0.99 of its time at 3072 and 4096
+/// tokens (6-8 a block), 0.99-1.00 at 2048 (4), 1.10-1.20 at 128-1024 (1-2).
+pub const EARLY_COUNTS_TOKENS: u32 = 4;
+
+/// [`EARLY_COUNTS_TOKENS`] for this launch.
+#[inline(always)]
+fn early_counts(s: Shape) -> bool {
+    s.mode == MODE_LOW_LATENCY && s.tokens >= EARLY_COUNTS_TOKENS * grid_dim_x()
+}
+
+/// Low latency, in a block's metadata warps (`threads` of them meeting at `meet`, this
+/// thread the `rank`th) once its pair slots and rows are counted on its PE's cursors: adds
+/// the block's share of its PE's arrival to `signals[SIG_RESERVED]` on every PE, when every PE's memory
+/// is mapped here ([`all_mapped`]); in block 0, then waits for every PE's whole grid there,
+/// and reads the counts ([`pull_counts`]) while the copying warps still move rows. Before,
+/// block 0 read them after every PE's rows had arrived, on the way to the kernel's end, as
+/// it still does when some PE is not mapped (through NVSHMEM's `g` and `p`, whose code here
+/// made `moe_dispatch` spill 16 bytes on sm_90).
+///
+/// # Safety
+/// As [`moe_dispatch()`] in low-latency mode; every thread of the group calls it, after
+/// every cursor of the block's pairs and rows is taken, and every block of every PE's grid
+/// does so in this round.
+#[inline(always)]
+unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: impl Fn()) {
+    let n = s.n_pes;
+    let sig = b.signals.wrapping_add(SIG_RESERVED);
+    // SAFETY: the signal word, which only this function touches; the caller's contract.
+    unsafe {
+        // Mapping is mutual: where some PE is not mapped, no PE waits here.
+        if !all_mapped(b, n) {
+            return;
+        }
+        arrive_group(b, sig, n, rank, &meet);
+        if block_idx_x() == 0 {
+            if rank == 0 {
+                // Every PE's grid, then the word back to zero: it waits for one round's
+                // arrivals whatever the round, so that kernels without this step (an older
+                // build, or the twin, in `--compare`'s alternate rounds) may run between.
+                // The next round's arrivals come after this kernel has ended (module
+                // documentation, Completion).
+                let all = u64::from(n) * ARRIVAL;
+                signal_wait_until(sig, Cmp::Ge, all);
+                scoped::add_relaxed(scoped::Sys, sig, all.wrapping_neg());
+            }
+            meet();
+            pull_counts::<true>(b, s, (rank, threads));
+        }
     }
 }
 
@@ -2362,14 +2486,17 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
     let s = Shape { mode, dtype, ..s };
     let tp = s.mode == MODE_THROUGHPUT;
     let n = s.n_pes;
+    // Whether the block's metadata warps sent the counts on their own ([`counts_early`]),
+    // and read them in block 0 where every PE is mapped.
     // SAFETY: the kernel's contract; every thread of the block calls them.
-    unsafe {
+    let early = unsafe {
         if path.fp8() {
             send_quantised(b, s);
+            false
         } else {
-            send_held(b, s);
+            send_held(b, s)
         }
-    }
+    };
     let sig = b.signals.wrapping_add(SIG_DISPATCH);
     // SAFETY: a signal word, counting rounds (module documentation); the whole block calls
     // it; the kernel's contract bounds `n`.
@@ -2378,13 +2505,13 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
         // SAFETY: as above.
         unsafe { wait_arrivals(sig, s.round, n) };
     }
-    if block_idx_x() != 0 || tp {
+    if block_idx_x() != 0 || tp || (early && all_mapped(b, n)) {
         return;
     }
     // Block 0, once thread 0 has seen every PE's grid arrive.
     sync_threads();
     // SAFETY: the kernel's contract; the whole block, after every PE's grid has arrived.
-    unsafe { pull_counts(b, s) };
+    unsafe { pull_counts::<false>(b, s, (thread_idx_x(), block_dim_x())) };
 }
 
 /// Low latency, block 0 once every PE's grid has arrived: what each source sent here, from
@@ -2395,13 +2522,14 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
 /// slower at 64 experts).
 ///
 /// # Safety
-/// As [`moe_dispatch()`]; the whole block calls it, after [`wait_arrivals`].
+/// As [`moe_dispatch()`]; threads `0..bs` of the block call it (this one the `tid`th),
+/// after every PE's whole grid has counted its pairs and rows here ([`wait_arrivals`] of
+/// `SIG_DISPATCH`, or of `SIG_RESERVED` in [`counts_early`]).
 #[inline(always)]
-unsafe fn pull_counts(b: Bufs, s: Shape) {
+unsafe fn pull_counts<const MAPPED: bool>(b: Bufs, s: Shape, (tid, bs): (u32, u32)) {
     let (me, n, cap) = (my_pe() as u32, s.n_pes, s.capacity);
     let l_n = s.experts / n;
     let pair_cursors = ROW_CURSORS + n as usize;
-    let (tid, bs) = (thread_idx_x(), block_dim_x());
     // SAFETY: in bounds; this PE alone reads and resets the sources' cursors towards it and
     // writes its own counts.
     unsafe {
@@ -2411,7 +2539,8 @@ unsafe fn pull_counts(b: Bufs, s: Shape) {
         let mut i = tid;
         while i < n * l_n {
             let (src, l) = (i / l_n, i % l_n);
-            let (c, by_put) = take(counter(b, pair_cursors + (me * l_n + l) as usize), src);
+            let (c, by_put) =
+                take::<MAPPED>(counter(b, pair_cursors + (me * l_n + l) as usize), src);
             put |= by_put;
             let at = (l * n + src) as usize;
             st(b.expert_count, at, c.min(cap));
@@ -2421,7 +2550,7 @@ unsafe fn pull_counts(b: Bufs, s: Shape) {
         // The row counts on the threads after the pairs' (the first ones when `n L >= bs`).
         let r = (tid + bs - (n * l_n) % bs) % bs;
         if r < n {
-            let (rows, by_put) = take(counter(b, ROW_CURSORS + me as usize), r);
+            let (rows, by_put) = take::<MAPPED>(counter(b, ROW_CURSORS + me as usize), r);
             put |= by_put;
             st(b.recv_count, r as usize, rows);
         }
@@ -2439,7 +2568,7 @@ unsafe fn pull_counts(b: Bufs, s: Shape) {
 /// # Safety
 /// `cur` is a word of [`Bufs::work`]; nothing else touches `pe`'s copy meanwhile.
 #[inline(always)]
-unsafe fn take(cur: Sym<u32>, pe: u32) -> (u32, bool) {
+unsafe fn take<const MAPPED: bool>(cur: Sym<u32>, pe: u32) -> (u32, bool) {
     // SAFETY: the caller's contract; a mapped address is `pe`'s copy of `cur`.
     unsafe {
         match ptr(cur, pe as i32) {
@@ -2448,6 +2577,7 @@ unsafe fn take(cur: Sym<u32>, pe: u32) -> (u32, bool) {
                 q.as_ptr().write_volatile(0);
                 (c, false)
             }
+            None if MAPPED => (0, false),
             None => {
                 let c = g(cur, pe as i32);
                 p(cur, 0u32, pe as i32);

@@ -120,14 +120,15 @@ fn the_cuda_twin_uses_the_same_constants() {
     assert_eq!(
         signals.trim(),
         format!(
-            "= {}, SIG_COMBINE = {}, SIG_COUNTS = {}, SIG_SLOTS = {}",
+            "= {}, SIG_COMBINE = {}, SIG_COUNTS = {}, SIG_SLOTS = {}, SIG_RESERVED = {}",
             k::SIG_DISPATCH,
             k::SIG_COMBINE,
             k::SIG_COUNTS,
-            k::SIG_SLOTS
+            k::SIG_SLOTS,
+            k::SIG_RESERVED
         )
     );
-    assert_eq!(k::SIG_SLOTS + 1, k::SIGNAL_WORDS);
+    assert_eq!(k::SIG_RESERVED + 1, k::SIGNAL_WORDS);
     let stride = twin_between("constexpr size_t COUNTER_STRIDE = ", ";");
     assert_eq!(stride.trim(), k::COUNTER_STRIDE.to_string());
     let arrival = twin_between("constexpr uint64_t ARRIVAL = 1ull << ", ";");
@@ -138,6 +139,7 @@ fn the_cuda_twin_uses_the_same_constants() {
         ("BULK_HEADER", k::BULK_HEADER),
         ("RESERVE_EXPERTS", k::RESERVE_EXPERTS),
         ("RESERVE_PAIRS", k::RESERVE_PAIRS),
+        ("EARLY_COUNTS_TOKENS", k::EARLY_COUNTS_TOKENS),
     ] {
         let twin = twin_between(&format!("constexpr uint32_t {name} = "), ";");
         assert_eq!(twin.trim(), v.to_string(), "{name}");
