@@ -887,13 +887,12 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     uint32_t k_n = s.top_k, e_n = s.experts, mt = threadIdx.x - 32, mts = (nw - 1) * 32;
     uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
     uint16_t *rank = reinterpret_cast<uint16_t *>(base + e_n);
-    // Low latency: the block's rows towards PE d, tallied here, then added to its row cursor
-    // once (counts_early).
+    // With them, the block's rows towards PE d tallied here, then added to its row cursor
+    // once; else each row added as it goes (kernels.rs, send_bulk).
     uint32_t *tally = reinterpret_cast<uint32_t *>(dispatch_smem + ROW_TALLY);
-    if (!tp && mt < n) tally[mt] = 0;
     bool reserved = !tp && count > 1 && e_n <= RESERVE_EXPERTS && count * k_n <= RESERVE_PAIRS;
-    if (!tp && !reserved) asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
     if (reserved) {
+      if (mt < n) tally[mt] = 0;
       for (uint32_t e = mt; e < e_n; e += mts) base[e] = 0;
       asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
       for (uint32_t p = mt; p < count * k_n; p += mts) {
@@ -909,15 +908,16 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
       size_t t = t0 + u / n * stride;
       int32_t sent = send<false>(b, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane),
                                  reserved ? base : nullptr, reserved ? rank + u / n * k_n : nullptr);
-      if (!tp && lane == 0 && sent >= 0) atomicAdd(&tally[u % n], 1u);
+      if (!tp && lane == 0 && sent >= 0) atomicAdd(reserved ? &tally[u % n] : counter(b, ROW_CURSORS + u % n), 1u);
       ahead = false;
     }
-    if (!tp) {
-      auto meet = [&] { asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory"); };
+    auto meet = [&] { asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory"); };
+    if (reserved) {
       meet();
       if (mt < n && tally[mt]) atomicAdd(counter(b, ROW_CURSORS + mt), tally[mt]);
-      if (early_counts(s)) counts_early(b, s, mt, mts, meet);
     }
+    // Its first barrier orders every metadata warp's adds before the arrival.
+    if (!tp && early_counts(s)) counts_early(b, s, mt, mts, meet);
   }
   if (__syncthreads_or(unmapped)) {
     for (uint32_t u = w; u < count * n; u += nw) {

@@ -2025,30 +2025,28 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                 shmem_device::pdl::wait();
             }
             let (meta, rank) = (NamedBarrier::new(1, (nw - 1) * 32), thread_idx_x() - 32);
-            // Low latency: the block's rows towards PE `d`, tallied in shared memory and
-            // added to the PE's row cursor once ([`counts_early`]). One add a row
-            // ([`send`]'s) put 4096 of them on one word at 1 PE and 4096 tokens, 1.4 µs of
-            // the twin's time on one H200 (BENCHMARKS.md, forty-third session). The FP8
-            // dispatch, whose one metadata warp sends a block's tokens one after another,
-            // spreads them over its time and keeps them in `send`.
-            if !tp
-                && rank < n
-                && let Some(at) = row_tally(rank)
-            {
-                scoped::store_relaxed(scoped::Cta, at, 0);
-            }
-            // With several tokens, the block's pair slots reserved at once (its first
-            // barrier orders the tally's zeros before the adds below).
+            // With several tokens, the block's pair slots reserved at once, and (low latency)
+            // its rows towards PE `d` tallied in shared memory and added to the PE's row cursor
+            // once (reserve_pairs' first barrier orders the tally's zeros before the adds).
+            // One add a row ([`send`]'s) put 4096 of them on one word at 1 PE and 4096
+            // tokens, 1.4 µs of the twin's time on one H200 (BENCHMARKS.md, forty-third
+            // session). With one token a block each of its rows is added as it goes: a tally
+            // there, with the barrier it needs, cost 1-2 % of the time at 128-1024 tokens
+            // (fifty-eighth session). The FP8 dispatch, whose one metadata warp sends a
+            // block's tokens one after another, spreads them over its time and keeps them
+            // in `send`.
             let reserved = match reserved_table(s) {
                 Some((base, ranks)) if !tp && count > 1 && count * s.top_k <= RESERVE_PAIRS => {
+                    if rank < n
+                        && let Some(at) = row_tally(rank)
+                    {
+                        scoped::store_relaxed(scoped::Cta, at, 0);
+                    }
                     reserve_pairs(b, s, (meta, rank), count, token, base, ranks);
                     true
                 }
                 _ => false,
             };
-            if !tp && !reserved {
-                meta.sync();
-            }
             let mut u = w - 1;
             while u < count * n {
                 let i = u / n;
@@ -2059,25 +2057,25 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                 };
                 let pk = ahead.take().unwrap_or_else(|| pick(b, s, token(i), lane));
                 let sent = send::<false>(b, s, token(i), u % n, lane, slot, pk);
-                if !tp
-                    && lane == 0
-                    && sent >= 0
-                    && let Some(at) = row_tally(u % n)
-                {
-                    scoped::add_relaxed(scoped::Cta, at, 1);
+                if !tp && lane == 0 && sent >= 0 {
+                    match row_tally(u % n) {
+                        Some(at) if reserved => scoped::add_relaxed(scoped::Cta, at, 1),
+                        _ => count_rows(b, u % n, 1),
+                    }
                 }
                 u += nw - 1;
             }
-            if !tp {
+            if reserved {
                 meta.sync();
                 let rows = match row_tally(rank) {
                     Some(at) if rank < n => scoped::load_relaxed(scoped::Cta, at),
                     _ => 0,
                 };
                 count_rows(b, rank, rows);
-                if early_counts(s) {
-                    counts_early(b, s, (rank, meta.threads()), || meta.sync());
-                }
+            }
+            if !tp && early_counts(s) {
+                // Its first barrier orders every metadata warp's adds before the arrival.
+                counts_early(b, s, (rank, meta.threads()), || meta.sync());
             }
         }
         if sync_threads_or(unmapped) {
