@@ -735,12 +735,6 @@ __device__ __forceinline__ void pull_counts(const Bufs &b, const Shape &s, uint3
   if (r < n) b.recv_count[r] = take<MAPPED>(counter(b, ROW_CURSORS + me), r, put);
   if (put) nvshmem_quiet();
 }
-// Whether the low-latency bf16 dispatch by bulk copies sends its counts early: with at least
-// EARLY_COUNTS_TOKENS tokens a block (early_counts in Rust).
-constexpr uint32_t EARLY_COUNTS_TOKENS = 4;
-__device__ __forceinline__ bool early_counts(const Shape &s) {
-  return s.mode == LOW_LATENCY && s.tokens >= EARLY_COUNTS_TOKENS * gridDim.x;
-}
 // Low latency, in a block's metadata warps (threads of them meeting at `meet`, this thread
 // the rank-th) once its pair slots and rows are counted (counts_early in Rust): with every PE
 // mapped, the block's arrival at signals[SIG_RESERVED] on every PE; in block 0, then every
@@ -777,6 +771,15 @@ __device__ __forceinline__ uint32_t bulk_slot_bytes(const Shape &s) { return (bu
 // a u16 a pair) follows the barriers' line, the slots follow the table on a line of their own.
 constexpr uint32_t RESERVE_EXPERTS = 256;
 constexpr uint32_t RESERVE_PAIRS = 512;
+// Whether the low-latency bf16 dispatch by bulk copies sends its counts early: with at least
+// EARLY_COUNTS_TOKENS tokens a block (early_counts in Rust).
+constexpr uint32_t EARLY_COUNTS_TOKENS = 4;
+// (Where every block reserves its pair slots at once: the same in every block.)
+__device__ __forceinline__ bool early_counts(const Shape &s) {
+  uint32_t g = gridDim.x;
+  return s.mode == LOW_LATENCY && s.tokens >= EARLY_COUNTS_TOKENS * g && s.experts <= RESERVE_EXPERTS &&
+         (s.tokens + g - 1) / g * s.top_k <= RESERVE_PAIRS;
+}
 __device__ __forceinline__ uint32_t bulk_slots_offset(const Shape &s) {
   uint32_t table = s.experts <= RESERVE_EXPERTS ? s.experts * 4 + RESERVE_PAIRS * 2 : 0;
   return BULK_HEADER + (table + 127) / 128 * 128;
@@ -849,7 +852,8 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     };
     for (uint32_t k = 0; k < steps && k + 1 < BULK_SLOTS; k++) load(k);
     if (tp) wait_slots(b, s);  // the layout's dependent: its slots once the rows are placed
-    int32_t e = -1;  // this lane's choice of the row's token
+    int32_t e = -1;     // this lane's choice of the row's token
+    uint32_t rows = 0;  // lane d: the rows counted towards d (unless the metadata warps tally them)
     for (uint32_t k = 0; k < steps; k++) {
       size_t t = t0 + k / pieces * stride;
       uint32_t off = k % pieces * piece, len = min(piece, row_bytes - off), i = k % BULK_SLOTS;
@@ -866,13 +870,16 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
       if (tp) {
         __syncwarp();
       } else {
-        by = Placed{false, routed(s, e)};
+        uint32_t mask = routed(s, e);
+        if (off == 0) rows += mask >> lane & 1;
+        by = Placed{false, mask};
       }
       unmapped |= each_mapped(b, s, t, by, [&](uint16_t *peer) {
         if (lane == 0) copy_to_global(reinterpret_cast<uint8_t *>(peer) + off, slots + i * slot_bytes, len);
       });
       if (lane == 0) asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
+    if (!early_counts(s) && rows) atomicAdd(counter(b, ROW_CURSORS + lane), rows);
     if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
   } else {
     // Throughput mode: the warp's first token's choices and weights on their way while it waits
@@ -887,12 +894,13 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     uint32_t k_n = s.top_k, e_n = s.experts, mt = threadIdx.x - 32, mts = (nw - 1) * 32;
     uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
     uint16_t *rank = reinterpret_cast<uint16_t *>(base + e_n);
-    // With them, the block's rows towards PE d tallied here, then added to its row cursor
-    // once; else each row added as it goes (kernels.rs, send_bulk).
+    // Where the counts go early, the block's rows towards PE d tallied here, then added to
+    // its row cursor once; else warp 0 counts them (kernels.rs, send_bulk).
     uint32_t *tally = reinterpret_cast<uint32_t *>(dispatch_smem + ROW_TALLY);
+    bool early = early_counts(s);
     bool reserved = !tp && count > 1 && e_n <= RESERVE_EXPERTS && count * k_n <= RESERVE_PAIRS;
     if (reserved) {
-      if (mt < n) tally[mt] = 0;
+      if (early && mt < n) tally[mt] = 0;
       for (uint32_t e = mt; e < e_n; e += mts) base[e] = 0;
       asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
       for (uint32_t p = mt; p < count * k_n; p += mts) {
@@ -908,16 +916,15 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
       size_t t = t0 + u / n * stride;
       int32_t sent = send<false>(b, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane),
                                  reserved ? base : nullptr, reserved ? rank + u / n * k_n : nullptr);
-      if (!tp && lane == 0 && sent >= 0) atomicAdd(reserved ? &tally[u % n] : counter(b, ROW_CURSORS + u % n), 1u);
+      if (early && lane == 0 && sent >= 0) atomicAdd(&tally[u % n], 1u);
       ahead = false;
     }
-    auto meet = [&] { asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory"); };
-    if (reserved) {
+    if (early) {
+      auto meet = [&] { asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory"); };
       meet();
       if (mt < n && tally[mt]) atomicAdd(counter(b, ROW_CURSORS + mt), tally[mt]);
+      counts_early(b, s, mt, mts, meet);
     }
-    // Its first barrier orders every metadata warp's adds before the arrival.
-    if (!tp && early_counts(s)) counts_early(b, s, mt, mts, meet);
   }
   if (__syncthreads_or(unmapped)) {
     for (uint32_t u = w; u < count * n; u += nw) {

@@ -1973,8 +1973,9 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
             if tp {
                 wait_slots(b, s);
             }
-            // This lane's choice of the row being copied.
-            let mut e = -1;
+            // This lane's choice of the row being copied, and (lane `d`) the rows counted
+            // towards `d` (unless the metadata warps tally them: [`early_counts`]).
+            let (mut e, mut rows) = (-1, 0);
             for k in 0..steps {
                 let (t, off, len) = part(k);
                 if off == 0 && !tp {
@@ -1999,7 +2000,11 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                     sync_warp(u32::MAX);
                     Placed::Slots
                 } else {
-                    Placed::Routed(routed(s, e))
+                    let mask = routed(s, e);
+                    if off == 0 {
+                        rows += mask >> lane & 1;
+                    }
+                    Placed::Routed(mask)
                 };
                 unmapped |= each_mapped(b, s, t, by, |peer| {
                     if lane == 0 {
@@ -2014,6 +2019,9 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                     bulk::commit_group();
                 }
             }
+            if !early_counts(s) {
+                count_rows(b, lane, rows);
+            }
             if lane == 0 {
                 bulk::wait_all();
             }
@@ -2025,19 +2033,15 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                 shmem_device::pdl::wait();
             }
             let (meta, rank) = (NamedBarrier::new(1, (nw - 1) * 32), thread_idx_x() - 32);
-            // With several tokens, the block's pair slots reserved at once, and (low latency)
-            // its rows towards PE `d` tallied in shared memory and added to the PE's row cursor
-            // once (reserve_pairs' first barrier orders the tally's zeros before the adds).
-            // One add a row ([`send`]'s) put 4096 of them on one word at 1 PE and 4096
-            // tokens, 1.4 µs of the twin's time on one H200 (BENCHMARKS.md, forty-third
-            // session). With one token a block each of its rows is added as it goes: a tally
-            // there, with the barrier it needs, cost 1-2 % of the time at 128-1024 tokens
-            // (fifty-eighth session). The FP8 dispatch, whose one metadata warp sends a
-            // block's tokens one after another, spreads them over its time and keeps them
-            // in `send`.
+            // With several tokens, the block's pair slots reserved at once; where the counts go
+            // early, the block's rows towards PE `d` tallied here in shared memory and added to
+            // the PE's row cursor once (reserve_pairs' first barrier orders the tally's zeros
+            // before the adds), else warp 0 counts them as it copies.
+            let early = early_counts(s);
             let reserved = match reserved_table(s) {
                 Some((base, ranks)) if !tp && count > 1 && count * s.top_k <= RESERVE_PAIRS => {
-                    if rank < n
+                    if early
+                        && rank < n
                         && let Some(at) = row_tally(rank)
                     {
                         scoped::store_relaxed(scoped::Cta, at, 0);
@@ -2057,24 +2061,22 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                 };
                 let pk = ahead.take().unwrap_or_else(|| pick(b, s, token(i), lane));
                 let sent = send::<false>(b, s, token(i), u % n, lane, slot, pk);
-                if !tp && lane == 0 && sent >= 0 {
-                    match row_tally(u % n) {
-                        Some(at) if reserved => scoped::add_relaxed(scoped::Cta, at, 1),
-                        _ => count_rows(b, u % n, 1),
-                    }
+                if early
+                    && lane == 0
+                    && sent >= 0
+                    && let Some(at) = row_tally(u % n)
+                {
+                    scoped::add_relaxed(scoped::Cta, at, 1);
                 }
                 u += nw - 1;
             }
-            if reserved {
+            if early {
                 meta.sync();
                 let rows = match row_tally(rank) {
                     Some(at) if rank < n => scoped::load_relaxed(scoped::Cta, at),
                     _ => 0,
                 };
                 count_rows(b, rank, rows);
-            }
-            if !tp && early_counts(s) {
-                // Its first barrier orders every metadata warp's adds before the arrival.
                 counts_early(b, s, (rank, meta.threads()), || meta.sync());
             }
         }
@@ -2395,7 +2397,10 @@ fn all_mapped(b: Bufs, n: u32) -> bool {
 }
 
 /// Adds `rows`, the block's rows towards PE `d` (zero unless `d < n`), to this PE's row
-/// cursor towards `d`.
+/// cursor towards `d`: once a block and PE, where one add a row ([`send`]'s) put 4096 of
+/// them on one word at 1 PE and 4096 tokens, 1.4 µs of the twin's time on one H200
+/// (BENCHMARKS.md, forty-third session). The FP8 dispatch, whose one metadata warp sends a
+/// block's tokens one after another, spreads them over its time and keeps them in `send`.
 ///
 /// # Safety
 /// The buffers as in [`moe_dispatch()`].
@@ -2416,10 +2421,17 @@ unsafe fn count_rows(b: Bufs, d: u32, rows: u32) {
 /// tokens (6-8 a block), 0.99-1.00 at 2048 (4), 1.10-1.20 at 128-1024 (1-2).
 pub const EARLY_COUNTS_TOKENS: u32 = 4;
 
-/// [`EARLY_COUNTS_TOKENS`] for this launch.
+/// [`EARLY_COUNTS_TOKENS`] for this launch, in low-latency mode, where every block reserves
+/// its pair slots a block at a time ([`reserve_pairs`]: every block has at least two tokens
+/// and at most [`RESERVE_PAIRS`] pairs, and the experts fit the table): the same in every
+/// block of the grid, and in block 0, which then does not read the counts at the end.
 #[inline(always)]
 fn early_counts(s: Shape) -> bool {
-    s.mode == MODE_LOW_LATENCY && s.tokens >= EARLY_COUNTS_TOKENS * grid_dim_x()
+    let g = grid_dim_x();
+    s.mode == MODE_LOW_LATENCY
+        && s.tokens >= EARLY_COUNTS_TOKENS * g
+        && s.experts <= RESERVE_EXPERTS
+        && s.tokens.div_ceil(g) * s.top_k <= RESERVE_PAIRS
 }
 
 /// Low latency, in a block's metadata warps (`threads` of them meeting at `meet`, this
