@@ -309,7 +309,7 @@ __device__ __forceinline__ Pick pick(const Bufs &b, const Shape &s, size_t t, ui
 // d (-1: not sent there), which it also returns to every lane. The caller sends the row. In
 // low-latency mode the slot is t, and where the token does not go to d this marks row t from
 // here on d as empty (source index -1); with ROWS a row sent is counted here, else the caller
-// counts it (send_bulk tallies a block's).
+// counts it (send_bulk: its copying warp, or its metadata warps' tally).
 // A low-latency pair's slot: an atomic on its expert's counter, or with `base` reserved
 // already for the block (reserve_pairs): base[e] plus the pair's rank[k] (rank: the token's).
 template <bool ROWS>
@@ -496,8 +496,10 @@ __device__ __forceinline__ int32_t choice(const Bufs &b, const Shape &s, size_t 
 }
 
 // Low latency: the PEs a token goes to, from its choices (each lane's e; bit d: one of its
-// experts is on d; whole warps, a ballot a PE), which each_mapped takes. A copying warp loads the choices when it starts a
-// row and finds the PEs once the row's data is there (kernels.rs, routed).
+// experts is on d; whole warps, a ballot a PE), which each_mapped takes; send_bulk's copying
+// warp counts the rows from it unless its metadata warps tally them (early_counts). A copying
+// warp loads the choices when it starts a row and finds the PEs once the row's data is there
+// (kernels.rs, routed).
 // PE d's ballot tests e against its experts' range, d L .. (d + 1) L (no division).
 __device__ __forceinline__ uint32_t routed(const Shape &s, int32_t e) {
   uint32_t l_n = s.experts / s.n_pes, mask = 0, lo = 0;

@@ -70,8 +70,8 @@
 //! The low-latency `bf16` dispatch by bulk copies, with several tokens a block and every PE
 //! mapped, reads them earlier: each block's metadata warps arrive at `signals[SIG_RESERVED]`
 //! once its cursors are final, and block 0's wait for those and read run while the rows
-//! still move (`counts_early`, [`EARLY_COUNTS_TOKENS`]); that word waits for one round's arrivals and goes back to
-//! zero each round.
+//! still move (`counts_early`, [`EARLY_COUNTS_TOKENS`]); that word waits for one round's
+//! arrivals and goes back to zero each round.
 //! In the combine every block waits, then adds the returned sums.
 //! (Measured on one H100 against a count of finished blocks whose last sent the signals:
 //! 1.2–1.5 µs less a round for the combine and the throughput dispatch.)
@@ -1021,8 +1021,8 @@ unsafe fn layout(b: Bufs, s: Shape) {
 /// then holds the row's slot on `d` (-1: not sent there), which it also returns to every
 /// lane; the caller sends the row. In low-latency mode the slot is `t`, and where the token
 /// does not go to `d` this marks row `t` from here on `d` as empty (its source index -1);
-/// with `ROWS` a row sent is counted here, else the caller counts it ([`send_bulk`] tallies
-/// a block's). A low-latency pair's slot comes from `slot`.
+/// with `ROWS` a row sent is counted here, else the caller counts it ([`send_bulk`]: its
+/// copying warp, or its metadata warps' tally). A low-latency pair's slot comes from `slot`.
 ///
 /// # Safety
 /// `t < T`, `d < n`; the whole warp calls it; the buffers and round as in
@@ -1382,11 +1382,13 @@ unsafe fn choice(b: Bufs, s: Shape, t: usize, lane: u32) -> i32 {
 
 /// In low-latency mode, the PEs a token goes to, from its choices (each lane's [`choice`],
 /// `e`): bit `d` set when one of its experts is on PE `d` (a ballot a PE, whole warps).
-/// [`each_mapped`] takes it. A copying warp loads the choices when it starts a row and finds the PEs
-/// once the row's data is there: found at once, the warp waited for the load (on one H200
-/// the FP8 dispatch took 1-2 % more time at 4096 tokens). PE `d`'s ballot tests `e` against
-/// its experts' range, `d L .. (d + 1) L`, one compare a PE, where `e / L` had taken a
-/// division (some 18 instructions) a call (-1, no expert, is in no range).
+/// [`each_mapped`] takes it, and [`send_bulk`]'s copying warp counts the rows from it
+/// ([`count_rows`]) unless its metadata warps tally them ([`early_counts`]). A copying warp
+/// loads the choices when it starts a row and finds the PEs once the row's data is there:
+/// found at once, the warp waited for the load (on one H200 the FP8 dispatch took 1-2 % more
+/// time at 4096 tokens). PE `d`'s ballot tests `e` against its experts' range,
+/// `d L .. (d + 1) L`, one compare a PE, where `e / L` had taken a division (some 18
+/// instructions) a call (-1, no expert, is in no range).
 #[inline(always)]
 fn routed(s: Shape, e: i32) -> u32 {
     let l_n = s.experts / s.n_pes;
@@ -1703,9 +1705,8 @@ pub const RESERVE_EXPERTS: u32 = 256;
 pub const RESERVE_PAIRS: u32 = 512;
 
 /// The word of the low-latency `bf16` dispatch's shared memory where its metadata warps
-/// tally the block's rows towards PE `d` ([`ROW_TALLY`]; [`send_bulk`]). Found afresh where
-/// it is used, as [`reserved_table`].
-/// `None` when the launch did not give the header.
+/// tally the block's rows towards PE `d` ([`ROW_TALLY`]; [`send_bulk`]), or `None` when the
+/// launch did not give the header. Found afresh where it is used, as [`reserved_table`].
 #[inline(always)]
 fn row_tally(d: u32) -> Option<shmem_device::shared::SharedPtr<u32>> {
     let words = (ROW_TALLY / 4) as usize;
@@ -1895,18 +1896,18 @@ unsafe fn wait_slots(b: Bufs, s: Shape) {
 /// out to every PE the token goes to whose memory is mapped here (`bulk::copy_to_global`):
 /// in low-latency mode to row `t` of this PE's region there, the PEs found from the routing,
 /// in throughput mode where the layout placed it (`send_slot`; [`each_mapped`]).
-/// No row waits for the metadata, and no thread holds a row in registers. Meanwhile the other
-/// warps send the metadata of the
-/// block's tokens, a warp per (token, destination) ([`send`]); in throughput mode once the
-/// whole layout is out ([`shmem_device::pdl::wait`]), each warp's first token's choices and
-/// weights ([`pick`]) loaded before that wait; in low-latency mode, with
-/// several tokens a block, they first reserve
-/// the block's pair slots together, one atomic an expert ([`reserve_pairs`], on a
-/// [`NamedBarrier`] that warp 0 takes no part in), and after their `send`s tally the block's
+/// No row waits for the metadata, and no thread holds a row in registers. Warp 0 also counts
+/// the rows it finds towards each PE, and adds them to the PE's row counter once
+/// ([`count_rows`]; low-latency mode, unless the metadata warps tally them). Meanwhile the
+/// other warps send the metadata of the block's tokens, a warp per (token, destination)
+/// ([`send`]); in throughput mode once the whole layout is out ([`shmem_device::pdl::wait`]),
+/// each warp's first token's choices and weights ([`pick`]) loaded before that wait; in
+/// low-latency mode, with several tokens a block, they first reserve the block's pair slots
+/// together, one atomic an expert ([`reserve_pairs`], on a [`NamedBarrier`] that warp 0 takes
+/// no part in), and where [`early_counts`] says so, after their `send`s tally the block's
 /// rows towards each PE and send the block's counts on their own ([`counts_early`]). Rows to
-/// PEs whose memory is not mapped go
-/// afterwards: the block learns of them from one `sync_threads_or`, and its warps call
-/// `put(t, d, at)`.
+/// PEs whose memory is not mapped go afterwards: the block learns of them from one
+/// `sync_threads_or`, and its warps call `put(t, d, at)`.
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it; the block has more than one
@@ -2436,12 +2437,13 @@ fn early_counts(s: Shape) -> bool {
 
 /// Low latency, in a block's metadata warps (`threads` of them meeting at `meet`, this
 /// thread the `rank`th) once its pair slots and rows are counted on its PE's cursors: adds
-/// the block's share of its PE's arrival to `signals[SIG_RESERVED]` on every PE, when every PE's memory
-/// is mapped here ([`all_mapped`]); in block 0, then waits for every PE's whole grid there,
-/// and reads the counts ([`pull_counts`]) while the copying warps still move rows. Before,
-/// block 0 read them after every PE's rows had arrived, on the way to the kernel's end, as
-/// it still does when some PE is not mapped (through NVSHMEM's `g` and `p`, whose code here
-/// made `moe_dispatch` spill 16 bytes on sm_90).
+/// the block's share of its PE's arrival to `signals[SIG_RESERVED]` on every PE, when every
+/// PE's memory is mapped here ([`all_mapped`]); in block 0, then waits for every PE's whole
+/// grid there, and reads the counts ([`pull_counts`]) while the copying warps still move
+/// rows. Before, block 0 read them after every PE's rows had arrived, on the way to the
+/// kernel's end, as it still does below [`EARLY_COUNTS_TOKENS`] and when some PE is not
+/// mapped (through NVSHMEM's `g` and `p`, whose code here made `moe_dispatch` spill 16 bytes
+/// on sm_90).
 ///
 /// # Safety
 /// As [`moe_dispatch()`] in low-latency mode; every thread of the group calls it, after
