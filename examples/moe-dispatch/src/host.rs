@@ -284,7 +284,7 @@ pub struct Kernels<'m> {
     dispatch_throughput: KernelFn<'m, kernels::moe_dispatch_throughput>,
     dispatch_fp8: KernelFn<'m, kernels::moe_dispatch_fp8>,
     /// Absent from a module built before it (an older build, or an older twin): its launches
-    /// then take [`kernels::moe_dispatch_fp8()`].
+    /// then take [`kernels::moe_dispatch_fp8`].
     dispatch_fp8_reserved: Option<KernelFn<'m, kernels::moe_dispatch_fp8_reserved>>,
     dispatch_fp8_throughput: KernelFn<'m, kernels::moe_dispatch_fp8_throughput>,
     experts: KernelFn<'m, kernels::moe_experts>,

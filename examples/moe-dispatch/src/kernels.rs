@@ -2135,8 +2135,7 @@ pub const FP8_RESERVE_TOKENS: u32 = 9;
 
 /// The FP8 dispatch's block per token (low-latency mode), its metadata sent alongside: warp 0
 /// sends the metadata of the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one
-/// token after another ([`send`], a token's destinations in turn; with `RESERVE` and more
-/// than one token, their pair slots reserved first, [`reserve_pairs`]), while the other warps
+/// token after another ([`send`], a token's destinations in turn), while the other warps
 /// load, quantise and store the rows, batch by batch as [`send_grouped`] does. A row waits
 /// for none of the metadata: it goes to row `t` of this PE's region on every PE it goes to,
 /// which the copying warps find from the routing ([`each_mapped`]). The copying threads are
@@ -2195,9 +2194,7 @@ unsafe fn send_split<const AHEAD: bool, const RESERVE: bool, P: Prepare>(
     // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `choice`, `fetch`,
     // `store` and `put`; each warp calls `send`, `routed` (whose ballots need whole warps),
     // `store` and `put` whole; `put` reads `send_slot[t]` after the barrier that follows warp
-    // 0's `send`s; the reserved pair slots' table is in the launch's shared memory
-    // (`reserved_table`), which only warp 0 touches here, and holds the block's `count * K`
-    // pairs, whose tokens `token(i)` are below `T`.
+    // 0's `send`s.
     unsafe {
         // Whether this thread stored a row some destination of which is not mapped here.
         let mut unmapped = false;
@@ -2543,7 +2540,8 @@ unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: imp
     }
 }
 
-/// The dispatch (module documentation) of `path`, which is `s.dispatch_path()`.
+/// The dispatch (module documentation) of `path`, which is `s.launch_path(grid_dim_x())`
+/// or `s.dispatch_path()`.
 ///
 /// # Safety
 /// See [`moe_dispatch()`].
