@@ -284,8 +284,8 @@ impl Chunk {
 /// unmapped; `TO_PEER`: local to peer) with the threads of scope `S` when both are 16-byte
 /// aligned and `bytes >= 16` (16 bytes per load and store, four in flight per thread at
 /// warp scope beyond four chunks a lane and at thread scope beyond 64 bytes, but two at a
-/// time for a thread of a whole warp copying at most 128 bytes; the tail in words or
-/// bytes); returns `false`, copying nothing, otherwise. A warp or block meets before the
+/// time for a thread of a whole warp copying at most 128 bytes and for a block's put of at
+/// most two chunks a thread; the tail in words or bytes); returns `false`, copying nothing, otherwise. A warp or block meets before the
 /// copy and after it, as NVSHMEM's warp and block forms do (`nvshmemi_threadgroup_sync`
 /// on entry and exit): every thread's writes to the source and reads of the destination
 /// before the call come before any thread's copy, and the copy is complete in every thread
@@ -307,7 +307,7 @@ impl Chunk {
 /// runs under the barrier; by a warp's or a block's put after it has loaded its first round
 /// of local chunks, so that the lookup runs under the loads' latency; a warp with at most a
 /// chunk a lane then returns right after its store, as does a warp's get of at most a chunk
-/// a lane. Measured against the perftest twin (BENCHMARKS.md, thirty-third and thirty-fourth
+/// a lane, and a block's put of at most two chunks a thread. Measured against the perftest twin (BENCHMARKS.md, thirty-third and thirty-fourth
 /// sessions): warp puts of 16-512 bytes from 1.02x to 0.86-0.89x the twin's latency; the
 /// warp-scope bandwidth points below 0.98x the twin from 15 to 0-1 (2 PEs on one H200 under
 /// MPS) and from 7 to 0 (two H200s). A block's put so (forty-fourth session, two H200s):
@@ -406,16 +406,17 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
     };
     // A warp's or a block's put loads its first round from the local end before it checks
     // the peer's address, so that the lookup and the checks run under the loads' latency:
-    // for a warp four chunks a lane when the copy has more than four a lane, else (and for a
-    // block) the thread's one chunk, if any. `i` is then the thread's first chunk after that
-    // round.
+    // for a warp four chunks a lane when the copy has more than four a lane; for a block
+    // whose threads have at most two chunks, all of them (then it returns); else the
+    // thread's one chunk, if any. `i` is then the thread's first chunk after that round.
     let mut i = me;
     let remote = if TO_PEER && matches!(S::KIND, ScopeKind::Warp | ScopeKind::Block) {
         let l = local.cast::<Chunk>().cast_const();
-        // SAFETY: the chunks loaded lie within the local end's `bytes` (a full round, or the
-        // lane's chunk below `chunks`), 16-byte aligned (checked above); the local end is
-        // global memory (the `LocalSlice` contract); `wrapping_add`: a lane past the end
-        // computes an address it does not read. The stores go to the same chunks of the
+        // SAFETY: the chunks loaded lie within the local end's `bytes` (a full round, a
+        // block thread's chunk `me < n < chunks`, or the lane's chunk below `chunks`), 16-byte
+        // aligned (checked above); the local end is global memory (the `LocalSlice`
+        // contract); `wrapping_add`: a lane past the end computes an address it does not
+        // read. The stores go to the same chunks of the
         // peer's copy, valid and aligned as `resolve` checked (the caller's contract).
         unsafe {
             if matches!(S::KIND, ScopeKind::Warp) && chunks > 4 * n {
@@ -433,6 +434,22 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
                 e.store(d.add(at(me + 3 * n)));
                 i += 4 * n;
                 r
+            } else if matches!(S::KIND, ScopeKind::Block) && chunks > n && chunks <= 2 * n {
+                // A block whose threads have two chunks (some of them one): both loads in
+                // flight before the lookup, then both stores. (NVSHMEM's copy, in nvcc's
+                // SASS, moves a chunk at a time.) One after the other, free-running puts of
+                // 32 KiB a block over 8 blocks read 0.943-0.959 of the perftest twin's
+                // bandwidth on two H200s; so, 0.981-0.990; a block's put latency at 32 KiB
+                // 0.96 of the twin's, was 0.90 (BENCHMARKS.md, sixtieth session).
+                let a = Chunk::load_global(l.add(at(me)));
+                let b = Chunk::load_global_if(me + n < chunks, l.wrapping_add(at(me + n)));
+                let Some(r) = resolve() else { return false };
+                let d = r.cast::<Chunk>();
+                a.store(d.add(at(me)));
+                if me + n < chunks {
+                    b.store(d.add(at(me + n)));
+                }
+                return finish(r, local);
             } else {
                 let a = Chunk::load_global_if(me < chunks, l.wrapping_add(at(me)));
                 let Some(r) = resolve() else { return false };
