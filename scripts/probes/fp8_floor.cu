@@ -16,6 +16,8 @@
 // On a GPU machine (sm_90 and up), all three sets or those named:
 //   nvcc -O3 -arch=sm_90 -o /tmp/fp8_floor scripts/probes/fp8_floor.cu
 //   /tmp/fp8_floor [shapes] [hints] [completion]
+// or built here, with the toolkit the project installs (~/.cache/shmem-rs/cuda-toolkit), adding
+// `-L ~/.cache/shmem-rs/cuda-toolkit/nvidia/cu13/lib` for its static runtime, and carried.
 // (BENCHMARKS.md, "The FP8 dispatch's bytes without the dispatch", sixtieth session.)
 #include <algorithm>
 #include <cstdint>
