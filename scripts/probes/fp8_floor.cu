@@ -152,7 +152,7 @@ __device__ __forceinline__ void store_unit(uint8_t *o, size_t u, uint4 q, float 
 // Flat: a grid-stride loop over the units, U in flight a thread (the grid's threads a
 // multiple of 32, so that a group's 8 units are an octet of lanes).
 template <int U, int LH = 0, int SH = 0>
-__global__ void quant_flat(const uint4 *x, uint8_t *o) {
+__device__ __forceinline__ void quant_units(const uint4 *x, uint8_t *o) {
   size_t step = (size_t)gridDim.x * blockDim.x;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < UNITS; i += U * step) {
     uint4 a[U], b[U];
@@ -171,29 +171,18 @@ __global__ void quant_flat(const uint4 *x, uint8_t *o) {
   }
 }
 
-// quant_flat<U> followed by the least completion a dispatch can have at one PE: each block,
-// once its threads are done, fences (system scope, as a dispatch's puts need) and adds 1 to
-// a counter; block 0 waits for the whole grid's adds of launch `round` (1, 2, ...).
-// F: the block's fence: 0 none (the add's release alone), 1 fence.acq_rel.gpu, 2
-// fence.acq_rel.sys, 3 fence.sc.sys (what nvshmem_quiet is on mapped memory).
-template <int U, int F>
-__global__ void quant_flat_done(const uint4 *x, uint8_t *o, unsigned long long *count, unsigned long long round) {
-  size_t step = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < UNITS; i += U * step) {
-    uint4 a[U], b[U];
-#pragma unroll
-    for (int j = 0; j < U; j++) {
-      size_t u = min(i + j * step, UNITS - 1);
-      a[j] = ld_once(x + in_at(u));
-      b[j] = ld_once(x + in_at(u) + 1);
-    }
-#pragma unroll
-    for (int j = 0; j < U; j++) {
-      float sc;
-      uint4 q = quantize(a[j], b[j], sc);
-      if (i + j * step < UNITS) store_unit(o, i + j * step, q, sc);
-    }
-  }
+template <int U, int LH = 0, int SH = 0>
+__global__ void quant_flat(const uint4 *x, uint8_t *o) {
+  quant_units<U, LH, SH>(x, o);
+}
+
+// The least completion a dispatch can have at one PE: each block, once its threads are done,
+// fences and adds 1 to a counter; block 0 waits for the whole grid's adds of launch `round`
+// (1, 2, ...). F: the block's fence: 0 none (the add's release alone), 1 fence.acq_rel.gpu,
+// 2 fence.acq_rel.sys, 3 fence.sc.sys (what nvshmem_quiet is on mapped memory; a dispatch's
+// puts to other GPUs need system scope).
+template <int F>
+__device__ __forceinline__ void least_completion(unsigned long long *count, unsigned long long round) {
   __syncthreads();
   if (threadIdx.x == 0) {
     if (F == 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
@@ -206,6 +195,13 @@ __global__ void quant_flat_done(const uint4 *x, uint8_t *o, unsigned long long *
       while (v < round * gridDim.x);
     }
   }
+}
+
+// quant_flat<U>, then least_completion<F>.
+template <int U, int F>
+__global__ void quant_flat_done(const uint4 *x, uint8_t *o, unsigned long long *count, unsigned long long round) {
+  quant_units<U>(x, o);
+  least_completion<F>(count, round);
 }
 
 // The `bf16` dispatch's bytes for comparison: the rows copied whole (58.7 MB read and
@@ -223,17 +219,7 @@ __global__ void copy_flat(const uint4 *x, uint4 *y, unsigned long long *count, u
     for (int j = 0; j < U; j++)
       if (i + j * step < n) y[i + j * step] = a[j];
   }
-  if (!DONE) return;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("fence.sc.sys;" ::: "memory");
-    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(count) : "memory");
-    if (blockIdx.x == 0) {
-      unsigned long long v;
-      do asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(count) : "memory");
-      while (v < round * gridDim.x);
-    }
-  }
+  if (DONE) least_completion<3>(count, round);
 }
 
 // A block per row (224 threads, 2 units a thread), the next row's loads issued before this
