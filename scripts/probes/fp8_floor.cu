@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include "held_stream.cuh"
+#include "../../examples/moe-dispatch/cuda/fp8_group.cuh"
 
 constexpr size_t T = 4096, H = 7168, ROW_IN = H * 2, ROW_OUT = H + H / 128 * 4;
 constexpr size_t UNITS_ROW = H / 16, UNITS = T * UNITS_ROW;
@@ -108,26 +109,13 @@ __global__ void half_bytes(const uint4 *x, uint8_t *o) {
   }
 }
 
-__device__ __forceinline__ uint32_t magnitude(uint4 a, uint4 b) {
-  uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  __nv_bfloat162 m = __floats2bfloat162_rn(0.0f, 0.0f);
-#pragma unroll
-  for (int i = 0; i < 8; i++) {
-    uint32_t abs = w[i] & 0x7fff7fffu;
-    m = __hmax2(m, *reinterpret_cast<const __nv_bfloat162 *>(&abs));
-  }
-  uint32_t bits = *reinterpret_cast<const uint32_t *>(&m);
-  return max(bits & 0xffffu, bits >> 16);
-}
-
 // The unit (a, b) quantised with its group's scale (its octet of lanes' amax): 16 e4m3
 // bytes; the scale to *scale_at when the lane is its octet's first.
 __device__ __forceinline__ uint4 quantize(uint4 a, uint4 b, float &scale) {
   uint32_t m = magnitude(a, b);
   for (int step = 4; step > 0; step /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, step));
-  float amax = fmaxf(__uint_as_float(m << 16), 1e-4f);
-  scale = __fmul_rn(amax, 1.0f / 448.0f);
-  float inv = __fdiv_rn(448.0f, amax);
+  float inv;
+  fp8_scales(__uint_as_float(m << 16), scale, inv);
   uint32_t w[4], in[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
   for (int k = 0; k < 4; k++) {

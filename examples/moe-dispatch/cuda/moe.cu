@@ -14,6 +14,8 @@
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
+#include "fp8_group.cuh"
+
 struct Shape {
   uint32_t tokens, hidden, experts, top_k, n_pes, capacity, round, mode, dtype;
   uint32_t read_once;  // 1: the combine reads the expert rows not kept in L1 (as in Rust)
@@ -284,14 +286,6 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   if (lane < n) b.recv_count[lane] = cnt(lane, e_n + me);
 }
 
-// A group's scale and its inverse from its largest magnitude (at least 1e-4): amax * (1/448)
-// and 448 / amax, as DeepEP's low-latency dispatch computes them (lib.rs, fp8::scales).
-__device__ __forceinline__ void fp8_scales(float amax, float &scale, float &inv) {
-  float a = fmaxf(amax, 1e-4f);
-  scale = __fmul_rn(a, 1.0f / 448.0f);
-  inv = __fdiv_rn(448.0f, a);
-}
-
 // This lane's choice of token t and its weight (lanes K and up: -1 and 0), which send takes:
 // the dispatch's inputs, which a throughput dispatch may load before it waits for its layout
 // (kernels.rs, pick).
@@ -408,21 +402,6 @@ __device__ __forceinline__ void store_held(const uint4 v[HELD], uint4 *to, uint3
     uint32_t c = held_chunk<false>(first, j, tid, bs);
     if (c < chunks) to[c] = v[j];
   }
-}
-
-// The largest magnitude of two chunks' sixteen bf16 values, as the bits of a bf16 (NaNs
-// count as 0): the amax of the widened values, without widening. __hmax2 lets a NaN lose to
-// the number held, and what is held starts at 0, so a NaN never wins.
-__device__ __forceinline__ uint32_t magnitude(uint4 a, uint4 b) {
-  uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  __nv_bfloat162 m = __floats2bfloat162_rn(0.0f, 0.0f);
-#pragma unroll
-  for (int i = 0; i < 8; i++) {
-    uint32_t abs = w[i] & 0x7fff7fffu;
-    m = __hmax2(m, *reinterpret_cast<const __nv_bfloat162 *>(&abs));
-  }
-  uint32_t bits = *reinterpret_cast<const uint32_t *>(&m);
-  return max(bits & 0xffffu, bits >> 16);
 }
 
 constexpr uint32_t PAIRS = HELD / 2;
