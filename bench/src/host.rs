@@ -124,7 +124,8 @@ pub struct Point {
     pub iters: u32,
 }
 
-fn scope_name(scope: u32) -> &'static str {
+/// `thread`, `warp` or `block`: how the table and `--scope` name a point's scope.
+pub fn scope_name(scope: u32) -> &'static str {
     match scope {
         THREAD => "thread",
         WARP => "warp",

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! shmem-bench --cuda perftest.cubin [--out DIR] [--reps 5] [--quick] [--only put_bw,...]
+//!             [--scope block,...] [--ctas 16,...] [--bytes 131072,...]
 //! ```
 //!
 //! Started directly it launches one PE per visible GPU (at least 2 are needed); under
@@ -44,6 +45,15 @@ struct Args {
         "signal_pingpong", "put_signal_pingpong", "alltoall_lat",
     ])]
     only: Option<Vec<String>>,
+    /// Only points of these scopes (thread, warp, block; the tests that have one)
+    #[arg(long, value_name = "SCOPE,..", value_delimiter = ',', value_parser = ["thread", "warp", "block"])]
+    scope: Option<Vec<String>>,
+    /// Only points launched with these numbers of blocks
+    #[arg(long, value_name = "N,..", value_delimiter = ',')]
+    ctas: Option<Vec<u32>>,
+    /// Only points of these sizes in bytes (a bandwidth point's size is the grid's)
+    #[arg(long, value_name = "BYTES,..", value_delimiter = ',')]
+    bytes: Option<Vec<usize>>,
 }
 
 /// The tests and the NVSHMEM perftests they mirror, for `--help`.
@@ -57,6 +67,24 @@ fn tests_help() -> String {
         s += &format!("  {:<20} {}\n", t.name(), t.perftest());
     }
     s + "\nEnvironment: SHMEM_PTX_DIR (default target/ptx)"
+}
+
+/// The plan's points that `--only`, `--scope`, `--ctas` and `--bytes` let through.
+fn selected(a: &Args) -> Vec<host::Point> {
+    host::plan(a.quick)
+        .into_iter()
+        .filter(|p| {
+            admits(&a.only, |t| t == p.test.name())
+                && admits(&a.scope, |s| s == host::scope_name(p.scope))
+                && admits(&a.ctas, |&c| c == p.ctas)
+                && admits(&a.bytes, |&b| b == p.bytes)
+        })
+        .collect()
+}
+
+/// Whether a filter (`None`: none given) lets a point through.
+fn admits<T>(filter: &Option<Vec<T>>, matches: impl Fn(&T) -> bool) -> bool {
+    filter.as_ref().is_none_or(|f| f.iter().any(matches))
 }
 
 fn ptx_dir() -> PathBuf {
@@ -73,14 +101,7 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
     // SAFETY: `cuda/perftest.cu` declares every kernel with the name and parameters of the
     // Rust kernel (`Slice<T>` is `SymSlice<T>`'s layout; pointers for `Sym<T>`).
     let cuda = unsafe { rt.load_cuda_module(&a.cuda)? };
-    let points: Vec<_> = host::plan(a.quick)
-        .into_iter()
-        .filter(|p| {
-            a.only
-                .as_ref()
-                .is_none_or(|o| o.iter().any(|t| t == p.test.name()))
-        })
-        .collect();
+    let points = selected(a);
     let ceiling =
         shmem_host::measure::copy_engine_peer_bandwidth(&rt, a.reps as usize)?.unwrap_or(0.0);
     if me == 0 {
@@ -154,5 +175,37 @@ fn main() -> ExitCode {
             eprintln!("shmem-bench: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        Args::parse_from(["shmem-bench", "--cuda", "x.cubin"].iter().chain(extra))
+    }
+
+    #[test]
+    fn filters_select_points() {
+        let all = selected(&args(&[]));
+        assert_eq!(all, host::plan(false));
+        // One free-running and one barrier-paced point: 16 blocks putting 8 KiB each.
+        let one = selected(&args(&[
+            "--only", "put_bw", "--scope", "block", "--ctas", "16", "--bytes", "131072",
+        ]));
+        assert_eq!(one.len(), 2, "{one:?}");
+        assert!(one.iter().all(|p| p.test == host::Test::PutBw
+            && p.scope == shmem_bench::kernels::BLOCK
+            && p.ctas == 16
+            && p.bytes == 131072));
+        assert_ne!(one[0].sync_each, one[1].sync_each);
+        // Filters combine: every warp-scope point of two tests, nothing else.
+        let warp = selected(&args(&["--only", "put_bw,get_lat", "--scope", "warp"]));
+        assert!(!warp.is_empty());
+        assert!(warp.iter().all(|p| p.scope == shmem_bench::kernels::WARP
+            && matches!(p.test, host::Test::PutBw | host::Test::GetLat)));
+        assert!(warp.iter().any(|p| p.test == host::Test::GetLat));
+        assert!(selected(&args(&["--ctas", "3"])).is_empty());
     }
 }
