@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! shmem-bench --cuda perftest.cubin [--out DIR] [--reps 5] [--quick] [--only put_bw,...]
-//!             [--scope block,...] [--ctas 16,...] [--bytes 131072,...]
+//!             [--scope block,...] [--ctas 16,...] [--bytes 131072,...] [--control]
 //! ```
 //!
 //! Started directly it launches one PE per visible GPU (at least 2 are needed); under
@@ -54,6 +54,10 @@ struct Args {
     /// Only points of these sizes in bytes (a bandwidth point's size is the grid's)
     #[arg(long, value_name = "BYTES,..", value_delimiter = ',')]
     bytes: Option<Vec<usize>>,
+    /// A control: the CUDA C++ kernels in the Rust slot too (loaded twice, interleaved as
+    /// usual), so that the ratios show the measurement's own spread
+    #[arg(long)]
+    control: bool,
 }
 
 /// The tests and the NVSHMEM perftests they mirror, for `--help`.
@@ -97,19 +101,29 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         return Err(Error::Invalid("shmem-bench needs at least 2 PEs".into()));
     }
     let me = rt.my_pe();
-    let rust = rt.load_module(&ptx_dir(), "shmem-bench")?;
     // SAFETY: `cuda/perftest.cu` declares every kernel with the name and parameters of the
     // Rust kernel (`Slice<T>` is `SymSlice<T>`'s layout; pointers for `Sym<T>`).
     let cuda = unsafe { rt.load_cuda_module(&a.cuda)? };
+    let rust = if a.control {
+        // SAFETY: as above.
+        unsafe { rt.load_cuda_module(&a.cuda)? }
+    } else {
+        rt.load_module(&ptx_dir(), "shmem-bench")?
+    };
     let points = selected(a);
     let ceiling =
         shmem_host::measure::copy_engine_peer_bandwidth(&rt, a.reps as usize)?.unwrap_or(0.0);
     if me == 0 {
         println!("copy-engine ceiling (256 MiB, PE 0 -> PE 1): {ceiling:.1} GB/s");
         println!(
-            "{} points x {} reps, Rust and CUDA C++ interleaved",
+            "{} points x {} reps, {} and CUDA C++ interleaved",
             points.len(),
-            a.reps
+            a.reps,
+            if a.control {
+                "control: CUDA C++ (in the Rust slot)"
+            } else {
+                "Rust"
+            }
         );
     }
     let started = std::time::Instant::now();
@@ -134,6 +148,7 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         "nvshmem": format!("{major}.{minor}.{patch}"),
         "reps": a.reps,
         "rust_ptx": rust.origin().display().to_string(),
+        "control": a.control,
         "cuda_cubin": a.cuda.display().to_string(),
         "verdict": verdict,
     });
@@ -207,5 +222,6 @@ mod tests {
             && matches!(p.test, host::Test::PutBw | host::Test::GetLat)));
         assert!(warp.iter().any(|p| p.test == host::Test::GetLat));
         assert!(selected(&args(&["--ctas", "3"])).is_empty());
+        assert!(!args(&[]).control && args(&["--control"]).control);
     }
 }
