@@ -165,6 +165,9 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         serde_json::to_string_pretty(&json).unwrap_or_default(),
     )?;
     let mut table = format!("copy-engine ceiling: {ceiling:.1} GB/s\n");
+    if a.control {
+        table += "control: the CUDA C++ kernels in both slots (\"rust\" is CUDA C++ too)\n";
+    }
     for m in &ms {
         table += &host::line(m, ceiling);
         table.push('\n');
@@ -202,7 +205,7 @@ mod tests {
     }
 
     #[test]
-    fn filters_select_points() {
+    fn filters_select_points_and_control_parses() {
         let all = selected(&args(&[]));
         assert_eq!(all, host::plan(false));
         // One free-running and one barrier-paced point: 16 blocks putting 8 KiB each.
