@@ -183,6 +183,18 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
 
 fn main() -> ExitCode {
     let a = Args::parse();
+    if selected(&a).is_empty() {
+        // Before any PE starts: one message, not one a PE after NVSHMEM's start-up.
+        let mut ctas: Vec<u32> = host::plan(a.quick).iter().map(|p| p.ctas).collect();
+        ctas.sort_unstable();
+        ctas.dedup();
+        eprintln!(
+            "shmem-bench: no point of the plan has all of the --only, --scope, --ctas and \
+             --bytes given (the plan's block counts: {ctas:?}; its sizes are powers of two, a \
+             bandwidth point's the grid's)"
+        );
+        return ExitCode::from(2);
+    }
     let outcome = run_as_pes(None).and_then(|role| match role {
         Role::Pe => pe(&a),
         Role::LaunchedAll => Ok(()),
