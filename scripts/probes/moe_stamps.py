@@ -9,10 +9,11 @@ stores, each block's thread 0 into its own slot, and cost 0-0.5 µs a round:
 - the layout's blocks: start and end (their units done); its last block: its exchange's end;
 - the dispatch's blocks: start, rows done (the copying warp's last bulk store complete; the
   `bf16` paths), end; block 0: the round's end (every block arrived);
-- the combine's first thread prints one line a round, `Q` and 16 values in ns from the
+- the combine's first thread prints one line a round, `Q` and 18 values in ns from the
   round's first block: layout start, its blocks' end p50 and last, its exchange's end; the
   dispatch's blocks' start min / p10 / p50 / p90 / last; rows done p10 / p50 / p90 / last;
-  its blocks' end p50 / last; the round's end (percentiles in 250 ns buckets).
+  its blocks' end p50 / last; the round's end; the rows placed p50 / last (percentiles in
+  250 ns buckets).
 
 Use, in a scratch worktree (the patch asserts each place it changes, so it fails loudly when
 the kernels have moved on):
@@ -37,7 +38,7 @@ MODULE = r"""
 /// and printed by the combine's thread 0 of block 0 (no atomics on shared words).
 pub mod diag {
     const NB: usize = 1024;
-    static mut DS: [[u64; 3]; NB] = [[0; 3]; NB];
+    static mut DS: [[u64; 4]; NB] = [[0; 4]; NB];
     static mut LS: [[u64; 2]; NB] = [[0; 2]; NB];
     static mut G: [u64; 2] = [0; 2];
     static mut ARGS: [u64; 18] = [0; 18];
@@ -134,6 +135,7 @@ pub mod diag {
             let d0 = |b: usize| (*ds)[b][0];
             let d1 = |b: usize| (*ds)[b][1];
             let d2 = |b: usize| (*ds)[b][2];
+            let d3 = |b: usize| (*ds)[b][3];
             let g = &raw mut G;
             let vals = [
                 mn(&ls0),
@@ -152,14 +154,14 @@ pub mod diag {
                 pct(base, 50, d2),
                 mx(&d2),
                 (*g)[1].saturating_sub(base),
-                0,
-                0,
+                pct(base, 50, d3),
+                mx(&d3),
             ];
             for i in 0..18 {
                 (*a)[i] = vals[i];
             }
             for b in 0..NB {
-                (*ds)[b] = [0; 3];
+                (*ds)[b] = [0; 4];
                 (*ls)[b] = [0; 2];
             }
             (*g) = [0; 2];
@@ -172,14 +174,24 @@ pub mod diag {
 }
 """
 
-LINE = re.compile(r"(?:^|\] )Q ((?:\d+ ){15}\d+)")
+LINE = re.compile(r"(?:^|\] )Q ((?:\d+ ){17}\d+)")
 NAMES = ["layout start", "layout blocks end p50", "layout blocks end last", "layout exchange end",
          "dispatch start min", "p10", "p50", "p90", "last", "rows done p10", "p50", "p90", "last",
-         "dispatch end p50", "last", "round end"]
+         "dispatch end p50", "last", "round end", "rows' slots placed p50", "last"]
 
 
 # The places the stamps go: (text of the kernels, the same text with the stamp).
 PLACES = [
+("""            if tp {
+                wait_slots(b, s);
+            }
+            // This lane's choice of the row being copied""","""            if tp {
+                wait_slots(b, s);
+                if DIAG && lane == 0 {
+                    diag::d(3);
+                }
+            }
+            // This lane's choice of the row being copied"""),
 ("""    shmem_device::pdl::launch_dependents();
     let (me, n, e_n, k_n) = (my_pe() as u32, s.n_pes, s.experts, s.top_k as usize);""","""    shmem_device::pdl::launch_dependents();
     if DIAG && thread_idx_x() == 0 {
@@ -243,10 +255,14 @@ PLACES = [
     }
     // SAFETY: the caller's contract.
     unsafe {"""),
-("""            count_rows(b, rows);
+("""            if !early_counts(s) {
+                count_rows(b, lane, rows);
+            }
             if lane == 0 {
                 bulk::wait_all();
-            }""","""            count_rows(b, rows);
+            }""","""            if !early_counts(s) {
+                count_rows(b, lane, rows);
+            }
             if lane == 0 {
                 bulk::wait_all();
                 if DIAG {
@@ -274,7 +290,7 @@ def summary(paths):
         if not rows:
             print(f, "no stamps")
             continue
-        med = [statistics.median(r[i] for r in rows) / 1000 for i in range(16)]
+        med = [statistics.median(r[i] for r in rows) / 1000 for i in range(18)]
         print("%s (%d rounds, medians, µs): " % (f, len(rows)) + " | ".join("%s %.2f" % nv for nv in zip(NAMES, med)))
 
 
