@@ -8,12 +8,13 @@ stores, each block's thread 0 into its own slot, and cost 0-0.5 µs a round:
 
 - the layout's blocks: start and end (their units done); its last block: its exchange's end;
 - the dispatch's blocks: start, rows done (the copying warp's last bulk store complete; the
-  `bf16` paths), end; block 0: the round's end (every block arrived);
+  `bf16` paths), end, and in throughput mode when its copying warp saw the layout had placed
+  its rows (`wait_slots` returned); block 0: the round's end (every block arrived);
 - the combine's first thread prints one line a round, `Q` and 18 values in ns from the
   round's first block: layout start, its blocks' end p50 and last, its exchange's end; the
   dispatch's blocks' start min / p10 / p50 / p90 / last; rows done p10 / p50 / p90 / last;
   its blocks' end p50 / last; the round's end; the rows placed p50 / last (percentiles in
-  250 ns buckets).
+  250 ns buckets; 0 where no block stamped).
 
 Use, in a scratch worktree (the patch asserts each place it changes, so it fails loudly when
 the kernels have moved on):
@@ -81,6 +82,9 @@ pub mod diag {
                     (*h)[k] += 1;
                     n += 1;
                 }
+            }
+            if n == 0 {
+                return 0;
             }
             let want = (n * p).div_ceil(100).max(1);
             let mut acc = 0u32;
