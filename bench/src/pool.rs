@@ -66,7 +66,7 @@ pub fn bench_samples(v: &Value) -> Result<(bool, Vec<Sample>), String> {
         let field = |k: &str| p.get(k).ok_or(format!("a point without `{k}`: {p}"));
         let bytes = field("bytes")?.as_u64().ok_or("`bytes` not a number")?;
         let bw = field("unit")?.as_str() == Some("GB/s");
-        let ratio = field("ratio")?.as_f64().ok_or("`ratio` not a number")?;
+        let ratio = positive(field("ratio")?.as_f64(), &format!("a point's `ratio`: {p}"))?;
         let key = format!(
             "{} {} ctas {} {} {} B",
             field("test")?.as_str().unwrap_or("?"),
@@ -126,12 +126,24 @@ pub fn moe_samples(text: &str) -> Result<Vec<Sample>, String> {
                 key: format!("{config} {phase}"),
                 kind: Kind::Time,
                 bytes: None,
-                ratio: r / c,
+                ratio: positive(
+                    Some(r / c),
+                    &format!("the {phase}'s Rust/twin time: {line}"),
+                )?,
                 order: v["order"].as_str().map(str::to_owned),
             });
         }
     }
     Ok(out)
+}
+
+/// `v` if it is a finite ratio above zero (a geometric mean takes its logarithm); else an
+/// error naming `what`.
+fn positive(v: Option<f64>, what: &str) -> Result<f64, String> {
+    match v {
+        Some(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!("not a positive number: {what}")),
+    }
 }
 
 /// Student's t for a two-sided 95 % interval with `df` degrees of freedom (the next lower
@@ -454,6 +466,15 @@ mod tests {
         assert!(parse("nothing here\n").is_err());
         assert!(parse("{\"points\": 3}").is_err());
         assert!(parse("RESULT {\"rust_dispatch_us\": 1.0}").is_err());
+        // A ratio the geometric mean cannot take is refused, not pooled as NaN.
+        let zero = log.replace("\"cuda_combine_us\": 141.0", "\"cuda_combine_us\": 0.0");
+        assert!(parse(&zero).unwrap_err().contains("combine"));
+        let negative = bench.to_string().replace("0.97", "-1.0");
+        assert!(
+            parse(&negative)
+                .unwrap_err()
+                .contains("not a positive number")
+        );
     }
 
     #[test]
