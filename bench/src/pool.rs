@@ -37,6 +37,8 @@ pub struct Sample {
     pub bytes: Option<u64>,
     /// Rust over the twin.
     pub ratio: f64,
+    /// Rust's figure and the twin's (GB/s or µs), where the run gives them.
+    pub figures: Option<(f64, f64)>,
     /// Which implementation ran first in each pair, where the run says.
     pub order: Option<String>,
 }
@@ -79,11 +81,13 @@ pub fn bench_samples(v: &Value) -> Result<(bool, Vec<Sample>), String> {
             },
             bytes
         );
+        let figures = p["rust"].as_f64().zip(p["cuda"].as_f64());
         out.push(Sample {
             key,
             kind: if bw { Kind::Bandwidth } else { Kind::Time },
             bytes: bw.then_some(bytes),
             ratio,
+            figures,
             order: None,
         });
     }
@@ -130,6 +134,7 @@ pub fn moe_samples(text: &str) -> Result<Vec<Sample>, String> {
                     Some(r / c),
                     &format!("the {phase}'s Rust/twin time: {line}"),
                 )?,
+                figures: Some((r, c)),
                 order: v["order"].as_str().map(str::to_owned),
             });
         }
@@ -184,6 +189,9 @@ pub struct Pooled {
     pub range: (f64, f64),
     /// Per slot order (as the runs name it): runs and geometric mean.
     pub orders: Vec<(String, usize, f64)>,
+    /// The lowest and highest figure of Rust's runs and of the twin's, where the runs give
+    /// them.
+    pub figures: Option<((f64, f64), (f64, f64))>,
 }
 
 impl Pooled {
@@ -197,11 +205,7 @@ impl Pooled {
             let half = t95(n - 1) * (var / n as f64).sqrt();
             ((m - half).exp(), (m + half).exp())
         });
-        let range = ratios
-            .iter()
-            .fold((f64::INFINITY, 0.0f64), |(lo, hi), (r, _)| {
-                (lo.min(*r), hi.max(*r))
-            });
+        let range = span(ratios.iter().map(|(r, _)| *r));
         let mut orders: Vec<(String, usize, f64)> = Vec::new();
         for (r, o) in ratios {
             if let Some(o) = o {
@@ -226,6 +230,7 @@ impl Pooled {
             interval,
             range,
             orders,
+            figures: None,
         }
     }
 
@@ -257,8 +262,22 @@ impl Pooled {
         for (o, n, g) in &self.orders {
             s += &format!("  {o} {g:.3} (n {n})");
         }
+        if let Some(((rl, rh), (cl, ch))) = self.figures {
+            let unit = match self.kind {
+                Kind::Bandwidth => "GB/s",
+                Kind::Time => "us",
+            };
+            s += &format!("  rust {rl:.2}-{rh:.2} {unit}, twin {cl:.2}-{ch:.2}");
+        }
         s
     }
+}
+
+/// The lowest and highest of `xs`.
+fn span(xs: impl Iterator<Item = f64>) -> (f64, f64) {
+    xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    })
 }
 
 /// Pools samples by point, in the order the points first appear.
@@ -278,7 +297,11 @@ pub fn pool(samples: &[Sample]) -> Vec<Pooled> {
             let g = &groups[k];
             let ratios: Vec<(f64, Option<&str>)> =
                 g.iter().map(|s| (s.ratio, s.order.as_deref())).collect();
-            Pooled::new(k, g[0].kind, g[0].bytes, &ratios)
+            let mut p = Pooled::new(k, g[0].kind, g[0].bytes, &ratios);
+            // The figures' ranges, when every run gives them.
+            let figs: Option<Vec<(f64, f64)>> = g.iter().map(|s| s.figures).collect();
+            p.figures = figs.map(|f| (span(f.iter().map(|x| x.0)), span(f.iter().map(|x| x.1))));
+            p
         })
         .collect()
 }
@@ -462,6 +485,17 @@ mod tests {
             "moe low-latency bf16 T 4096 H 7168 E 64 top-8 PEs 1 dispatch"
         );
         assert!((s[0].ratio - 33.0 / 33.5).abs() < 1e-12);
+        assert_eq!(
+            (s[0].figures, s[1].figures),
+            (Some((33.0, 33.5)), Some((140.0, 141.0)))
+        );
+        let pooled = pool(&s);
+        assert_eq!(pooled[0].figures, Some(((33.0, 33.0), (33.5, 33.5))));
+        assert!(
+            pooled[0]
+                .line()
+                .ends_with("rust 33.00-33.00 us, twin 33.50-33.50")
+        );
         assert_eq!(s[1].order.as_deref(), Some("rust-first"));
         assert!(parse("nothing here\n").is_err());
         assert!(parse("{\"points\": 3}").is_err());
@@ -484,6 +518,7 @@ mod tests {
             kind,
             bytes,
             ratio: r,
+            figures: None,
             order: None,
         };
         let mut samples = Vec::new();

@@ -7,8 +7,8 @@
 //!
 //! Each FILE is a `shmem-bench` `bench.json` (one process: one run) or a log holding
 //! `moe_dispatch --compare`'s `RESULT` lines (one call: one run). Per point it prints the
-//! geometric mean of the runs' ratios and its 95 % interval, and counts the points whose
-//! mean, and whose whole interval, lies past the target's line. A `bench.json` written with
+//! geometric mean of the runs' ratios, its 95 % interval and the figures' ranges, and counts
+//! the points whose mean, and whose whole interval, lies past the target's line. A `bench.json` written with
 //! `shmem-bench --control`, and every `--control` file, is pooled apart as the control: the
 //! same counts with the CUDA C++ kernels (or any one build) in both slots, which is what the
 //! measurement's own spread gives. The statistics are `shmem_bench::pool`'s.
