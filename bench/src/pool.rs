@@ -361,13 +361,8 @@ pub fn report(title: &str, pooled: &[Pooled], lines: Lines, all: bool) -> Vec<St
             String::new()
         };
         // The point furthest to the wrong side, whether or not it is past the line.
-        let worst = ps
-            .iter()
-            .map(|p| p.mean)
-            .fold(None, |w: Option<f64>, m| {
-                Some(w.map_or(m, |w| if side == "below" { w.min(m) } else { w.max(m) }))
-            })
-            .unwrap_or(f64::NAN);
+        let (lowest, highest) = span(ps.iter().map(|p| p.mean));
+        let worst = if side == "below" { lowest } else { highest };
         let extreme = if side == "below" { "lowest" } else { "highest" };
         out.push(format!(
             "{name}{size}: {} points; mean {side} {line}: {past}; whole 95 % interval {side}: {surely}; {extreme} mean {worst:.3}",
