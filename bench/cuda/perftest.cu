@@ -45,15 +45,16 @@ __device__ __forceinline__ void cta_quiet() {
   __syncthreads();
 }
 
-// shmem_put_bw / shmem_get_bw.
-extern "C" __global__ void __launch_bounds__(1024)
-    bw(uint32_t kind, uint32_t scope, double *data, size_t len, uint32_t iters,
-       uint32_t sync_each, unsigned int *counter, int peer) {
+// shmem_put_bw / shmem_get_bw for one KIND and SCOPE, one kernel each as the perftests build
+// them (put_bw_thread ... get_bw_block below).
+template <int KIND, int SCOPE>
+__device__ __forceinline__ void bw(double *data, size_t len, uint32_t iters, uint32_t sync_each,
+                                   unsigned int *counter, int peer) {
   size_t per_block = len / gridDim.x, off, n;
-  if (scope == THREAD) {
+  if (SCOPE == THREAD) {
     n = per_block / blockDim.x;
     off = threadIdx.x * n;
-  } else if (scope == WARP) {
+  } else if (SCOPE == WARP) {
     n = per_block / ((blockDim.x + 31) / 32);
     off = (threadIdx.x / 32) * n;
   } else {
@@ -62,13 +63,13 @@ extern "C" __global__ void __launch_bounds__(1024)
   }
   double *d = data + blockIdx.x * per_block + off;
   for (uint32_t i = 0; i < iters; i++) {
-    if (kind == PUT) {
-      if (scope == THREAD) nvshmem_double_put_nbi(d, d, n, peer);
-      else if (scope == WARP) nvshmemx_double_put_nbi_warp(d, d, n, peer);
+    if (KIND == PUT) {
+      if (SCOPE == THREAD) nvshmem_double_put_nbi(d, d, n, peer);
+      else if (SCOPE == WARP) nvshmemx_double_put_nbi_warp(d, d, n, peer);
       else nvshmemx_double_put_nbi_block(d, d, n, peer);
     } else {
-      if (scope == THREAD) nvshmem_double_get_nbi(d, d, n, peer);
-      else if (scope == WARP) nvshmemx_double_get_nbi_warp(d, d, n, peer);
+      if (SCOPE == THREAD) nvshmem_double_get_nbi(d, d, n, peer);
+      else if (SCOPE == WARP) nvshmemx_double_get_nbi_warp(d, d, n, peer);
       else nvshmemx_double_get_nbi_block(d, d, n, peer);
     }
     if (sync_each) inter_cta_barrier(counter, i + 1, false);
@@ -76,6 +77,19 @@ extern "C" __global__ void __launch_bounds__(1024)
   if (sync_each) inter_cta_barrier(counter, iters + 1, true);
   else cta_quiet();
 }
+
+#define BW_KERNEL(NAME, KIND, SCOPE)                                                        \
+  extern "C" __global__ void __launch_bounds__(1024)                                       \
+      NAME(double *data, size_t len, uint32_t iters, uint32_t sync_each,                   \
+           unsigned int *counter, int peer) {                                              \
+    bw<KIND, SCOPE>(data, len, iters, sync_each, counter, peer);                           \
+  }
+BW_KERNEL(put_bw_thread, PUT, THREAD)
+BW_KERNEL(put_bw_warp, PUT, WARP)
+BW_KERNEL(put_bw_block, PUT, BLOCK)
+BW_KERNEL(get_bw_thread, GET, THREAD)
+BW_KERNEL(get_bw_warp, GET, WARP)
+BW_KERNEL(get_bw_block, GET, BLOCK)
 
 // shmem_p_bw, 32-bit elements, stride 1.
 extern "C" __global__ void __launch_bounds__(1024)

@@ -12,7 +12,7 @@
 //! PE 1's memory (`cuMemcpyDtoDAsync` to the address `nvshmem_ptr` gives), timed the same
 //! way.
 
-use crate::kernels::{self, BLOCK, GET, PUT, THREAD, WARP};
+use crate::kernels::{self, BLOCK, THREAD, WARP};
 use serde_json::{Value, json};
 use shmem_device::kernel::Kernel;
 use shmem_host::args::{HostArgs, ParamPtrs};
@@ -318,7 +318,12 @@ struct Pair<'m, K> {
 
 /// Both implementations' kernels.
 struct Kernels<'m> {
-    bw: Pair<'m, kernels::bw>,
+    put_bw_thread: Pair<'m, kernels::put_bw_thread>,
+    put_bw_warp: Pair<'m, kernels::put_bw_warp>,
+    put_bw_block: Pair<'m, kernels::put_bw_block>,
+    get_bw_thread: Pair<'m, kernels::get_bw_thread>,
+    get_bw_warp: Pair<'m, kernels::get_bw_warp>,
+    get_bw_block: Pair<'m, kernels::get_bw_block>,
     p_bw: Pair<'m, kernels::p_bw>,
     put_latency: Pair<'m, kernels::put_latency>,
     get_latency: Pair<'m, kernels::get_latency>,
@@ -393,19 +398,16 @@ impl Bench<'_, '_> {
             Some(unsafe {
                 match p.test {
                     Test::PutBw | Test::GetBw => {
-                        let kind = if p.test == Test::PutBw { PUT } else { GET };
                         let sync = u32::from(p.sync_each);
-                        let args = (
-                            kind,
-                            p.scope,
-                            &b.doubles,
-                            p.bytes / 8,
-                            it,
-                            sync,
-                            &b.counter,
-                            peer,
-                        );
-                        time(rt, &k.bw, i, cfg, args)?
+                        let args = (&b.doubles, p.bytes / 8, it, sync, &b.counter, peer);
+                        match (p.test, p.scope) {
+                            (Test::PutBw, THREAD) => time(rt, &k.put_bw_thread, i, cfg, args)?,
+                            (Test::PutBw, WARP) => time(rt, &k.put_bw_warp, i, cfg, args)?,
+                            (Test::PutBw, _) => time(rt, &k.put_bw_block, i, cfg, args)?,
+                            (_, THREAD) => time(rt, &k.get_bw_thread, i, cfg, args)?,
+                            (_, WARP) => time(rt, &k.get_bw_warp, i, cfg, args)?,
+                            (_, _) => time(rt, &k.get_bw_block, i, cfg, args)?,
+                        }
                     }
                     Test::PBw => time(rt, &k.p_bw, i, cfg, (&b.words, ints, it, &b.counter, peer))?,
                     Test::PutLat => time(
@@ -501,7 +503,12 @@ pub fn run(
     )?;
     bufs.words.zero()?;
     let k = Kernels {
-        bw: pair(rust, cuda, false)?,
+        put_bw_thread: pair(rust, cuda, false)?,
+        put_bw_warp: pair(rust, cuda, false)?,
+        put_bw_block: pair(rust, cuda, false)?,
+        get_bw_thread: pair(rust, cuda, false)?,
+        get_bw_warp: pair(rust, cuda, false)?,
+        get_bw_block: pair(rust, cuda, false)?,
         p_bw: pair(rust, cuda, false)?,
         put_latency: pair(rust, cuda, false)?,
         get_latency: pair(rust, cuda, false)?,

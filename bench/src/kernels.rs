@@ -14,8 +14,11 @@
 //! (`max_threads = 1024`, CUDA's `__launch_bounds__(1024)`, also in the C++ file), so that
 //! ptxas budgets registers for full blocks.
 //!
-//! Scopes are a runtime parameter (`0` thread, `1` warp, `2` block; uniform across the
-//! launch), so one kernel covers what the perftests build as three.
+//! The bandwidth kernels of puts and gets are one per scope and direction, as the perftests
+//! build them ([`put_bw_thread`] ... [`get_bw_block`]): the six paths do not share one
+//! kernel's registers. In the latency kernels the scope is a runtime parameter (`0` thread,
+//! `1` warp, `2` block; uniform across the launch), so one kernel covers what the perftests
+//! build as three.
 
 use shmem_device::prelude::*;
 use shmem_device::scoped::{self, Gpu};
@@ -27,9 +30,9 @@ pub const WARP: u32 = 1;
 /// `scope`: every block works on its own part.
 pub const BLOCK: u32 = 2;
 
-/// What [`bw()`] moves: this PE's data into the peer (`shmem_put_bw`).
+/// `KIND` of [`bw()`]: this PE's data into the peer (`shmem_put_bw`).
 pub const PUT: u32 = 0;
-/// What [`bw()`] moves: the peer's data into this PE (`shmem_get_bw`).
+/// `KIND` of [`bw()`]: the peer's data into this PE (`shmem_get_bw`).
 pub const GET: u32 = 1;
 
 /// The perftests' barrier of the whole grid (`inter_cta_barrier`): `counter[0]` counts the
@@ -87,20 +90,22 @@ fn cta_quiet() {
     sync_threads();
 }
 
-/// `shmem_put_bw` / `shmem_get_bw`: `iters` times, every unit (thread, warp or block, by
-/// `scope`) puts (gets) its part of the `len` doubles of `data` to (from) `peer`,
-/// non-blocking: the grid's doubles split evenly over its blocks, a block's over its units.
-/// With `sync_each` the perftest's grid barrier ends every iteration and a last one, after
-/// which one thread quiets (its default in NVSHMEM 3.4); without, each block ends with
-/// `cta_quiet` (`--final_quiet_only`).
+/// `shmem_put_bw` / `shmem_get_bw` for one `KIND` and `SCOPE`: `iters` times, every unit
+/// (thread, warp or block, by `SCOPE`) puts (gets) its part of the `len` doubles of `data` to
+/// (from) `peer`, non-blocking: the grid's doubles split evenly over its blocks, a block's
+/// over its units. With `sync_each` the perftest's grid barrier ends every iteration and a
+/// last one, after which one thread quiets (its default in NVSHMEM 3.4); without, each block
+/// ends with `cta_quiet` (`--final_quiet_only`).
+///
+/// The perftests build one kernel per scope and per direction; so do [`put_bw_thread`] ...
+/// [`get_bw_block`] (and `cuda/perftest.cu`): each kernel holds one path only, and its
+/// registers are budgeted for that path alone.
 ///
 /// # Safety
 /// `data` is symmetric with at least `len` doubles; `counter` holds two zero `u32`s; the grid
 /// is co-resident; `peer` is a valid PE that does not touch `data` meanwhile.
-#[shmem_kernel(max_threads = 1024)]
-pub unsafe fn bw(
-    kind: u32,
-    scope: u32,
+#[inline(always)]
+unsafe fn bw<const KIND: u32, const SCOPE: u32>(
     data: Sym<f64>,
     len: usize,
     iters: u32,
@@ -109,7 +114,7 @@ pub unsafe fn bw(
     peer: i32,
 ) {
     let per_block = len / grid_dim_x() as usize;
-    let (off, n) = match scope {
+    let (off, n) = match SCOPE {
         THREAD => {
             let per = per_block / block_dim_x() as usize;
             (thread_idx_x() as usize * per, per)
@@ -121,12 +126,12 @@ pub unsafe fn bw(
         _ => (0, per_block),
     };
     let off = block_idx_x() as usize * per_block + off;
-    // SAFETY: the part lies within `len` (kernel contract).
+    // SAFETY: the part lies within `len` (the caller's contract).
     let (remote, local) = unsafe { both_ends(data, off, n) };
     for i in 0..iters {
-        // SAFETY: as above; `peer` is valid (kernel contract).
+        // SAFETY: as above; `peer` is valid (the caller's contract).
         unsafe {
-            match (kind, scope) {
+            match (KIND, SCOPE) {
                 (PUT, THREAD) => put_nbi(Thread, remote, local, peer),
                 (PUT, WARP) => put_nbi(Warp, remote, local, peer),
                 (PUT, _) => put_nbi(Block, remote, local, peer),
@@ -136,7 +141,7 @@ pub unsafe fn bw(
             }
         }
         if sync_each != 0 {
-            // SAFETY: every block runs every iteration (kernel contract).
+            // SAFETY: every block runs every iteration (the caller's contract).
             unsafe { inter_cta_barrier(counter, i + 1, false) };
         }
     }
@@ -146,6 +151,45 @@ pub unsafe fn bw(
     } else {
         cta_quiet();
     }
+}
+
+/// Declares the kernels of [`bw()`], one per direction and scope.
+macro_rules! bw_kernels {
+    ($($(#[$doc:meta])* $name:ident = $kind:ident, $scope:ident;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `data` is symmetric with at least `len` doubles; `counter` holds two zero `u32`s;
+        /// the grid is co-resident; `peer` is a valid PE that does not touch `data`
+        /// meanwhile.
+        #[shmem_kernel(max_threads = 1024)]
+        pub unsafe fn $name(
+            data: Sym<f64>,
+            len: usize,
+            iters: u32,
+            sync_each: u32,
+            counter: Sym<u32>,
+            peer: i32,
+        ) {
+            // SAFETY: the kernel's contract is `bw`'s.
+            unsafe { bw::<$kind, $scope>(data, len, iters, sync_each, counter, peer) }
+        }
+    )*};
+}
+
+bw_kernels! {
+    /// `shmem_put_bw`, every thread putting its part ([`bw()`]).
+    put_bw_thread = PUT, THREAD;
+    /// `shmem_put_bw`, every warp putting its part ([`bw()`]).
+    put_bw_warp = PUT, WARP;
+    /// `shmem_put_bw`, every block putting its part ([`bw()`]).
+    put_bw_block = PUT, BLOCK;
+    /// `shmem_get_bw`, every thread getting its part ([`bw()`]).
+    get_bw_thread = GET, THREAD;
+    /// `shmem_get_bw`, every warp getting its part ([`bw()`]).
+    get_bw_warp = GET, WARP;
+    /// `shmem_get_bw`, every block getting its part ([`bw()`]).
+    get_bw_block = GET, BLOCK;
 }
 
 /// `shmem_p_bw` (32-bit elements, stride 1): `iters` times, the grid's threads `p` each of the
