@@ -79,7 +79,7 @@ __device__ __forceinline__ void bw(double *data, size_t len, uint32_t iters, uin
 }
 
 #define BW_KERNEL(NAME, KIND, SCOPE)                                                        \
-  extern "C" __global__ void __launch_bounds__(1024)                                       \
+  extern "C" __global__ void __launch_bounds__(1024, 1)                                       \
       NAME(double *data, size_t len, uint32_t iters, uint32_t sync_each,                   \
            unsigned int *counter, int peer) {                                              \
     bw<KIND, SCOPE>(data, len, iters, sync_each, counter, peer);                           \
@@ -92,7 +92,7 @@ BW_KERNEL(get_bw_warp, GET, WARP)
 BW_KERNEL(get_bw_block, GET, BLOCK)
 
 // shmem_p_bw, 32-bit elements, stride 1.
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(1024, 1)
     p_bw(uint32_t *data, size_t len, uint32_t iters, unsigned int *counter, int peer) {
   const size_t unroll = 2, threads = (size_t)gridDim.x * blockDim.x;
   const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, slice = unroll * threads;
@@ -114,14 +114,15 @@ extern "C" __global__ void __launch_bounds__(1024)
   inter_cta_barrier(counter, iters + 1, true);
 }
 
-// shmem_put_latency.
-extern "C" __global__ void __launch_bounds__(1024)
-    put_latency(uint32_t scope, int *data, size_t len, uint32_t iters, int peer) {
+// shmem_put_latency and shmem_get_latency for one SCOPE, one kernel each (put_latency_thread
+// ... get_latency_block below).
+template <int SCOPE>
+__device__ __forceinline__ void put_latency(int *data, size_t len, uint32_t iters, int peer) {
   for (uint32_t i = 0; i < iters; i++) {
-    if (scope == THREAD) {
+    if (SCOPE == THREAD) {
       nvshmem_int_put_nbi(data, data, len, peer);
       nvshmem_quiet();
-    } else if (scope == WARP) {
+    } else if (SCOPE == WARP) {
       nvshmemx_int_put_warp(data, data, len, peer);
       cta_quiet();
     } else {
@@ -131,14 +132,13 @@ extern "C" __global__ void __launch_bounds__(1024)
   }
 }
 
-// shmem_get_latency.
-extern "C" __global__ void __launch_bounds__(1024)
-    get_latency(uint32_t scope, int *data, size_t len, uint32_t iters, int peer) {
+template <int SCOPE>
+__device__ __forceinline__ void get_latency(int *data, size_t len, uint32_t iters, int peer) {
   for (uint32_t i = 0; i < iters; i++) {
-    if (scope == THREAD) {
+    if (SCOPE == THREAD) {
       nvshmem_int_get_nbi(data, data, len, peer);
       nvshmem_quiet();
-    } else if (scope == WARP) {
+    } else if (SCOPE == WARP) {
       nvshmemx_int_get_nbi_warp(data, data, len, peer);
       cta_quiet();
     } else {
@@ -148,8 +148,20 @@ extern "C" __global__ void __launch_bounds__(1024)
   }
 }
 
+#define LATENCY_KERNEL(NAME, BODY, SCOPE)                                                   \
+  extern "C" __global__ void __launch_bounds__(1024, 1)                                       \
+      NAME(int *data, size_t len, uint32_t iters, int peer) {                              \
+    BODY<SCOPE>(data, len, iters, peer);                                                   \
+  }
+LATENCY_KERNEL(put_latency_thread, put_latency, THREAD)
+LATENCY_KERNEL(put_latency_warp, put_latency, WARP)
+LATENCY_KERNEL(put_latency_block, put_latency, BLOCK)
+LATENCY_KERNEL(get_latency_thread, get_latency, THREAD)
+LATENCY_KERNEL(get_latency_warp, get_latency, WARP)
+LATENCY_KERNEL(get_latency_block, get_latency, BLOCK)
+
 // shmem_p_latency.
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(1024, 1)
     p_latency(int *data, size_t len, uint32_t iters, int peer) {
   for (uint32_t i = 0; i < iters; i++) {
     for (size_t j = threadIdx.x; j < len; j += blockDim.x) nvshmem_int_p(data + j, data[j], peer);
@@ -158,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 }
 
 // shmem_g_latency (the perftest's `pull`).
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(1024, 1)
     g_latency(int *data, size_t len, uint32_t iters, int peer) {
   for (uint32_t i = 0; i < iters; i++) {
     for (size_t j = threadIdx.x; j < len; j += blockDim.x) data[j] = nvshmem_int_g(data + j, peer);
@@ -167,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 }
 
 // shmem_signal_ping_pong_latency.
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(1024, 1)
     signal_ping_pong(uint64_t *sig, uint32_t iters, int peer) {
   int me = nvshmem_my_pe();
   for (uint64_t i = 1; i <= iters; i++) {
@@ -183,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 }
 
 // shmem_put_signal_ping_pong_latency (its thread-scope kernel).
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(1024, 1)
     put_signal_ping_pong(int *data, uint64_t *sig, size_t len, uint32_t iters, int peer) {
   int me = nvshmem_my_pe();
   for (uint64_t i = 1; i <= iters; i++) {
@@ -199,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 }
 
 // alltoall_latency, its 32-bit block-scope curve.
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(1024, 1)
     alltoall_latency(Slice<int32_t> dest, Slice<int32_t> src, uint32_t iters) {
   size_t per_pe = src.len / nvshmem_n_pes();
   for (uint32_t i = 0; i < iters; i++)

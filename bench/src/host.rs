@@ -325,8 +325,12 @@ struct Kernels<'m> {
     get_bw_warp: Pair<'m, kernels::get_bw_warp>,
     get_bw_block: Pair<'m, kernels::get_bw_block>,
     p_bw: Pair<'m, kernels::p_bw>,
-    put_latency: Pair<'m, kernels::put_latency>,
-    get_latency: Pair<'m, kernels::get_latency>,
+    put_latency_thread: Pair<'m, kernels::put_latency_thread>,
+    put_latency_warp: Pair<'m, kernels::put_latency_warp>,
+    put_latency_block: Pair<'m, kernels::put_latency_block>,
+    get_latency_thread: Pair<'m, kernels::get_latency_thread>,
+    get_latency_warp: Pair<'m, kernels::get_latency_warp>,
+    get_latency_block: Pair<'m, kernels::get_latency_block>,
     p_latency: Pair<'m, kernels::p_latency>,
     g_latency: Pair<'m, kernels::g_latency>,
     signal_ping_pong: Pair<'m, kernels::signal_ping_pong>,
@@ -410,20 +414,22 @@ impl Bench<'_, '_> {
                         }
                     }
                     Test::PBw => time(rt, &k.p_bw, i, cfg, (&b.words, ints, it, &b.counter, peer))?,
-                    Test::PutLat => time(
-                        rt,
-                        &k.put_latency,
-                        i,
-                        cfg,
-                        (p.scope, &b.ints, ints, it, peer),
-                    )?,
-                    Test::GetLat => time(
-                        rt,
-                        &k.get_latency,
-                        i,
-                        cfg,
-                        (p.scope, &b.ints, ints, it, peer),
-                    )?,
+                    Test::PutLat => {
+                        let args = (&b.ints, ints, it, peer);
+                        match p.scope {
+                            THREAD => time(rt, &k.put_latency_thread, i, cfg, args)?,
+                            WARP => time(rt, &k.put_latency_warp, i, cfg, args)?,
+                            _ => time(rt, &k.put_latency_block, i, cfg, args)?,
+                        }
+                    }
+                    Test::GetLat => {
+                        let args = (&b.ints, ints, it, peer);
+                        match p.scope {
+                            THREAD => time(rt, &k.get_latency_thread, i, cfg, args)?,
+                            WARP => time(rt, &k.get_latency_warp, i, cfg, args)?,
+                            _ => time(rt, &k.get_latency_block, i, cfg, args)?,
+                        }
+                    }
                     Test::PLat => time(rt, &k.p_latency, i, cfg, (&b.ints, ints, it, peer))?,
                     Test::GLat => time(rt, &k.g_latency, i, cfg, (&b.ints, ints, it, peer))?,
                     Test::SignalPingPong => {
@@ -510,8 +516,12 @@ pub fn run(
         get_bw_warp: pair(rust, cuda, false)?,
         get_bw_block: pair(rust, cuda, false)?,
         p_bw: pair(rust, cuda, false)?,
-        put_latency: pair(rust, cuda, false)?,
-        get_latency: pair(rust, cuda, false)?,
+        put_latency_thread: pair(rust, cuda, false)?,
+        put_latency_warp: pair(rust, cuda, false)?,
+        put_latency_block: pair(rust, cuda, false)?,
+        get_latency_thread: pair(rust, cuda, false)?,
+        get_latency_warp: pair(rust, cuda, false)?,
+        get_latency_block: pair(rust, cuda, false)?,
         p_latency: pair(rust, cuda, false)?,
         g_latency: pair(rust, cuda, false)?,
         signal_ping_pong: pair(rust, cuda, true)?,

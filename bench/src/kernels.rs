@@ -14,25 +14,23 @@
 //! (`max_threads = 1024`, CUDA's `__launch_bounds__(1024)`, also in the C++ file), so that
 //! ptxas budgets registers for full blocks.
 //!
-//! The bandwidth kernels of puts and gets are one per scope and direction, as the perftests
-//! build them ([`put_bw_thread`] ... [`get_bw_block`]): the six paths do not share one
-//! kernel's registers. In the latency kernels the scope is a runtime parameter (`0` thread,
-//! `1` warp, `2` block; uniform across the launch), so one kernel covers what the perftests
-//! build as three.
+//! The kernels of puts and gets are one per scope (thread, warp, block) and direction, as
+//! the perftests build them (`put_bw_thread` ... `get_latency_block`): their paths do not
+//! share one kernel's registers, and a change to one path cannot move another's code.
 
 use shmem_device::prelude::*;
 use shmem_device::scoped::{self, Gpu};
 
-/// `scope` of the kernels: every thread works on its own part.
+/// `SCOPE` of the kernels: every thread works on its own part.
 pub const THREAD: u32 = 0;
-/// `scope`: every warp works on its own part.
+/// `SCOPE`: every warp works on its own part.
 pub const WARP: u32 = 1;
-/// `scope`: every block works on its own part.
+/// `SCOPE`: every block works on its own part.
 pub const BLOCK: u32 = 2;
 
-/// `KIND` of [`bw()`]: this PE's data into the peer (`shmem_put_bw`).
+/// `KIND` of `bw`: this PE's data into the peer (`shmem_put_bw`).
 pub const PUT: u32 = 0;
-/// `KIND` of [`bw()`]: the peer's data into this PE (`shmem_get_bw`).
+/// `KIND` of `bw`: the peer's data into this PE (`shmem_get_bw`).
 pub const GET: u32 = 1;
 
 /// The perftests' barrier of the whole grid (`inter_cta_barrier`): `counter[0]` counts the
@@ -153,43 +151,39 @@ unsafe fn bw<const KIND: u32, const SCOPE: u32>(
     }
 }
 
-/// Declares the kernels of [`bw()`], one per direction and scope.
-macro_rules! bw_kernels {
-    ($($(#[$doc:meta])* $name:ident = $kind:ident, $scope:ident;)*) => {$(
+/// Declares kernels that each run `$body` for one set of its const parameters (a direction,
+/// a scope), with `$body`'s parameters and contract.
+macro_rules! one_kernel_per_path {
+    ($body:ident $params:tt; $($(#[$doc:meta])* $name:ident = <$($c:ident),*>;)*) => {$(
+        one_kernel_per_path!(@one $body $params [$(#[$doc])*] $name [$($c),*]);
+    )*};
+    (@one $body:ident ($($arg:ident: $ty:ty),*) [$(#[$doc:meta])*] $name:ident [$($c:ident),*]) => {
         $(#[$doc])*
         ///
         /// # Safety
-        /// `data` is symmetric with at least `len` doubles; `counter` holds two zero `u32`s;
-        /// the grid is co-resident; `peer` is a valid PE that does not touch `data`
-        /// meanwhile.
-        #[shmem_kernel(max_threads = 1024)]
-        pub unsafe fn $name(
-            data: Sym<f64>,
-            len: usize,
-            iters: u32,
-            sync_each: u32,
-            counter: Sym<u32>,
-            peer: i32,
-        ) {
-            // SAFETY: the kernel's contract is `bw`'s.
-            unsafe { bw::<$kind, $scope>(data, len, iters, sync_each, counter, peer) }
+        #[doc = concat!("As `", stringify!($body), "`'s.")]
+        #[shmem_kernel(max_threads = 1024, min_blocks = 1)]
+        pub unsafe fn $name($($arg: $ty),*) {
+            // SAFETY: the kernel's contract is the body's.
+            unsafe { $body::<$($c),*>($($arg),*) }
         }
-    )*};
+    };
 }
 
-bw_kernels! {
-    /// `shmem_put_bw`, every thread putting its part ([`bw()`]).
-    put_bw_thread = PUT, THREAD;
-    /// `shmem_put_bw`, every warp putting its part ([`bw()`]).
-    put_bw_warp = PUT, WARP;
-    /// `shmem_put_bw`, every block putting its part ([`bw()`]).
-    put_bw_block = PUT, BLOCK;
-    /// `shmem_get_bw`, every thread getting its part ([`bw()`]).
-    get_bw_thread = GET, THREAD;
-    /// `shmem_get_bw`, every warp getting its part ([`bw()`]).
-    get_bw_warp = GET, WARP;
-    /// `shmem_get_bw`, every block getting its part ([`bw()`]).
-    get_bw_block = GET, BLOCK;
+one_kernel_per_path! {
+    bw(data: Sym<f64>, len: usize, iters: u32, sync_each: u32, counter: Sym<u32>, peer: i32);
+    /// `shmem_put_bw`, every thread putting its part (`bw`).
+    put_bw_thread = <PUT, THREAD>;
+    /// `shmem_put_bw`, every warp putting its part (`bw`).
+    put_bw_warp = <PUT, WARP>;
+    /// `shmem_put_bw`, every block putting its part (`bw`).
+    put_bw_block = <PUT, BLOCK>;
+    /// `shmem_get_bw`, every thread getting its part (`bw`).
+    get_bw_thread = <GET, THREAD>;
+    /// `shmem_get_bw`, every warp getting its part (`bw`).
+    get_bw_warp = <GET, WARP>;
+    /// `shmem_get_bw`, every block getting its part (`bw`).
+    get_bw_block = <GET, BLOCK>;
 }
 
 /// `shmem_p_bw` (32-bit elements, stride 1): `iters` times, the grid's threads `p` each of the
@@ -200,7 +194,7 @@ bw_kernels! {
 /// # Safety
 /// `data` is symmetric with at least `len` `u32`s; `counter` holds two zero `u32`s; the grid
 /// is co-resident; `peer` is a valid PE.
-#[shmem_kernel(max_threads = 1024)]
+#[shmem_kernel(max_threads = 1024, min_blocks = 1)]
 pub unsafe fn p_bw(data: Sym<u32>, len: usize, iters: u32, counter: Sym<u32>, peer: i32) {
     const UNROLL: usize = 2;
     let threads = (grid_dim_x() * block_dim_x()) as usize;
@@ -235,21 +229,20 @@ pub unsafe fn p_bw(data: Sym<u32>, len: usize, iters: u32, counter: Sym<u32>, pe
 }
 
 /// `shmem_put_latency`: `iters` times one put of the first `len` `i32`s of `data` to `peer`
-/// by the launch's one unit (launch 1×1, 1×32 or 1×blockDim), each completed by a `quiet`:
-/// thread scope `put_nbi` then `quiet`; warp and block scope the blocking put, then
-/// `cta_quiet`.
+/// by the launch's one unit (launch 1×1, 1×32 or 1×blockDim, by `SCOPE`), each completed by a
+/// `quiet`: thread scope `put_nbi` then `quiet`; warp and block scope the blocking put, then
+/// `cta_quiet`. One kernel per scope: [`put_latency_thread`] ... [`put_latency_block`].
 ///
 /// # Safety
 /// `data` is symmetric with at least `len` `i32`s; `peer` is a valid PE.
-#[shmem_kernel(max_threads = 1024)]
-pub unsafe fn put_latency(scope: u32, data: Sym<i32>, len: usize, iters: u32, peer: i32) {
-    // SAFETY: the kernel contract.
+#[inline(always)]
+unsafe fn put_latency<const SCOPE: u32>(data: Sym<i32>, len: usize, iters: u32, peer: i32) {
+    // SAFETY: the caller's contract.
     let (remote, local) = unsafe { both_ends(data, 0, len) };
-    // One loop per scope (the choice made once, outside the loop).
     for _ in 0..iters {
         // SAFETY: as above.
         unsafe {
-            match scope {
+            match SCOPE {
                 THREAD => {
                     put_nbi(Thread, remote, local, peer);
                     quiet();
@@ -268,19 +261,20 @@ pub unsafe fn put_latency(scope: u32, data: Sym<i32>, len: usize, iters: u32, pe
 }
 
 /// `shmem_get_latency`: `iters` times one non-blocking get of the first `len` `i32`s of
-/// `data` from `peer` by the launch's one unit, then a `quiet` (thread scope) or
-/// `cta_quiet` (warp and block scope).
+/// `data` from `peer` by the launch's one unit (by `SCOPE`), then a `quiet` (thread scope) or
+/// `cta_quiet` (warp and block scope). One kernel per scope: [`get_latency_thread`] ...
+/// [`get_latency_block`].
 ///
 /// # Safety
 /// `data` is symmetric with at least `len` `i32`s; `peer` is a valid PE.
-#[shmem_kernel(max_threads = 1024)]
-pub unsafe fn get_latency(scope: u32, data: Sym<i32>, len: usize, iters: u32, peer: i32) {
-    // SAFETY: the kernel contract.
+#[inline(always)]
+unsafe fn get_latency<const SCOPE: u32>(data: Sym<i32>, len: usize, iters: u32, peer: i32) {
+    // SAFETY: the caller's contract.
     let (remote, local) = unsafe { both_ends(data, 0, len) };
     for _ in 0..iters {
         // SAFETY: as above.
         unsafe {
-            match scope {
+            match SCOPE {
                 THREAD => {
                     get_nbi(Thread, local, remote, peer);
                     quiet();
@@ -298,12 +292,32 @@ pub unsafe fn get_latency(scope: u32, data: Sym<i32>, len: usize, iters: u32, pe
     }
 }
 
+one_kernel_per_path! {
+    put_latency(data: Sym<i32>, len: usize, iters: u32, peer: i32);
+    /// `shmem_put_latency` by one thread (`put_latency`).
+    put_latency_thread = <THREAD>;
+    /// `shmem_put_latency` by one warp (`put_latency`).
+    put_latency_warp = <WARP>;
+    /// `shmem_put_latency` by one block (`put_latency`).
+    put_latency_block = <BLOCK>;
+}
+
+one_kernel_per_path! {
+    get_latency(data: Sym<i32>, len: usize, iters: u32, peer: i32);
+    /// `shmem_get_latency` by one thread (`get_latency`).
+    get_latency_thread = <THREAD>;
+    /// `shmem_get_latency` by one warp (`get_latency`).
+    get_latency_warp = <WARP>;
+    /// `shmem_get_latency` by one block (`get_latency`).
+    get_latency_block = <BLOCK>;
+}
+
 /// `shmem_p_latency`: `iters` times, the block's threads `p` each of the first `len` `i32`s
 /// of `data` (block-stride) with its local value to `peer`, then `cta_quiet`.
 ///
 /// # Safety
 /// `data` is symmetric with at least `len` `i32`s; `peer` is a valid PE.
-#[shmem_kernel(max_threads = 1024)]
+#[shmem_kernel(max_threads = 1024, min_blocks = 1)]
 pub unsafe fn p_latency(data: Sym<i32>, len: usize, iters: u32, peer: i32) {
     for _ in 0..iters {
         let mut j = thread_idx_x() as usize;
@@ -326,7 +340,7 @@ pub unsafe fn p_latency(data: Sym<i32>, len: usize, iters: u32, peer: i32) {
 /// # Safety
 /// `data` is symmetric with at least `len` `i32`s; `peer` is a valid PE that does not write
 /// `data` meanwhile.
-#[shmem_kernel(max_threads = 1024)]
+#[shmem_kernel(max_threads = 1024, min_blocks = 1)]
 pub unsafe fn g_latency(data: Sym<i32>, len: usize, iters: u32, peer: i32) {
     for _ in 0..iters {
         let mut j = thread_idx_x() as usize;
@@ -349,7 +363,7 @@ pub unsafe fn g_latency(data: Sym<i32>, len: usize, iters: u32, peer: i32) {
 /// # Safety
 /// Both PEs launch it with the same arguments; `sig` is a symmetric `u64`, zero on both PEs
 /// at the launch; `peer` is the other PE.
-#[shmem_kernel(max_threads = 1024)]
+#[shmem_kernel(max_threads = 1024, min_blocks = 1)]
 pub unsafe fn signal_ping_pong(sig: Sym<u64>, iters: u32, peer: i32) {
     let me = my_pe();
     for i in 1..=u64::from(iters) {
@@ -374,7 +388,7 @@ pub unsafe fn signal_ping_pong(sig: Sym<u64>, iters: u32, peer: i32) {
 /// # Safety
 /// Both PEs launch it with the same arguments; `sig` is a symmetric `u64`, zero on both PEs
 /// at the launch; `data` is symmetric with at least `len` `i32`s; `peer` is the other PE.
-#[shmem_kernel(max_threads = 1024)]
+#[shmem_kernel(max_threads = 1024, min_blocks = 1)]
 pub unsafe fn put_signal_ping_pong(
     data: Sym<i32>,
     sig: Sym<u64>,
@@ -407,7 +421,7 @@ pub unsafe fn put_signal_ping_pong(
 /// # Safety
 /// Every PE launches it with the same arguments; the slices are symmetric, equally long and
 /// divisible by the PE count.
-#[shmem_kernel(max_threads = 1024)]
+#[shmem_kernel(max_threads = 1024, min_blocks = 1)]
 pub unsafe fn alltoall_latency(dest: SymSlice<i32>, src: SymSlice<i32>, iters: u32) {
     for _ in 0..iters {
         // SAFETY: the kernel contract.
