@@ -409,6 +409,11 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
     // for a warp four chunks a lane when the copy has more than four a lane; for a block
     // whose threads have at most two chunks, all of them (then it returns); else the
     // thread's one chunk, if any. `i` is then the thread's first chunk after that round.
+    // Every load of that round is predicated (`load_global_if`), even where its predicate is
+    // always true: ptxas sinks a plain load below the branch on the lookup's result when only
+    // the path after it uses the value, so that the load started only after the lookup had
+    // returned (the SASS of the warp's four loads and the block's first, up to the sixty-third
+    // session); it leaves a predicated load where it is.
     let mut i = me;
     let remote = if TO_PEER && matches!(S::KIND, ScopeKind::Warp | ScopeKind::Block) {
         let l = local.cast::<Chunk>().cast_const();
@@ -420,11 +425,12 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
         // peer's copy, valid and aligned as `resolve` checked (the caller's contract).
         unsafe {
             if matches!(S::KIND, ScopeKind::Warp) && chunks > 4 * n {
+                let live = me < chunks;
                 let (a, b, c, e) = (
-                    Chunk::load_global(l.add(at(me))),
-                    Chunk::load_global(l.add(at(me + n))),
-                    Chunk::load_global(l.add(at(me + 2 * n))),
-                    Chunk::load_global(l.add(at(me + 3 * n))),
+                    Chunk::load_global_if(live, l.add(at(me))),
+                    Chunk::load_global_if(live, l.add(at(me + n))),
+                    Chunk::load_global_if(live, l.add(at(me + 2 * n))),
+                    Chunk::load_global_if(live, l.add(at(me + 3 * n))),
                 );
                 let Some(r) = resolve() else { return false };
                 let d = r.cast::<Chunk>();
@@ -441,7 +447,7 @@ unsafe fn copy_p2p<S: Scope, const TO_PEER: bool>(
                 // 32 KiB a block over 8 blocks read 0.943-0.959 of the perftest twin's
                 // bandwidth on two H200s; so, 0.981-0.990; a block's put latency at 32 KiB
                 // 0.96 of the twin's, was 0.90 (BENCHMARKS.md, sixtieth session).
-                let a = Chunk::load_global(l.add(at(me)));
+                let a = Chunk::load_global_if(me < chunks, l.wrapping_add(at(me)));
                 let b = Chunk::load_global_if(me + n < chunks, l.wrapping_add(at(me + n)));
                 let Some(r) = resolve() else { return false };
                 let d = r.cast::<Chunk>();
