@@ -78,11 +78,11 @@ __device__ __forceinline__ void bw(double *data, size_t len, uint32_t iters, uin
   else cta_quiet();
 }
 
-#define BW_KERNEL(NAME, KIND, SCOPE)                                                        \
-  extern "C" __global__ void __launch_bounds__(1024, 1)                                       \
-      NAME(double *data, size_t len, uint32_t iters, uint32_t sync_each,                   \
-           unsigned int *counter, int peer) {                                              \
-    bw<KIND, SCOPE>(data, len, iters, sync_each, counter, peer);                           \
+#define BW_KERNEL(NAME, KIND, SCOPE)                                                           \
+  extern "C" __global__ void __launch_bounds__(1024, 1)                                        \
+      NAME(double *data, size_t len, uint32_t iters, uint32_t sync_each,                       \
+           unsigned int *counter, int peer) {                                                  \
+    bw<KIND, SCOPE>(data, len, iters, sync_each, counter, peer);                               \
   }
 BW_KERNEL(put_bw_thread, PUT, THREAD)
 BW_KERNEL(put_bw_warp, PUT, WARP)
@@ -148,10 +148,10 @@ __device__ __forceinline__ void get_latency(int *data, size_t len, uint32_t iter
   }
 }
 
-#define LATENCY_KERNEL(NAME, BODY, SCOPE)                                                   \
-  extern "C" __global__ void __launch_bounds__(1024, 1)                                       \
-      NAME(int *data, size_t len, uint32_t iters, int peer) {                              \
-    BODY<SCOPE>(data, len, iters, peer);                                                   \
+#define LATENCY_KERNEL(NAME, BODY, SCOPE)                                                      \
+  extern "C" __global__ void __launch_bounds__(1024, 1)                                        \
+      NAME(int *data, size_t len, uint32_t iters, int peer) {                                  \
+    BODY<SCOPE>(data, len, iters, peer);                                                       \
   }
 LATENCY_KERNEL(put_latency_thread, put_latency, THREAD)
 LATENCY_KERNEL(put_latency_warp, put_latency, WARP)

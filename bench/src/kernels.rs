@@ -10,9 +10,12 @@
 //! `nvshmem_int_g`, `nvshmemx_int32_alltoall_block`, ...); the host runs both through the
 //! same code (`host.rs`).
 //!
-//! Every kernel is launched with at most 1024 threads per block and says so
-//! (`max_threads = 1024`, CUDA's `__launch_bounds__(1024)`, also in the C++ file), so that
-//! ptxas budgets registers for full blocks.
+//! Every kernel is launched with at most 1024 threads per block, one block an SM being
+//! enough, and says so (`max_threads = 1024, min_blocks = 1`, CUDA's
+//! `__launch_bounds__(1024, 1)`, also in the C++ file), so that ptxas budgets registers for
+//! full blocks. Without `min_blocks`, ptxas squeezed some Rust kernels to 32 registers, two
+//! blocks an SM, and spilled (`put_latency_block`, `p_bw`; BENCHMARKS.md, sixty-fourth
+//! session).
 //!
 //! The kernels of puts and gets are one per scope (thread, warp, block) and direction, as
 //! the perftests build them (`put_bw_thread` ... `get_latency_block`): their paths do not
