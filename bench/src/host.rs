@@ -414,20 +414,17 @@ impl Bench<'_, '_> {
                         }
                     }
                     Test::PBw => time(rt, &k.p_bw, i, cfg, (&b.words, ints, it, &b.counter, peer))?,
-                    Test::PutLat => {
+                    Test::PutLat | Test::GetLat => {
                         let args = (&b.ints, ints, it, peer);
-                        match p.scope {
-                            THREAD => time(rt, &k.put_latency_thread, i, cfg, args)?,
-                            WARP => time(rt, &k.put_latency_warp, i, cfg, args)?,
-                            _ => time(rt, &k.put_latency_block, i, cfg, args)?,
-                        }
-                    }
-                    Test::GetLat => {
-                        let args = (&b.ints, ints, it, peer);
-                        match p.scope {
-                            THREAD => time(rt, &k.get_latency_thread, i, cfg, args)?,
-                            WARP => time(rt, &k.get_latency_warp, i, cfg, args)?,
-                            _ => time(rt, &k.get_latency_block, i, cfg, args)?,
+                        match (p.test, p.scope) {
+                            (Test::PutLat, THREAD) => {
+                                time(rt, &k.put_latency_thread, i, cfg, args)?
+                            }
+                            (Test::PutLat, WARP) => time(rt, &k.put_latency_warp, i, cfg, args)?,
+                            (Test::PutLat, _) => time(rt, &k.put_latency_block, i, cfg, args)?,
+                            (_, THREAD) => time(rt, &k.get_latency_thread, i, cfg, args)?,
+                            (_, WARP) => time(rt, &k.get_latency_warp, i, cfg, args)?,
+                            (_, _) => time(rt, &k.get_latency_block, i, cfg, args)?,
                         }
                     }
                     Test::PLat => time(rt, &k.p_latency, i, cfg, (&b.ints, ints, it, peer))?,
