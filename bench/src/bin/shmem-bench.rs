@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! shmem-bench --cuda perftest.cubin [--out DIR] [--reps 5] [--quick] [--only put_bw,...]
-//!             [--scope block,...] [--ctas 16,...] [--bytes 131072,...] [--control]
+//!             [--scope block,...] [--ctas 16,...] [--bytes 131072,...] [--control [cuda|rust]]
 //! ```
 //!
 //! Started directly it launches one PE per visible GPU (at least 2 are needed); under
@@ -54,10 +54,29 @@ struct Args {
     /// Only points of these sizes in bytes (a bandwidth point's size is the grid's)
     #[arg(long, value_name = "BYTES,..", value_delimiter = ',')]
     bytes: Option<Vec<usize>>,
-    /// A control: the CUDA C++ kernels in the Rust slot too (loaded twice, interleaved as
-    /// usual), so that the ratios show the measurement's own spread
-    #[arg(long)]
-    control: bool,
+    /// A control, so that the ratios show the measurement's own spread: one build in both
+    /// slots, loaded twice and interleaved as usual; `cuda` (the default) the CUDA C++
+    /// kernels, `rust` the Rust ones
+    #[arg(long, value_name = "BUILD", num_args = 0..=1, default_missing_value = "cuda")]
+    control: Option<Control>,
+}
+
+/// Which build a control runs in both slots.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Control {
+    /// The CUDA C++ kernels (`--cuda`) in the Rust slot too.
+    Cuda,
+    /// The Rust kernels in the CUDA C++ slot too.
+    Rust,
+}
+
+impl Control {
+    fn name(self) -> &'static str {
+        match self {
+            Control::Cuda => "cuda",
+            Control::Rust => "rust",
+        }
+    }
 }
 
 /// The tests and the NVSHMEM perftests they mirror, for `--help`.
@@ -101,14 +120,16 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         return Err(Error::Invalid("shmem-bench needs at least 2 PEs".into()));
     }
     let me = rt.my_pe();
-    // SAFETY: `cuda/perftest.cu` declares every kernel with the name and parameters of the
-    // Rust kernel (`Slice<T>` is `SymSlice<T>`'s layout; pointers for `Sym<T>`).
-    let cuda = unsafe { rt.load_cuda_module(&a.cuda)? };
-    let rust = if a.control {
-        // SAFETY: as above.
-        unsafe { rt.load_cuda_module(&a.cuda)? }
-    } else {
-        rt.load_module(&ptx_dir(), "shmem-bench")?
+    let load_cuda = || {
+        // SAFETY: `cuda/perftest.cu` declares every kernel with the name and parameters of
+        // the Rust kernel (`Slice<T>` is `SymSlice<T>`'s layout; pointers for `Sym<T>`).
+        unsafe { rt.load_cuda_module(&a.cuda) }
+    };
+    let load_rust = || rt.load_module(&ptx_dir(), "shmem-bench");
+    let (rust, cuda) = match a.control {
+        None => (load_rust()?, load_cuda()?),
+        Some(Control::Cuda) => (load_cuda()?, load_cuda()?),
+        Some(Control::Rust) => (load_rust()?, load_rust()?),
     };
     let points = selected(a);
     let ceiling =
@@ -116,13 +137,13 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
     if me == 0 {
         println!("copy-engine ceiling (256 MiB, PE 0 -> PE 1): {ceiling:.1} GB/s");
         println!(
-            "{} points x {} reps, {} and CUDA C++ interleaved",
+            "{} points x {} reps, {} interleaved",
             points.len(),
             a.reps,
-            if a.control {
-                "control: CUDA C++ (in the Rust slot)"
-            } else {
-                "Rust"
+            match a.control {
+                None => "Rust and CUDA C++",
+                Some(Control::Cuda) => "control: CUDA C++ in both slots",
+                Some(Control::Rust) => "control: Rust in both slots",
             }
         );
     }
@@ -148,7 +169,8 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         "nvshmem": format!("{major}.{minor}.{patch}"),
         "reps": a.reps,
         "rust_ptx": rust.origin().display().to_string(),
-        "control": a.control,
+        "control": a.control.is_some(),
+        "control_build": a.control.map(Control::name),
         "cuda_cubin": a.cuda.display().to_string(),
         "verdict": verdict,
     });
@@ -165,8 +187,14 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         serde_json::to_string_pretty(&json).unwrap_or_default(),
     )?;
     let mut table = format!("copy-engine ceiling: {ceiling:.1} GB/s\n");
-    if a.control {
-        table += "control: the CUDA C++ kernels in both slots (\"rust\" is CUDA C++ too)\n";
+    match a.control {
+        None => {}
+        Some(Control::Cuda) => {
+            table += "control: the CUDA C++ kernels in both slots (\"rust\" is CUDA C++ too)\n"
+        }
+        Some(Control::Rust) => {
+            table += "control: the Rust kernels in both slots (\"cuda\" is Rust too)\n"
+        }
     }
     for m in &ms {
         table += &host::line(m, ceiling);
@@ -237,6 +265,9 @@ mod tests {
             && matches!(p.test, host::Test::PutBw | host::Test::GetLat)));
         assert!(warp.iter().any(|p| p.test == host::Test::GetLat));
         assert!(selected(&args(&["--ctas", "3"])).is_empty());
-        assert!(!args(&[]).control && args(&["--control"]).control);
+        assert_eq!(args(&[]).control, None);
+        assert_eq!(args(&["--control"]).control, Some(Control::Cuda));
+        assert_eq!(args(&["--control", "rust"]).control, Some(Control::Rust));
+        assert!(Args::try_parse_from(["shmem-bench", "--cuda", "x", "--control", "c"]).is_err());
     }
 }
