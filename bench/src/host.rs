@@ -7,8 +7,9 @@
 //! computed as the perftest of the same name computes it: bandwidth `bytes * iters / time`
 //! in GB/s (1e9 B/s), latency `time / iters` in µs (a full round trip for the ping-pongs);
 //! the reported figure is the mean over the timed launches, as the perftests' `mean`
-//! column. One-sided tests run on PE 0 towards PE 1 (PE 1 idle); ping-pongs and alltoall run
-//! on every PE and PE 0 reports. The ceiling is a copy-engine copy of 256 MiB from PE 0 into
+//! column. One-sided tests run on PE 0 towards PE 1; ping-pongs and alltoall run on every PE
+//! and PE 0 reports. While PE 0 times a one-sided launch the other PEs wait off the GPU's SMs
+//! (see `IdleWait`). The ceiling is a copy-engine copy of 256 MiB from PE 0 into
 //! PE 1's memory (`cuMemcpyDtoDAsync` to the address `nvshmem_ptr` gives), timed the same
 //! way.
 
@@ -307,6 +308,89 @@ struct Buffers<'rt> {
     words: SymBuffer<'rt, u32>,
     counter: SymBuffer<'rt, u32>,
     sig: SymBuffer<'rt, u64>,
+    /// The number of the last one-sided launch PE 0 has finished ([`IdleWait`]).
+    done: SymBuffer<'rt, u32>,
+}
+
+/// How the PEs that a one-sided test leaves idle wait for PE 0's timed launch.
+///
+/// NVSHMEM's perftests send them straight into `nvshmem_barrier_all`, whose kernel then polls
+/// on their GPU while PE 0's launch runs. On two GPUs that is another GPU. With several PEs
+/// on one GPU (CUDA MPS) it is the GPU of the launch being timed, and the launch's figure
+/// then depended on its kernel's registers, not on its code: a thread's put of 64 bytes by
+/// 16 blocks of 1024 threads read 255-322 GB/s from process to process as nvcc built it (58
+/// registers a thread, allocated 64), 255-260 as Rust built it (56) and 255-260 as nvcc built
+/// it at 56 (`__maxnreg__`); with the idle PE waiting on the host, 252-259 in both builds
+/// (one H200, 2 PEs; BENCHMARKS.md, sixty-fifth session). So the idle PEs wait on the host:
+/// each polls the word `done` of its own copy by copy-engine reads until PE 0, its launch
+/// over, has written the launch's number there through its mapping of that PE's memory;
+/// then every PE enters the barrier. Where PE 0 cannot map a PE's memory (another node),
+/// that PE waits in the barrier as the perftests' do.
+struct IdleWait {
+    /// The launches counted so far (the same on every PE: every PE runs every point).
+    count: std::cell::Cell<u32>,
+    /// PE 0: the address of each other PE's `done` word, `None` where it is not mapped.
+    /// Other PEs: whether PE 0 maps this PE's memory (it maps PE 0's, the mapping is
+    /// mutual), in the one entry.
+    peers: Vec<Option<u64>>,
+}
+
+/// How long an idle PE waits for PE 0's launch before it reports PE 0 as stuck.
+const IDLE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+impl IdleWait {
+    fn new(rt: &Shmem, done: &SymBuffer<'_, u32>) -> Result<IdleWait> {
+        // (The simulator has no SMs to share, nor copy engines.)
+        let peers = if rt.is_simulated() {
+            vec![None; rt.n_pes().max(1) as usize - 1]
+        } else if rt.my_pe() == 0 {
+            (1..rt.n_pes())
+                .map(|pe| done.peer_device_ptr(pe))
+                .collect::<Result<_>>()?
+        } else {
+            vec![done.peer_device_ptr(0)?]
+        };
+        Ok(IdleWait {
+            count: std::cell::Cell::new(0),
+            peers,
+        })
+    }
+
+    /// PE 0, after a timed one-sided launch: tells every mapped PE that it has finished.
+    fn release(&self, n: u32) -> Result<()> {
+        for &p in self.peers.iter().flatten() {
+            // SAFETY: `p` is where this process maps a peer's `done` word (one `u32` of its
+            // symmetric heap, `nvshmem_ptr`); the write is a copy-engine copy of 4 bytes,
+            // after this PE's launch has finished (`time` synchronises on its end event).
+            unsafe { shmem_host::cudarc::driver::result::memcpy_htod_sync(p, &[n])? };
+        }
+        Ok(())
+    }
+
+    /// An idle PE: waits until PE 0 has written `n` to this PE's `done` word (copy-engine
+    /// reads, none of the SMs'), or returns at once where PE 0 does not map this PE.
+    fn wait(&self, done: &SymBuffer<'_, u32>, n: u32) -> Result<()> {
+        if self.peers.first().copied().flatten().is_none() {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let mut word = [0u32];
+        loop {
+            done.copy_to(&mut word)?;
+            if word[0] == n {
+                return Ok(());
+            }
+            if started.elapsed() > IDLE_WAIT_LIMIT {
+                return Err(shmem_host::Error::Invalid(format!(
+                    "PE 0 has not finished its launch {n} after {} s (this PE read {} in its \
+                     `done` word): it stopped or hangs",
+                    IDLE_WAIT_LIMIT.as_secs(),
+                    word[0]
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+    }
 }
 
 /// One kernel in both implementations, and whether it is launched cooperatively (it waits
@@ -378,6 +462,7 @@ struct Bench<'a, 'm> {
     rt: &'a Shmem,
     bufs: &'a Buffers<'a>,
     k: &'a Kernels<'m>,
+    idle: IdleWait,
 }
 
 impl Bench<'_, '_> {
@@ -392,7 +477,11 @@ impl Bench<'_, '_> {
         rt.barrier_all()?;
         let cfg = LaunchConfig::linear(p.ctas, p.threads);
         let (it, ints) = (p.iters, p.bytes / 4);
-        let ms = if p.test.one_sided() && me != 0 {
+        let one_sided = p.test.one_sided();
+        let launch = self.idle.count.get() + u32::from(one_sided);
+        self.idle.count.set(launch);
+        let ms = if one_sided && me != 0 {
+            self.idle.wait(&b.done, launch)?;
             None
         } else {
             // SAFETY: each kernel's contract: the buffers are symmetric and hold `MAX_BYTES`
@@ -440,6 +529,9 @@ impl Bench<'_, '_> {
                 }
             })
         };
+        if one_sided && me == 0 {
+            self.idle.release(launch)?;
+        }
         rt.barrier_all()?;
         Ok(ms)
     }
@@ -493,6 +585,7 @@ pub fn run(
         words: rt.alloc::<u32>((1 << 20) / 4)?,
         counter: rt.alloc::<u32>(2)?,
         sig: rt.alloc::<u64>(1)?,
+        done: rt.alloc::<u32>(1)?,
     };
     bufs.doubles.copy_from(
         &(0..MAX_BYTES / 8)
@@ -529,6 +622,7 @@ pub fn run(
         rt,
         bufs: &bufs,
         k: &k,
+        idle: IdleWait::new(rt, &bufs.done)?,
     };
     let mut out = Vec::with_capacity(points.len());
     for (i, p) in points.iter().enumerate() {

@@ -89,7 +89,10 @@ fn tests_help() -> String {
     for t in host::Test::ALL {
         s += &format!("  {:<20} {}\n", t.name(), t.perftest());
     }
-    s + "\nEnvironment: SHMEM_PTX_DIR (default target/ptx)"
+    s + "\nOne-sided tests run on PE 0; the other PEs wait for its launch on the host (copy-engine \
+         reads of a word PE 0 writes), not in NVSHMEM's barrier as the perftests' do, so that \
+         with several PEs on one GPU no kernel of theirs runs beside the launch timed.\n\
+         \nEnvironment: SHMEM_PTX_DIR (default target/ptx)"
 }
 
 /// The plan's points that `--only`, `--scope`, `--ctas` and `--bytes` let through.
