@@ -11,7 +11,7 @@
 //! from `SHMEM_PTX_DIR` (default `target/ptx`), the CUDA C++ ones from `--cuda` (the cubin
 //! `scripts/nvcc-cubin.sh` builds from `bench/cuda/perftest.cu`).
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use serde_json::json;
 use shmem_bench::host::{self, Measured};
 use shmem_host::launcher::{Role, run_as_pes};
@@ -68,15 +68,6 @@ enum Control {
     Cuda,
     /// The Rust kernels in the CUDA C++ slot too.
     Rust,
-}
-
-impl Control {
-    fn name(self) -> &'static str {
-        match self {
-            Control::Cuda => "cuda",
-            Control::Rust => "rust",
-        }
-    }
 }
 
 /// The tests and the NVSHMEM perftests they mirror, for `--help`.
@@ -166,6 +157,8 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
     }
     let ctx = rt.context()?;
     let (major, minor, patch) = rt.version();
+    let control_build = a.control.and_then(|c| c.to_possible_value());
+    let control_build = control_build.as_ref().map(|v| v.get_name());
     let meta = json!({
         "device": ctx.name().unwrap_or_default(),
         "pes": rt.n_pes(),
@@ -173,7 +166,7 @@ fn pe(a: &Args) -> shmem_host::Result<()> {
         "reps": a.reps,
         "rust_ptx": rust.origin().display().to_string(),
         "control": a.control.is_some(),
-        "control_build": a.control.map(Control::name),
+        "control_build": control_build,
         "cuda_cubin": a.cuda.display().to_string(),
         "verdict": verdict,
     });
