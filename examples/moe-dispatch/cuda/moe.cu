@@ -775,6 +775,24 @@ __device__ __forceinline__ uint32_t dynamic_smem_bytes() {
   return v;
 }
 extern __shared__ __align__(128) uint8_t dispatch_smem[];
+// The block's pair slots reserved at once (reserve_pairs in Rust): the metadata warps (mts
+// threads meeting at named barrier 1, this one the mt-th) count the block's pairs of each
+// expert in `base` (each pair's rank among them in `rank`), add each count to the expert's
+// counter once, and leave in base[e] the block's first slot.
+__device__ __forceinline__ void reserve_pairs(const Bufs &b, const Shape &s, uint32_t mt, uint32_t mts, uint32_t count,
+                                              size_t t0, size_t stride, uint32_t *base, uint16_t *rank) {
+  uint32_t k_n = s.top_k, e_n = s.experts, n = s.n_pes;
+  for (uint32_t e = mt; e < e_n; e += mts) base[e] = 0;
+  asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
+  for (uint32_t p = mt; p < count * k_n; p += mts) {
+    int32_t e = b.topk[(t0 + p / k_n * stride) * k_n + p % k_n];
+    if (e >= 0) rank[p] = (uint16_t)atomicAdd(&base[e], 1u);
+  }
+  asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
+  for (uint32_t e = mt; e < e_n; e += mts)
+    if (uint32_t c = base[e]) base[e] = atomicAdd(counter(b, ROW_CURSORS + n + e), c);
+  asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
+}
 
 #if __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -868,10 +886,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     bool ahead = tp && w - 1 < count * n;
     Pick first = ahead ? pick(b, s, t0 + (w - 1) / n * stride, lane) : Pick{-1, 0.0f};
     if (tp) pdl_wait();
-    // With several tokens, the block's pair slots reserved at once (reserve_pairs in Rust):
-    // the metadata warps count the block's pairs of each expert in `base` (each pair's rank
-    // among them in `rank`), add each count to the expert's counter once, and leave in base[e]
-    // the block's first slot.
+    // With several tokens, the block's pair slots reserved at once (reserve_pairs).
     uint32_t k_n = s.top_k, e_n = s.experts, mt = threadIdx.x - 32, mts = (nw - 1) * 32;
     uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
     uint16_t *rank = reinterpret_cast<uint16_t *>(base + e_n);
@@ -882,16 +897,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
     bool reserved = !tp && count > 1 && e_n <= RESERVE_EXPERTS && count * k_n <= RESERVE_PAIRS;
     if (reserved) {
       if (early && mt < n) tally[mt] = 0;
-      for (uint32_t e = mt; e < e_n; e += mts) base[e] = 0;
-      asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
-      for (uint32_t p = mt; p < count * k_n; p += mts) {
-        int32_t e = b.topk[(t0 + p / k_n * stride) * k_n + p % k_n];
-        if (e >= 0) rank[p] = (uint16_t)atomicAdd(&base[e], 1u);
-      }
-      asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
-      for (uint32_t e = mt; e < e_n; e += mts)
-        if (uint32_t c = base[e]) base[e] = atomicAdd(counter(b, ROW_CURSORS + n + e), c);
-      asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory");
+      reserve_pairs(b, s, mt, mts, count, t0, stride, base, rank);
     }
     for (uint32_t u = w - 1; u < count * n; u += nw - 1) {
       size_t t = t0 + u / n * stride;
@@ -972,7 +978,10 @@ struct Quantised {
 // uses sync_threads_or (bar.red.or), while with __syncthreads_or this kernel took 1-2.5 %
 // more time at 4096 tokens (one H100, BENCHMARKS.md, thirty-fifth session).
 constexpr uint32_t META_WARPS = 1;
-template <bool AHEAD, class V, class Fetch, class Prepare, class Store, class Put>
+// From this many tokens a block, a low-latency FP8 launch takes the kernel whose metadata warp
+// reserves the block's pair slots at once (RESERVE; kernels.rs, FP8_RESERVE_TOKENS).
+constexpr uint32_t FP8_RESERVE_TOKENS = 9;
+template <bool AHEAD, bool RESERVE, class V, class Fetch, class Prepare, class Store, class Put>
 __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch fetch, Prepare prepare, Store store,
                                            Put put) {
   __shared__ uint32_t unmapped_flag;
@@ -984,9 +993,25 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
   if (threadIdx.x == 0) unmapped_flag = 0;
   __syncthreads();
   if (w < META_WARPS) {
+    // With RESERVE, the block's pair slots reserved at once, and lane d counts the block's
+    // rows towards PE d and adds them to its row cursor once; else send takes an atomic a pair
+    // and adds each row as it goes.
+    uint32_t k_n = s.top_k, mts = META_WARPS * 32;
+    uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
+    uint16_t *rank = reinterpret_cast<uint16_t *>(base + s.experts);
+    bool reserved = RESERVE && s.experts <= RESERVE_EXPERTS && dynamic_smem_bytes() >= bulk_slots_offset(s) &&
+                    count > 1 && count * k_n <= RESERVE_PAIRS;
+    if (reserved) reserve_pairs(b, s, threadIdx.x, mts, count, t0, stride, base, rank);
+    uint32_t rows = 0, i = 0;
     // (Looped by token rather than by count, which spilled here.)
-    for (size_t t = t0; t < t_n; t += stride)
-      for (uint32_t d = 0; d < n; d++) send<true>(b, s, t, d, lane, pick(b, s, t, lane));
+    for (size_t t = t0; t < t_n; t += stride, i++)
+      for (uint32_t d = 0; d < n; d++) {
+        if (reserved)
+          rows += send<false>(b, s, t, d, lane, pick(b, s, t, lane), base, rank + i * k_n) >= 0 && lane == d;
+        else
+          send<true>(b, s, t, d, lane, pick(b, s, t, lane));
+      }
+    if (rows) atomicAdd(counter(b, ROW_CURSORS + lane), rows);
   } else {
     uint32_t rank = threadIdx.x - META_WARPS * 32, threads = blockDim.x - META_WARPS * 32;
     uint32_t chunks = (uint32_t)(s.hidden / 8), batch = HELD * threads;
@@ -1058,7 +1083,7 @@ __device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch 
 // registers, then stores the e4m3 row into each PE it goes to whose memory is mapped here.
 // Only when a destination is not mapped does it also write the row into its staging row,
 // which a warp then puts there.
-__device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
+template <bool RESERVE> __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   size_t h = s.hidden;
   uint32_t chunks = h / 8;
   size_t sent_bytes = h + h / FP8_GROUP * 4;
@@ -1080,11 +1105,17 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   if (s.mode == THROUGHPUT)
     send_grouped<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
   else
-    send_split<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
+    send_split<FP8_AHEAD, RESERVE, Quantised>(b, s, fetch, prepare, store, put);
 }
 
 // A dispatch kernel per path, as in Rust (DispatchPath): its own registers set its occupancy.
-enum DispatchPath { LOW_LATENCY_PATH, THROUGHPUT_PATH, FP8_LOW_LATENCY_PATH, FP8_THROUGHPUT_PATH };
+enum DispatchPath {
+  LOW_LATENCY_PATH,
+  THROUGHPUT_PATH,
+  FP8_LOW_LATENCY_PATH,
+  FP8_LOW_LATENCY_RESERVED_PATH,
+  FP8_THROUGHPUT_PATH
+};
 
 template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Shape s) {
   // The bf16 paths fix the mode and the type, as in Rust, so that every test of them folds.
@@ -1092,14 +1123,14 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   // kernel at 80 registers); this file's dispatch never reads the type.
   if (PATH == LOW_LATENCY_PATH) s.mode = LOW_LATENCY, s.dtype = BF16;
   if (PATH == THROUGHPUT_PATH) s.mode = THROUGHPUT, s.dtype = BF16;
-  const bool fp8 = PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_THROUGHPUT_PATH;
+  const bool fp8 = PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_LOW_LATENCY_RESERVED_PATH || PATH == FP8_THROUGHPUT_PATH;
   bool tp = s.mode == THROUGHPUT;
   uint32_t n = s.n_pes;
   // Whether the metadata warps sent the counts on their own, and read them in block 0 where
   // every PE is mapped (counts_early).
   bool early = false;
   if (fp8)
-    send_quantised(b, s);
+    send_quantised<PATH == FP8_LOW_LATENCY_RESERVED_PATH>(b, s);
   else
     early = send_held(b, s);
   uint64_t *sig = b.signals + SIG_DISPATCH;
@@ -1126,6 +1157,9 @@ extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput(Bufs b, Shape
 }
 extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8(Bufs b, Shape s) {
   dispatch<FP8_LOW_LATENCY_PATH>(b, s);
+}
+extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8_reserved(Bufs b, Shape s) {
+  dispatch<FP8_LOW_LATENCY_RESERVED_PATH>(b, s);
 }
 extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8_throughput(Bufs b, Shape s) {
   dispatch<FP8_THROUGHPUT_PATH>(b, s);

@@ -283,6 +283,9 @@ pub struct Kernels<'m> {
     dispatch: KernelFn<'m, kernels::moe_dispatch>,
     dispatch_throughput: KernelFn<'m, kernels::moe_dispatch_throughput>,
     dispatch_fp8: KernelFn<'m, kernels::moe_dispatch_fp8>,
+    /// Absent from a module built before it (an older build, or an older twin): its launches
+    /// then take [`kernels::moe_dispatch_fp8()`].
+    dispatch_fp8_reserved: Option<KernelFn<'m, kernels::moe_dispatch_fp8_reserved>>,
     dispatch_fp8_throughput: KernelFn<'m, kernels::moe_dispatch_fp8_throughput>,
     experts: KernelFn<'m, kernels::moe_experts>,
     combine: KernelFn<'m, kernels::moe_combine>,
@@ -290,11 +293,11 @@ pub struct Kernels<'m> {
     sms: u32,
 }
 
-/// Runs `$body` with `$f` bound to the dispatch kernel of `$shape` in `$k` (a [`Kernels`]):
+/// Runs `$body` with `$f` bound to the dispatch kernel of `$path` in `$k` (a [`Kernels`]):
 /// the one place that maps a [`DispatchPath`] to its kernel.
 macro_rules! with_dispatch {
-    ($k:expr, $shape:expr, $f:ident => $body:expr) => {
-        match $shape.dispatch_path() {
+    ($k:expr, $path:expr, $f:ident => $body:expr) => {
+        match $path {
             DispatchPath::LowLatency => {
                 let $f = &$k.dispatch;
                 $body
@@ -307,6 +310,13 @@ macro_rules! with_dispatch {
                 let $f = &$k.dispatch_fp8;
                 $body
             }
+            DispatchPath::Fp8LowLatencyReserved => match &$k.dispatch_fp8_reserved {
+                Some($f) => $body,
+                None => {
+                    let $f = &$k.dispatch_fp8;
+                    $body
+                }
+            },
             DispatchPath::Fp8Throughput => {
                 let $f = &$k.dispatch_fp8_throughput;
                 $body
@@ -330,6 +340,7 @@ impl<'m> Kernels<'m> {
             dispatch: module.kernel()?,
             dispatch_throughput: module.kernel()?,
             dispatch_fp8: module.kernel()?,
+            dispatch_fp8_reserved: module.kernel().ok(),
             dispatch_fp8_throughput: module.kernel()?,
             experts: module.kernel()?,
             combine: module.kernel()?,
@@ -337,14 +348,21 @@ impl<'m> Kernels<'m> {
         })
     }
 
-    /// Blocks of the dispatch kernel of `shape` that fit on the GPU at once with `cfg`'s
-    /// block.
+    /// Blocks of the dispatch kernels of `shape` that fit on the GPU at once with `cfg`'s
+    /// block: of its path's kernel and, for the low-latency FP8 dispatch, of the one its
+    /// launch may take instead ([`Shape::launch_path`]), the fewer.
     fn dispatch_fit(&self, shape: Shape, cfg: &LaunchConfig<'_>) -> Result<u32> {
-        with_dispatch!(self, shape, f => f.max_coresident_blocks(cfg))
+        let path = shape.dispatch_path();
+        let fit = with_dispatch!(self, path, f => f.max_coresident_blocks(cfg))?;
+        if path != DispatchPath::Fp8LowLatency {
+            return Ok(fit);
+        }
+        let reserved = DispatchPath::Fp8LowLatencyReserved;
+        Ok(fit.min(with_dispatch!(self, reserved, f => f.max_coresident_blocks(cfg))?))
     }
 
     /// Enqueues the dispatch of `s` into `to`: in throughput mode the layout (`g[0]`), then
-    /// the dispatch kernel of `s` (`g[1]`, [`Shape::dispatch_path`]).
+    /// the dispatch kernel of `s` for `g[1]`'s grid ([`Shape::launch_path`]).
     ///
     /// # Safety
     /// As the kernels' contracts say: `b` holds the buffers sized for `s`, every PE enqueues
@@ -362,7 +380,7 @@ impl<'m> Kernels<'m> {
             if s.mode == MODE_THROUGHPUT {
                 to.launch(&self.layout, g[0], (b, s))?;
             }
-            with_dispatch!(self, s, f => to.launch(f, g[1], (b, s)))
+            with_dispatch!(self, s.launch_path(g[1].grid.0), f => to.launch(f, g[1], (b, s)))
         }
     }
 }
@@ -471,8 +489,9 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     // units of four chunks: its round 1.9-3.0 µs shorter at 128 and 512 tokens than in blocks
     // of 1024 at 64 registers, within 0.7 µs at 4096; BENCHMARKS.md, forty-sixth session).
     let lf = resident("layout", k.layout.max_coresident_blocks(&probe))?;
-    // The `bf16` dispatches take shared memory for their bulk copies (the kernel says how
-    // much; without it, they copy through registers).
+    // The `bf16` dispatches take shared memory for their bulk copies, the low-latency FP8 one
+    // for the table of its reserved pair slots (the kernel says how much; without it, they copy
+    // through registers, and take an atomic a pair).
     let shared = shape.dispatch_shared_bytes();
     let df = resident(
         "dispatch",
@@ -496,9 +515,9 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     // block started 5.6 µs into the layout at 4096 tokens, and 1.2 µs in with this. 1 PE on GPU 0
     // of two H200s, the round with it: 1.2, 0.7 and 1.0 µs shorter at 2048, 3072 and 4096 tokens
     // (130-260 layout blocks on 132 SMs), but 0.5-1.1 µs longer at 512-1536 (33-98 blocks: the
-    // dispatch's blocks went first to the SMs the layout left free). The FP8 dispatch takes no
-    // shared memory, and at this carveout (its blocks then run with the least L1) took 2.6 µs more
-    // (BENCHMARKS.md, forty-ninth session).
+    // dispatch's blocks went first to the SMs the layout left free). The throughput FP8
+    // dispatch takes no shared memory, and at this carveout (its blocks then run with the least
+    // L1) took 2.6 µs more (BENCHMARKS.md, forty-ninth session).
     let layout_blocks = layout.div_ceil(wpb).clamp(1, lf);
     let layout_carveout = if dependent && shared > 0 && layout_blocks * 10 >= k.sms * 9 {
         SharedCarveout::Percent(LAYOUT_CARVEOUT_PERCENT)

@@ -224,6 +224,10 @@ pub enum DispatchPath {
     Fp8LowLatency,
     /// FP8, throughput mode: [`moe_dispatch_fp8_throughput()`].
     Fp8Throughput,
+    /// FP8, low-latency mode, the pair slots reserved a block at a time:
+    /// [`moe_dispatch_fp8_reserved()`]. Not a shape's path: a launch's, from
+    /// [`FP8_RESERVE_TOKENS`] tokens a block ([`Shape::launch_path`]).
+    Fp8LowLatencyReserved,
 }
 
 impl DispatchPath {
@@ -231,7 +235,9 @@ impl DispatchPath {
     pub fn fp8(self) -> bool {
         matches!(
             self,
-            DispatchPath::Fp8LowLatency | DispatchPath::Fp8Throughput
+            DispatchPath::Fp8LowLatency
+                | DispatchPath::Fp8LowLatencyReserved
+                | DispatchPath::Fp8Throughput
         )
     }
 
@@ -239,7 +245,9 @@ impl DispatchPath {
     /// first warp sends the metadata while the others copy.
     pub fn min_threads(self) -> u32 {
         match self {
-            DispatchPath::Fp8LowLatency => (META_WARPS + 1) * 32,
+            DispatchPath::Fp8LowLatency | DispatchPath::Fp8LowLatencyReserved => {
+                (META_WARPS + 1) * 32
+            }
             _ => 32,
         }
     }
@@ -277,15 +285,38 @@ impl Shape {
         }
     }
 
+    /// The dispatch kernel of a launch of `grid` blocks: [`Shape::dispatch_path`], but the
+    /// low-latency FP8 dispatch reserves its pair slots a block at a time
+    /// ([`DispatchPath::Fp8LowLatencyReserved`]) from [`FP8_RESERVE_TOKENS`] tokens a block,
+    /// where the launch has the table ([`Shape::dispatch_shared_bytes`]) and a block's pairs
+    /// fit it.
+    pub fn launch_path(&self, grid: u32) -> DispatchPath {
+        match self.dispatch_path() {
+            DispatchPath::Fp8LowLatency
+                if self.experts <= RESERVE_EXPERTS
+                    && self.tokens >= FP8_RESERVE_TOKENS.saturating_mul(grid)
+                    && self.tokens.div_ceil(grid.max(1)) * self.top_k <= RESERVE_PAIRS =>
+            {
+                DispatchPath::Fp8LowLatencyReserved
+            }
+            p => p,
+        }
+    }
+
     /// Bytes of dynamic shared memory the dispatch kernel of this shape is launched with:
     /// for the `bf16` dispatches, a line of barriers ([`BULK_HEADER`]), with at most
     /// [`RESERVE_EXPERTS`] experts the table of the pair slots the low-latency one reserves a
     /// block at a time, then the bulk copies' [`BULK_SLOTS`] slots of a piece of a row each;
-    /// 0 for the FP8 dispatches. Given fewer, or built for a GPU without bulk copies,
-    /// the kernel copies through registers instead.
+    /// for the low-latency FP8 dispatch the line and the table (which
+    /// [`DispatchPath::Fp8LowLatencyReserved`] uses), with at most [`RESERVE_EXPERTS`]
+    /// experts; 0 for the throughput FP8 dispatch. Given fewer, or built for a GPU without
+    /// bulk copies, the `bf16` kernels copy through registers instead, and the FP8 one takes
+    /// an atomic a pair.
     pub fn dispatch_shared_bytes(&self) -> u32 {
         if !self.dispatch_path().fp8() {
             self.bulk_slots_offset() + BULK_SLOTS as u32 * self.bulk_slot_bytes()
+        } else if self.mode != MODE_THROUGHPUT && self.experts <= RESERVE_EXPERTS {
+            self.bulk_slots_offset()
         } else {
             0
         }
@@ -2090,9 +2121,26 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
 /// Warps of a block that send the metadata in [`send_split`]: the first; the others copy.
 const META_WARPS: u32 = 1;
 
+/// From this many tokens a block, a low-latency FP8 launch reserves the block's pair slots at
+/// once ([`Shape::launch_path`], [`moe_dispatch_fp8_reserved()`]): its metadata warp counts
+/// them (`reserve_pairs`) before its `send`s, rather than taking an atomic a pair as it
+/// sends. Measured on one H200 at 1 PE, held (BENCHMARKS.md, fifty-ninth session): reserving
+/// at every size took 0.96-0.97 of the time at 3584 and 4096 tokens (9-11 a block),
+/// 0.98-1.02 at 2560-3200 (6-9) and 1.03-1.08 at 512-2048 (2-6), where one warp's counting,
+/// then its atomics, come before its first `send`. In a kernel of its own from 9 tokens a
+/// block: 0.93-0.95 of the time at 3584 tokens, 0.96-0.99 at 4096; at 2 PEs under MPS
+/// 0.92-0.94 at 4096. On two H200s, where the rows cross NVLink: 0.981-0.995 at 3584 and
+/// 0.986-0.989 at 4096 in six calls, both slot orders (the other kernel against itself
+/// 0.996-1.004), 0.99-1.01 at 128 and 2048 (BENCHMARKS.md, sixty-sixth session; one call
+/// pair of the fifty-ninth had read 1.011-1.015). (In the one FP8 kernel, reserving from 9
+/// tokens a block made that kernel 0.5 µs slower at 512 tokens, where it did not reserve: its
+/// SASS had changed.)
+pub const FP8_RESERVE_TOKENS: u32 = 9;
+
 /// The FP8 dispatch's block per token (low-latency mode), its metadata sent alongside: warp 0
 /// sends the metadata of the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one
-/// token after another ([`send`], a token's destinations in turn), while the other warps
+/// token after another ([`send`], a token's destinations in turn; with `RESERVE` and more
+/// than one token, their pair slots reserved first, [`reserve_pairs`]), while the other warps
 /// load, quantise and store the rows, batch by batch as [`send_grouped`] does. A row waits
 /// for none of the metadata: it goes to row `t` of this PE's region on every PE it goes to,
 /// which the copying warps find from the routing ([`each_mapped`]). The copying threads are
@@ -2123,7 +2171,7 @@ const META_WARPS: u32 = 1;
 /// copying thread, `put` by whole warps, with `t < T` (`put` after every store);
 /// `store`'s result is the same in every thread.
 #[inline(always)]
-unsafe fn send_split<const AHEAD: bool, P: Prepare>(
+unsafe fn send_split<const AHEAD: bool, const RESERVE: bool, P: Prepare>(
     b: Bufs,
     s: Shape,
     mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
@@ -2151,11 +2199,26 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
     // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `choice`, `fetch`,
     // `store` and `put`; each warp calls `send`, `routed` (whose ballots need whole warps),
     // `store` and `put` whole; `put` reads `send_slot[t]` after the barrier that follows warp
-    // 0's `send`s.
+    // 0's `send`s; the reserved pair slots' table is in the launch's shared memory
+    // (`reserved_table`), which only warp 0 touches here, and holds the block's `count * K`
+    // pairs, whose tokens `token(i)` are below `T`.
     unsafe {
         // Whether this thread stored a row some destination of which is not mapped here.
         let mut unmapped = false;
         if w < META_WARPS {
+            // With `RESERVE`, the block's pair slots reserved at once, and lane `d` counts the
+            // block's rows towards PE `d` and adds them to its row cursor once; else `send`
+            // takes an atomic a pair and adds each row as it goes.
+            let reserved = RESERVE
+                && match reserved_table(s) {
+                    Some((base, ranks)) if count > 1 && count * s.top_k <= RESERVE_PAIRS => {
+                        let meta = NamedBarrier::new(1, META_WARPS * 32);
+                        reserve_pairs(b, s, (meta, tid), count, token, base, ranks);
+                        true
+                    }
+                    _ => false,
+                };
+            let mut rows = 0;
             for i in 0..count {
                 // The counters' address taken afresh each token: hoisted out of the loop, an
                 // address derived from it spilled (4 bytes at 80 registers on sm_90).
@@ -2163,9 +2226,16 @@ unsafe fn send_split<const AHEAD: bool, P: Prepare>(
                 let b = Bufs { work, ..b };
                 for d in 0..n {
                     let pk = pick(b, s, token(i), lane);
-                    send::<true>(b, s, token(i), d, lane, PairSlot::Atomic, pk);
+                    if reserved {
+                        let slot = PairSlot::Reserved(i);
+                        let sent = send::<false>(b, s, token(i), d, lane, slot, pk);
+                        rows += u32::from(sent >= 0 && lane == d);
+                    } else {
+                        send::<true>(b, s, token(i), d, lane, PairSlot::Atomic, pk);
+                    }
                 }
             }
+            count_rows(b, lane, rows);
         } else {
             let (rank, threads) = (tid - META_WARPS * 32, bs - META_WARPS * 32);
             let chunks = s.hidden / 8;
@@ -2278,7 +2348,7 @@ unsafe fn put_unmapped(
 /// # Safety
 /// See [`moe_dispatch_fp8()`]; every thread of the block calls it.
 #[inline(always)]
-unsafe fn send_quantised(b: Bufs, s: Shape) {
+unsafe fn send_quantised<const RESERVE: bool>(b: Bufs, s: Shape) {
     let h = s.hidden as usize;
     let chunks = (h / 8) as u32;
     let stage = |t: usize| b.comb_stage.as_ptr().wrapping_add(t * h);
@@ -2318,7 +2388,7 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
         // and 0.97 of the time of each group's metadata after its rows (BENCHMARKS.md,
         // forty-seventh session).
         if s.mode != MODE_THROUGHPUT {
-            send_split::<FP8_AHEAD, _>(b, s, fetch, Quantise, store, put);
+            send_split::<FP8_AHEAD, RESERVE, _>(b, s, fetch, Quantise, store, put);
         } else {
             send_grouped::<FP8_AHEAD, true, _>(b, s, fetch, Quantise, store, put);
         }
@@ -2483,6 +2553,30 @@ unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: imp
 /// See [`moe_dispatch()`].
 #[inline(always)]
 unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
+    // SAFETY: the caller's contract.
+    unsafe { dispatch_with::<false>(b, s, path) }
+}
+
+/// [`moe_dispatch_fp8_reserved()`]: the low-latency FP8 dispatch, its pair slots reserved a
+/// block at a time.
+///
+/// # Safety
+/// See [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn dispatch_reserved(b: Bufs, s: Shape) {
+    // SAFETY: the caller's contract.
+    unsafe { dispatch_with::<true>(b, s, DispatchPath::Fp8LowLatency) }
+}
+
+/// [`dispatch`], with `RESERVE` the low-latency FP8 dispatch's pair slots reserved a block at
+/// a time ([`send_split`]). A parameter of its own rather than a test of `path`: with the test,
+/// `moe_dispatch_fp8`'s code came out laid out otherwise, and 0.1-0.7 µs slower at 1024-2048
+/// tokens (BENCHMARKS.md, fifty-ninth session); with it, that kernel's SASS is what it was.
+///
+/// # Safety
+/// See [`moe_dispatch()`].
+#[inline(always)]
+unsafe fn dispatch_with<const RESERVE: bool>(b: Bufs, s: Shape, path: DispatchPath) {
     // Each path fixes the mode and the type (the kernel's contract), so that every test of
     // them below folds away: the `bf16` paths, on one H200, at 1 PE, held, took 0.991-0.992
     // of the time at 128 and 4096 tokens; the twin, changed alike, 0.948 at 4096 tokens in
@@ -2492,7 +2586,7 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
     let (mode, dtype) = match path {
         DispatchPath::LowLatency => (MODE_LOW_LATENCY, DTYPE_BF16),
         DispatchPath::Throughput => (MODE_THROUGHPUT, DTYPE_BF16),
-        DispatchPath::Fp8LowLatency => (s.mode, DTYPE_FP8),
+        DispatchPath::Fp8LowLatency | DispatchPath::Fp8LowLatencyReserved => (s.mode, DTYPE_FP8),
         DispatchPath::Fp8Throughput => (MODE_THROUGHPUT, DTYPE_FP8),
     };
     let s = Shape { mode, dtype, ..s };
@@ -2503,7 +2597,7 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
     // SAFETY: the kernel's contract; every thread of the block calls them.
     let early = unsafe {
         if path.fp8() {
-            send_quantised(b, s);
+            send_quantised::<RESERVE>(b, s);
             false
         } else {
             send_held(b, s)
@@ -3232,6 +3326,15 @@ kernels! {
     /// # Safety
     /// As [`moe_dispatch()`].
     moe_dispatch_fp8(max_registers = 80) => dispatch(DispatchPath::Fp8LowLatency);
+
+    /// [`moe_dispatch_fp8()`] for [`DispatchPath::Fp8LowLatencyReserved`]: its metadata warp
+    /// reserves the block's pair slots at once, where the launch gave the table
+    /// ([`Shape::dispatch_shared_bytes`]) and the block has more than one token, whose pairs
+    /// fit it; else it takes an atomic a pair as [`moe_dispatch_fp8()`] does.
+    ///
+    /// # Safety
+    /// As [`moe_dispatch()`].
+    moe_dispatch_fp8_reserved(max_registers = 80) => dispatch_reserved;
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8Throughput`], after [`moe_layout()`] of the
     /// same round. From sm_90 64 registers, four blocks of 256 threads an SM: on one H200 at

@@ -140,11 +140,15 @@ fn the_cuda_twin_uses_the_same_constants() {
         ("RESERVE_EXPERTS", k::RESERVE_EXPERTS),
         ("RESERVE_PAIRS", k::RESERVE_PAIRS),
         ("EARLY_COUNTS_TOKENS", k::EARLY_COUNTS_TOKENS),
+        ("FP8_RESERVE_TOKENS", k::FP8_RESERVE_TOKENS),
     ] {
         let twin = twin_between(&format!("constexpr uint32_t {name} = "), ";");
         assert_eq!(twin.trim(), v.to_string(), "{name}");
     }
 }
+
+/// Blocks of every simulated launch of [`run_case`].
+const SIM_BLOCKS: u32 = 2;
 
 struct Case {
     n: u32,
@@ -160,8 +164,11 @@ struct Case {
     peers_mapped: bool,
 }
 
-fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
+/// Runs `rounds` rounds of `c` in `mode` and checks each against the CPU; returns the
+/// dispatch kernel's path ([`Shape::launch_path`]).
+fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) -> DispatchPath {
     let n = c.n;
+    let mut path = None;
     let cap = c.capacity.unwrap_or(if mode == MODE_LOW_LATENCY {
         c.tokens
     } else {
@@ -217,7 +224,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             0
         };
         let launch = |what: &str, kernel: unsafe fn(Bufs, Shape), shared: u32| {
-            let grid = shmem_device::sim::Shape::linear(2, 64).with_shared(shared);
+            let grid = shmem_device::sim::Shape::linear(SIM_BLOCKS, 64).with_shared(shared);
             w.run_shape(grid, seed * 10 + u64::from(round), || {
                 // SAFETY: every PE launches the kernels of a round in order, with the shape
                 // and buffers they document (all simulated threads are co-resident).
@@ -233,12 +240,14 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
         if mode == MODE_THROUGHPUT {
             launch("layout", k::moe_layout, 0);
         }
+        path = Some(s.launch_path(SIM_BLOCKS));
         launch(
             "dispatch",
-            match s.dispatch_path() {
+            match s.launch_path(SIM_BLOCKS) {
                 DispatchPath::LowLatency => k::moe_dispatch,
                 DispatchPath::Throughput => k::moe_dispatch_throughput,
                 DispatchPath::Fp8LowLatency => k::moe_dispatch_fp8,
+                DispatchPath::Fp8LowLatencyReserved => k::moe_dispatch_fp8_reserved,
                 DispatchPath::Fp8Throughput => k::moe_dispatch_fp8_throughput,
             },
             shared,
@@ -271,6 +280,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
             );
         }
     }
+    path.expect("at least one round")
 }
 
 #[test]
@@ -381,7 +391,8 @@ fn experts_past_a_warp_and_tokens_past_a_unit() {
 
 /// The FP8 dispatch: every received row is the CPU's quantisation bit for bit, and the
 /// combine of the dequantised tokens equals the CPU's; both modes, 2 PEs over two rounds and
-/// 4 PEs with capacity drops.
+/// 4 PEs with capacity drops. In low-latency mode 19 tokens on two blocks (9-10 a block) take
+/// the kernel that reserves a block's pair slots at once, 11 tokens the one that does not.
 #[test]
 fn fp8_dispatch_sends_the_quantised_rows() {
     let mut c = Case {
@@ -395,16 +406,20 @@ fn fp8_dispatch_sends_the_quantised_rows() {
         dtype: DTYPE_FP8,
         peers_mapped: true,
     };
-    run_case(&c, MODE_LOW_LATENCY, 11, 2);
+    let reserved = DispatchPath::Fp8LowLatencyReserved;
+    assert_eq!(run_case(&c, MODE_LOW_LATENCY, 11, 2), reserved);
     run_case(&c, MODE_THROUGHPUT, 12, 2);
     (c.n, c.hidden, c.dist, c.capacity) = (4, 128, Distribution::Skewed, Some(3));
-    run_case(&c, MODE_LOW_LATENCY, 13, 1);
+    assert_eq!(run_case(&c, MODE_LOW_LATENCY, 13, 1), reserved);
     run_case(&c, MODE_THROUGHPUT, 14, 1);
     // Rows of several batches: with 32 copying threads a 2560-value row is three (the last
     // one partial), so the low-latency copying loop moves its steps past rows' ends; the
     // throughput one (64 copying threads) takes two.
     (c.n, c.tokens, c.hidden, c.capacity) = (2, 11, 2560, None);
-    run_case(&c, MODE_LOW_LATENCY, 17, 1);
+    assert_eq!(
+        run_case(&c, MODE_LOW_LATENCY, 17, 1),
+        DispatchPath::Fp8LowLatency
+    );
     run_case(&c, MODE_THROUGHPUT, 18, 1);
 }
 
