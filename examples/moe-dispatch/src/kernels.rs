@@ -2132,9 +2132,9 @@ const META_WARPS: u32 = 1;
 /// 0.92-0.94 at 4096. On two H200s, where the rows cross NVLink: 0.981-0.995 at 3584 and
 /// 0.986-0.989 at 4096 in six calls, both slot orders (the other kernel against itself
 /// 0.996-1.004), 0.99-1.01 at 128 and 2048 (BENCHMARKS.md, sixty-sixth session; one call
-/// pair of the fifty-ninth had read 1.011-1.015). (In the one FP8 kernel, reserving from 9
-/// tokens a block made that kernel 0.5 µs slower at 512 tokens, where it did not reserve: its
-/// SASS had changed.)
+/// pair of the fifty-ninth had read 1.011-1.015); at 4 PEs under MPS on one H200 (24 blocks a
+/// PE), 0.886 at 512 tokens. (In the one FP8 kernel, reserving from 9 tokens a block made
+/// that kernel 0.5 µs slower at 512 tokens, where it did not reserve: its SASS had changed.)
 pub const FP8_RESERVE_TOKENS: u32 = 9;
 
 /// The FP8 dispatch's block per token (low-latency mode), its metadata sent alongside: warp 0
