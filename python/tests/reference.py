@@ -84,13 +84,16 @@ def expert_layer(recv, counts, offsets, pe, scales=None):
     """The caller's experts on the received rows: row ``p`` of local expert ``l`` times
     ``scale(pe * L + l)``, rounded to bf16; rows of no pair stay zero. With ``scales``, the
     rows are FP8 (e4m3 bits and their scales)."""
-    values = bf16_to_f32(recv) if scales is None else dequantize(recv, scales)
     y = np.zeros(recv.shape, np.uint16)
     n_local = counts.shape[0]
     for l in range(n_local):
         for s in range(counts.shape[1]):
             a, b = offsets[l, s], offsets[l, s] + counts[l, s]
-            y[a:b] = f32_to_bf16(values[a:b] * scale(pe * n_local + l))
+            # Only the pairs' rows: the others hold whatever an earlier call left there, which
+            # dequantised may overflow.
+            rows = recv[a:b]
+            values = bf16_to_f32(rows) if scales is None else dequantize(rows, scales[a:b])
+            y[a:b] = f32_to_bf16(values * scale(pe * n_local + l))
     return y
 
 
