@@ -1714,7 +1714,10 @@ pub const BULK_SLOTS: usize = 3;
 
 /// The most bytes of a row one of the dispatch's bulk copies moves: a whole 7168-value `bf16`
 /// row, and three slots with their barriers stay under the 48 KB of shared memory a block
-/// may have without the launch opting in to more.
+/// may have without the launch opting in to more. In smaller pieces, so that a piece's store
+/// could start while the next one loads, the dispatches were slower: 2 and 4 pieces a row
+/// took 1.05 and 1.19 times as long at 128 tokens (low latency) and up to 1.03 and 1.08 at
+/// 4096 (one H200, 1 PE; BENCHMARKS.md, sixty-sixth session).
 pub const BULK_PIECE: u32 = 14336;
 
 /// Bytes before the bulk slots in the dispatch's shared memory: the slots' barriers, on a
