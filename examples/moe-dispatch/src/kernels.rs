@@ -2550,6 +2550,136 @@ unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: imp
     }
 }
 
+/// The role-split FP8 dispatch's unit of row `t` at chunk `first` (1024 values), staged in
+/// the row's staging row (`comb_stage` row `t`), put by the warp to each PE of the row whose
+/// memory is not mapped here: its `e4m3` bytes and its scales. The block's arrival quiets
+/// the puts.
+///
+/// # Safety
+/// The whole warp, after the unit is staged; `t < T`.
+#[inline(always)]
+unsafe fn put_unit(b: Bufs, s: Shape, t: usize, first: u32) {
+    let h = s.hidden as usize;
+    let stage = b.comb_stage.as_ptr().wrapping_add(t * h);
+    // SAFETY: row `t` of `comb_stage` is this token's alone this round, and complete for
+    // this unit; the unit's bytes and scales lie within the sent row on `d` (`row_at`),
+    // which no other unit writes.
+    unsafe {
+        let mask = routed(s, choice(b, s, t, lane_id()));
+        let Some(at) = row_at(b, s, t as i32) else {
+            return;
+        };
+        let f = first as usize;
+        let bytes = (h / 2).min(4 * f + 512) - 4 * f;
+        let groups = (h / 128).min(f / 16 + 8) - f / 16;
+        let scales = h / 2 + 2 * (f / 16);
+        for d in 0..s.n_pes {
+            if mask >> d & 1 == 0 || ptr(at, d as i32).is_some() {
+                continue;
+            }
+            let put = |off: usize, len: usize| {
+                put_nbi_unmapped(
+                    Warp,
+                    SymSlice::from_raw_parts(at.as_ptr().add(off), len),
+                    DeviceSlice::from_raw_parts(stage.add(off), len),
+                    d as i32,
+                )
+            };
+            put(4 * f, bytes);
+            put(scales, 2 * groups);
+        }
+    }
+}
+
+/// WORK IN PROGRESS (branch `fp8-roles`, sixty-sixth session; not measured in this form):
+/// the low-latency FP8 dispatch with its blocks split by role. The first eighth of the
+/// grid's blocks send the metadata: a block's tokens (`mb, mb + M, ...`) have their pair
+/// slots reserved at once ([`reserve_pairs`]) where the table holds them, then a warp per
+/// (token, PE) sends. The other blocks quantise the rows, a warp per 1024 values of a row in
+/// turn, and store them into every PE they go to whose memory is mapped here; a unit towards
+/// a PE that is not mapped is staged, and put there after the warp's last unit
+/// ([`put_unit`]). The prototype without the reservation and the put path (committed as
+/// `scripts/probes/moe_fp8_roles.patch`) took 0.89-0.91 of the committed kernel's time at
+/// 512-2048 tokens on one H200 and 0.98 at 4096, where its metadata warps, an atomic a pair,
+/// set the pace (BENCHMARKS.md, sixty-sixth session).
+#[inline(always)]
+unsafe fn send_split_roles(b: Bufs, s: Shape) {
+    let (n, h) = (s.n_pes, s.hidden as usize);
+    let chunks = (h / 8) as u32;
+    let lane = lane_id();
+    let g = grid_dim_x();
+    let meta_blocks = (g / 8).max(1);
+    let wpb = warps_per_block();
+    // SAFETY: prototype; `t < T`, whole warps.
+    unsafe {
+        if block_idx_x() < meta_blocks {
+            // The block's tokens `mb, mb + M, ...` (`M` metadata blocks), their pair slots
+            // reserved at once where the table holds them, then a warp per (token, PE).
+            let mb = block_idx_x() as usize;
+            let count = tokens_from(s.tokens, mb as u32, meta_blocks);
+            let token = |i: u32| mb + i as usize * meta_blocks as usize;
+            let all = NamedBarrier::new(1, block_dim_x());
+            let reserved = match reserved_table(s) {
+                Some((base, ranks)) if count > 1 && count * s.top_k <= RESERVE_PAIRS => {
+                    reserve_pairs(b, s, (all, thread_idx_x()), count, token, base, ranks);
+                    true
+                }
+                _ => false,
+            };
+            let mut rows = 0;
+            let mut u = warp_id();
+            while u < count * n {
+                let (i, d) = (u / n, u % n);
+                let slot = if reserved {
+                    PairSlot::Reserved(i)
+                } else {
+                    PairSlot::Atomic
+                };
+                let pk = pick(b, s, token(i), lane);
+                let sent = send::<false>(b, s, token(i), d, lane, slot, pk);
+                rows += u32::from(sent >= 0 && lane == d);
+                u += wpb;
+            }
+            count_rows(b, lane, rows);
+        } else {
+            let per_row = chunks.div_ceil(128);
+            let units = s.tokens * per_row;
+            let (gw, nrw) = (
+                (block_idx_x() - meta_blocks) * wpb + warp_id(),
+                (g - meta_blocks) * wpb,
+            );
+            let mut staged = false;
+            let mut u = gw;
+            while u < units {
+                let (t, first) = ((u / per_row) as usize, u % per_row * 128);
+                let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
+                let raw = load_held::<true>(from, first, chunks, lane, 32);
+                let e = choice(b, s, t, lane);
+                let q = quantize_held(&raw);
+                let stage = b.comb_stage.as_ptr().wrapping_add(t * h);
+                let unmapped = each_mapped(b, s, t, Placed::Routed(routed(s, e)), |peer| {
+                    store_fp8(&q, peer, h, first, lane, 32)
+                });
+                if unmapped {
+                    store_fp8(&q, stage, h, first, lane, 32);
+                    staged = true;
+                }
+                u += nrw;
+            }
+            // The units some PE of which is not mapped here, staged above, put there now: out
+            // of the copying loop, whose registers NVSHMEM's put would crowd.
+            if staged {
+                sync_warp(u32::MAX);
+                let mut u = gw;
+                while u < units {
+                    put_unit(b, s, (u / per_row) as usize, u % per_row * 128);
+                    u += nrw;
+                }
+            }
+        }
+    }
+}
+
 /// The dispatch (module documentation) of `path`, which is `s.dispatch_path()`.
 ///
 /// # Safety
@@ -2589,7 +2719,9 @@ unsafe fn dispatch_with<const RESERVE: bool>(b: Bufs, s: Shape, path: DispatchPa
     let (mode, dtype) = match path {
         DispatchPath::LowLatency => (MODE_LOW_LATENCY, DTYPE_BF16),
         DispatchPath::Throughput => (MODE_THROUGHPUT, DTYPE_BF16),
-        DispatchPath::Fp8LowLatency | DispatchPath::Fp8LowLatencyReserved => (s.mode, DTYPE_FP8),
+        DispatchPath::Fp8LowLatency | DispatchPath::Fp8LowLatencyReserved => {
+            (MODE_LOW_LATENCY, DTYPE_FP8)
+        }
         DispatchPath::Fp8Throughput => (MODE_THROUGHPUT, DTYPE_FP8),
     };
     let s = Shape { mode, dtype, ..s };
@@ -2599,7 +2731,10 @@ unsafe fn dispatch_with<const RESERVE: bool>(b: Bufs, s: Shape, path: DispatchPa
     // and read them in block 0 where every PE is mapped.
     // SAFETY: the kernel's contract; every thread of the block calls them.
     let early = unsafe {
-        if path.fp8() {
+        if path.fp8() && !tp {
+            send_split_roles(b, s);
+            false
+        } else if path.fp8() {
             send_quantised::<RESERVE>(b, s);
             false
         } else {
@@ -3328,7 +3463,7 @@ kernels! {
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_fp8(max_registers = 80) => dispatch(DispatchPath::Fp8LowLatency);
+    moe_dispatch_fp8(max_registers = 64) => dispatch(DispatchPath::Fp8LowLatency);
 
     /// [`moe_dispatch_fp8()`] for [`DispatchPath::Fp8LowLatencyReserved`]: its metadata warp
     /// reserves the block's pair slots at once, where the launch gave the table
@@ -3337,7 +3472,7 @@ kernels! {
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_fp8_reserved(max_registers = 80) => dispatch_reserved;
+    moe_dispatch_fp8_reserved(max_registers = 64) => dispatch_reserved;
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8Throughput`], after [`moe_layout()`] of the
     /// same round. From sm_90 64 registers, four blocks of 256 threads an SM: on one H200 at
