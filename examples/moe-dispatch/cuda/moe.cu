@@ -1108,6 +1108,73 @@ template <bool RESERVE> __device__ __forceinline__ void send_quantised(const Buf
     send_split<FP8_AHEAD, RESERVE, Quantised>(b, s, fetch, prepare, store, put);
 }
 
+// WORK IN PROGRESS (branch fp8-roles; kernels.rs, send_split_roles): the low-latency FP8
+// dispatch with its blocks split by role. The first eighth of the grid's blocks send the
+// metadata, a block's tokens (mb, mb + M, ...) their pair slots reserved at once where the
+// table holds them, then a warp per (token, PE). The other blocks quantise the rows, a warp per
+// 1024 values of a row in turn, into every PE they go to whose memory is mapped here; a unit
+// towards a PE that is not is staged, and put there after the warp's last unit.
+__device__ __forceinline__ void send_split_roles(const Bufs &b, const Shape &s) {
+  uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, wpb = blockDim.x / 32;
+  uint32_t g = gridDim.x, meta_blocks = max(g / 8, 1u);
+  size_t h = s.hidden, t_n = s.tokens;
+  uint32_t chunks = (uint32_t)(h / 8);
+  if (blockIdx.x < meta_blocks) {
+    size_t mb = blockIdx.x;
+    uint32_t count = mb < t_n ? (uint32_t)((t_n - mb + meta_blocks - 1) / meta_blocks) : 0u, k_n = s.top_k;
+    uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
+    uint16_t *rank = reinterpret_cast<uint16_t *>(base + s.experts);
+    bool reserved = s.experts <= RESERVE_EXPERTS && dynamic_smem_bytes() >= bulk_slots_offset(s) && count > 1 &&
+                    count * k_n <= RESERVE_PAIRS;
+    if (reserved) reserve_pairs(b, s, threadIdx.x, blockDim.x, count, mb, meta_blocks, base, rank);
+    uint32_t rows = 0;
+    for (uint32_t u = w; u < count * n; u += wpb) {
+      uint32_t i = u / n, d = u % n;
+      size_t t = mb + (size_t)i * meta_blocks;
+      int32_t sent = reserved ? send<false>(b, s, t, d, lane, pick(b, s, t, lane), base, rank + i * k_n)
+                              : send<false>(b, s, t, d, lane, pick(b, s, t, lane));
+      rows += sent >= 0 && lane == d;
+    }
+    if (rows) atomicAdd(counter(b, ROW_CURSORS + lane), rows);
+    return;
+  }
+  uint32_t per_row = (chunks + 127) / 128, units = (uint32_t)t_n * per_row;
+  uint32_t gw = (blockIdx.x - meta_blocks) * wpb + w, nrw = (g - meta_blocks) * wpb;
+  bool staged = false;
+  for (uint32_t u = gw; u < units; u += nrw) {
+    size_t t = u / per_row;
+    uint32_t first = u % per_row * 128;
+    uint4 raw[HELD];
+    load_held<true>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks, lane, 32);
+    int32_t e = choice(b, s, t, lane);
+    Quantised v;
+    quantize_held(raw, v.q, v.scale);
+    bool unmapped = each_mapped(b, s, t, Placed{false, routed(s, e)},
+                                [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first, lane, 32); });
+    if (unmapped) {
+      store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first, lane, 32);
+      staged = true;
+    }
+  }
+  // The staged units put now: out of the copying loop, whose registers NVSHMEM's put would
+  // crowd (as in Rust).
+  if (staged) {
+    __syncwarp();
+    for (uint32_t u = gw; u < units; u += nrw) {
+      size_t t = u / per_row, f = u % per_row * 128;
+      uint32_t mask = routed(s, choice(b, s, t, lane));
+      uint16_t *at = b.recv_x + ((size_t)nvshmem_my_pe() * t_n + t) * h, *stage = b.comb_stage + t * h;
+      size_t bytes = min(h / 2, 4 * f + 512) - 4 * f, groups = min(h / 128, f / 16 + 8) - f / 16;
+      size_t scales = h / 2 + 2 * (f / 16);
+      for (uint32_t d = 0; d < n; d++) {
+        if (!(mask >> d & 1) || nvshmem_ptr(at, d)) continue;
+        nvshmemx_putmem_nbi_warp(at + 4 * f, stage + 4 * f, bytes * 2, d);
+        nvshmemx_putmem_nbi_warp(at + scales, stage + scales, groups * 4, d);
+      }
+    }
+  }
+}
+
 // A dispatch kernel per path, as in Rust (DispatchPath): its own registers set its occupancy.
 enum DispatchPath {
   LOW_LATENCY_PATH,
@@ -1129,8 +1196,10 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   // Whether the metadata warps sent the counts on their own, and read them in block 0 where
   // every PE is mapped (counts_early).
   bool early = false;
-  if (fp8)
-    send_quantised<PATH == FP8_LOW_LATENCY_RESERVED_PATH>(b, s);
+  if (PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_LOW_LATENCY_RESERVED_PATH)
+    send_split_roles(b, s);
+  else if (fp8)
+    send_quantised<false>(b, s);
   else
     early = send_held(b, s);
   uint64_t *sig = b.signals + SIG_DISPATCH;
@@ -1155,10 +1224,10 @@ extern "C" __global__ void __maxnreg__(64) moe_dispatch(Bufs b, Shape s) {
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput(Bufs b, Shape s) {
   dispatch<THROUGHPUT_PATH>(b, s);
 }
-extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8(Bufs b, Shape s) {
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8(Bufs b, Shape s) {
   dispatch<FP8_LOW_LATENCY_PATH>(b, s);
 }
-extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8_reserved(Bufs b, Shape s) {
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8_reserved(Bufs b, Shape s) {
   dispatch<FP8_LOW_LATENCY_RESERVED_PATH>(b, s);
 }
 extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8_throughput(Bufs b, Shape s) {
