@@ -752,6 +752,10 @@ __device__ __forceinline__ uint32_t bulk_slot_bytes(const Shape &s) { return (bu
 // a u16 a pair) follows the barriers' line, the slots follow the table on a line of their own.
 constexpr uint32_t RESERVE_EXPERTS = 256;
 constexpr uint32_t RESERVE_PAIRS = 512;
+// The low-latency FP8 dispatch's metadata blocks (send_split_roles): one block in
+// ROLE_META_SHARE, reserving their pair slots at once from ROLE_RESERVE_FROM tokens, with at
+// most FP8_RESERVE_PAIRS pairs (as in Rust).
+constexpr uint32_t FP8_RESERVE_PAIRS = 2048, ROLE_META_SHARE = 8, ROLE_RESERVE_FROM = 9;
 // Whether the low-latency bf16 dispatch by bulk copies sends its counts early: with at least
 // EARLY_COUNTS_TOKENS tokens a block (early_counts in Rust).
 constexpr uint32_t EARLY_COUNTS_TOKENS = 4;
@@ -1116,7 +1120,7 @@ template <bool RESERVE> __device__ __forceinline__ void send_quantised(const Buf
 // towards a PE that is not is staged, and put there after the warp's last unit.
 __device__ __forceinline__ void send_split_roles(const Bufs &b, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, wpb = blockDim.x / 32;
-  uint32_t g = gridDim.x, meta_blocks = max(g / 8, 1u);
+  uint32_t g = gridDim.x, meta_blocks = max(g / ROLE_META_SHARE, 1u);
   size_t h = s.hidden, t_n = s.tokens;
   uint32_t chunks = (uint32_t)(h / 8);
   if (blockIdx.x < meta_blocks) {
@@ -1124,8 +1128,9 @@ __device__ __forceinline__ void send_split_roles(const Bufs &b, const Shape &s) 
     uint32_t count = mb < t_n ? (uint32_t)((t_n - mb + meta_blocks - 1) / meta_blocks) : 0u, k_n = s.top_k;
     uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
     uint16_t *rank = reinterpret_cast<uint16_t *>(base + s.experts);
-    bool reserved = s.experts <= RESERVE_EXPERTS && dynamic_smem_bytes() >= bulk_slots_offset(s) && count > 1 &&
-                    count * k_n <= RESERVE_PAIRS;
+    bool reserved = s.experts <= RESERVE_EXPERTS &&
+                    dynamic_smem_bytes() >= BULK_HEADER + s.experts * 4 + FP8_RESERVE_PAIRS * 2 &&
+                    count >= ROLE_RESERVE_FROM && count * k_n <= FP8_RESERVE_PAIRS;
     if (reserved) reserve_pairs(b, s, threadIdx.x, blockDim.x, count, mb, meta_blocks, base, rank);
     uint32_t rows = 0;
     for (uint32_t u = w; u < count * n; u += wpb) {

@@ -316,7 +316,7 @@ impl Shape {
         if !self.dispatch_path().fp8() {
             self.bulk_slots_offset() + BULK_SLOTS as u32 * self.bulk_slot_bytes()
         } else if self.mode != MODE_THROUGHPUT && self.experts <= RESERVE_EXPERTS {
-            self.bulk_slots_offset()
+            BULK_HEADER + (self.experts * 4 + FP8_RESERVE_PAIRS * 2).next_multiple_of(128)
         } else {
             0
         }
@@ -1738,6 +1738,18 @@ pub const RESERVE_EXPERTS: u32 = 256;
 /// 4096 tokens a block of an H200's grid has 7-8 tokens, 64 pairs at top-8.
 pub const RESERVE_PAIRS: u32 = 512;
 
+/// The most pairs of a metadata block of the low-latency FP8 dispatch ([`send_split_roles`])
+/// for which it reserves its pair slots at once.
+pub const FP8_RESERVE_PAIRS: u32 = 2048;
+
+/// One block in `ROLE_META_SHARE` of the low-latency FP8 dispatch's grid sends the metadata
+/// ([`send_split_roles`]).
+pub const ROLE_META_SHARE: u32 = 8;
+
+/// A metadata block of the low-latency FP8 dispatch reserves its pair slots at once from
+/// this many tokens ([`send_split_roles`]).
+pub const ROLE_RESERVE_FROM: u32 = 9;
+
 /// The word of the low-latency `bf16` dispatch's shared memory where its metadata warps
 /// tally the block's rows towards PE `d` ([`ROW_TALLY`]; [`send_bulk`]), or `None` when the
 /// launch did not give the header. Found afresh where it is used, as [`reserved_table`].
@@ -2608,7 +2620,7 @@ unsafe fn send_split_roles(b: Bufs, s: Shape) {
     let chunks = (h / 8) as u32;
     let lane = lane_id();
     let g = grid_dim_x();
-    let meta_blocks = (g / 8).max(1);
+    let meta_blocks = (g / ROLE_META_SHARE).max(1);
     let wpb = warps_per_block();
     // SAFETY: prototype; `t < T`, whole warps.
     unsafe {
@@ -2620,7 +2632,9 @@ unsafe fn send_split_roles(b: Bufs, s: Shape) {
             let token = |i: u32| mb + i as usize * meta_blocks as usize;
             let all = NamedBarrier::new(1, block_dim_x());
             let reserved = match reserved_table(s) {
-                Some((base, ranks)) if count > 1 && count * s.top_k <= RESERVE_PAIRS => {
+                Some((base, ranks))
+                    if count >= ROLE_RESERVE_FROM && count * s.top_k <= FP8_RESERVE_PAIRS =>
+                {
                     reserve_pairs(b, s, (all, thread_idx_x()), count, token, base, ranks);
                     true
                 }
