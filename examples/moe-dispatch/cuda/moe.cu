@@ -487,14 +487,6 @@ __device__ __forceinline__ uint32_t routed(const Shape &s, int32_t e) {
   return mask;
 }
 
-// Step j of rows of nb batches is row j / nb, batch j % nb: moved on by `by` (at most 2)
-// steps with compares (kernels.rs, step_on).
-__device__ __forceinline__ void step_on(uint32_t &row, uint32_t &batch, uint32_t by, uint32_t nb) {
-  batch += by;
-  if (batch >= nb) batch -= nb, row++;
-  if (batch >= nb) batch -= nb, row++;
-}
-
 // How a copying thread finds the PEs token t's row goes to (kernels.rs, Placed): from
 // send_slot[t], complete (slots), or in low-latency mode from the routing, the mask routed
 // found.
@@ -752,10 +744,12 @@ __device__ __forceinline__ uint32_t bulk_slot_bytes(const Shape &s) { return (bu
 // a u16 a pair) follows the barriers' line, the slots follow the table on a line of their own.
 constexpr uint32_t RESERVE_EXPERTS = 256;
 constexpr uint32_t RESERVE_PAIRS = 512;
-// The low-latency FP8 dispatch's metadata blocks (send_split_roles): one block in
+// The low-latency FP8 dispatch's metadata blocks (send_by_role): one block in
 // ROLE_META_SHARE, reserving their pair slots at once from ROLE_RESERVE_FROM tokens, with at
 // most FP8_RESERVE_PAIRS pairs (as in Rust).
-constexpr uint32_t FP8_RESERVE_PAIRS = 2048, ROLE_META_SHARE = 8, ROLE_RESERVE_FROM = 9;
+constexpr uint32_t FP8_RESERVE_PAIRS = 2048;
+constexpr uint32_t ROLE_META_SHARE = 8;
+constexpr uint32_t ROLE_RESERVE_FROM = 9;
 // Whether the low-latency bf16 dispatch by bulk copies sends its counts early: with at least
 // EARLY_COUNTS_TOKENS tokens a block (early_counts in Rust).
 constexpr uint32_t EARLY_COUNTS_TOKENS = 4;
@@ -961,7 +955,8 @@ __device__ __forceinline__ bool send_held(const Bufs &b, const Shape &s) {
   return false;
 }
 
-// The FP8 dispatch loads its next batch ahead from sm_90 up (as kernels.rs, FP8_AHEAD).
+// The throughput FP8 dispatch loads its next batch ahead from sm_90 up (as kernels.rs,
+// FP8_AHEAD).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 constexpr bool FP8_AHEAD = true;
 #else
@@ -973,121 +968,12 @@ struct Quantised {
   float scale[PAIRS];
 };
 
-// The FP8 dispatch's block per token (low latency), its metadata sent alongside (kernels.rs,
-// send_split): warp 0 sends the metadata of the block's tokens one after another; the other
-// warps load, quantise and store the rows batch by batch, waiting for none of it (each_mapped
-// finds a row's PEs from the routing). The copying threads are numbered from 0 past warp 0.
-// If a row went to a PE whose memory is not mapped, after the block's last row the block's
-// (token, destination) warps put it there. The block learns that from a shared flag; Rust
-// uses sync_threads_or (bar.red.or), while with __syncthreads_or this kernel took 1-2.5 %
-// more time at 4096 tokens (one H100, BENCHMARKS.md, thirty-fifth session).
-constexpr uint32_t META_WARPS = 1;
-// From this many tokens a block, a low-latency FP8 launch takes the kernel whose metadata warp
-// reserves the block's pair slots at once (RESERVE; kernels.rs, FP8_RESERVE_TOKENS).
-constexpr uint32_t FP8_RESERVE_TOKENS = 9;
-template <bool AHEAD, bool RESERVE, class V, class Fetch, class Prepare, class Store, class Put>
-__device__ __forceinline__ void send_split(const Bufs &b, const Shape &s, Fetch fetch, Prepare prepare, Store store,
-                                           Put put) {
-  __shared__ uint32_t unmapped_flag;
-  uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
-  size_t t_n = s.tokens, t0 = blockIdx.x, stride = gridDim.x;
-  // The block's tokens, from its first.
-  auto count_from = [&](size_t t0) { return t0 < t_n ? (uint32_t)((t_n - t0 + stride - 1) / stride) : 0u; };
-  uint32_t count = count_from(t0);
-  if (threadIdx.x == 0) unmapped_flag = 0;
-  __syncthreads();
-  if (w < META_WARPS) {
-    // With RESERVE, the block's pair slots reserved at once, and lane d counts the block's
-    // rows towards PE d and adds them to its row cursor once; else send takes an atomic a pair
-    // and adds each row as it goes.
-    uint32_t k_n = s.top_k, mts = META_WARPS * 32;
-    uint32_t *base = reinterpret_cast<uint32_t *>(dispatch_smem + BULK_HEADER);
-    uint16_t *rank = reinterpret_cast<uint16_t *>(base + s.experts);
-    bool reserved = RESERVE && s.experts <= RESERVE_EXPERTS && dynamic_smem_bytes() >= bulk_slots_offset(s) &&
-                    count > 1 && count * k_n <= RESERVE_PAIRS;
-    if (reserved) reserve_pairs(b, s, threadIdx.x, mts, count, t0, stride, base, rank);
-    uint32_t rows = 0, i = 0;
-    // (Looped by token rather than by count, which spilled here.)
-    for (size_t t = t0; t < t_n; t += stride, i++)
-      for (uint32_t d = 0; d < n; d++) {
-        if (reserved)
-          rows += send<false>(b, s, t, d, lane, pick(b, s, t, lane), base, rank + i * k_n) >= 0 && lane == d;
-        else
-          send<true>(b, s, t, d, lane, pick(b, s, t, lane));
-      }
-    if (rows) atomicAdd(counter(b, ROW_CURSORS + lane), rows);
-  } else {
-    uint32_t rank = threadIdx.x - META_WARPS * 32, threads = blockDim.x - META_WARPS * 32;
-    uint32_t chunks = (uint32_t)(s.hidden / 8), batch = HELD * threads;
-    uint32_t nb = (chunks + batch - 1) / batch, steps = count * nb;
-    bool unmapped = false;
-    if (steps > 0) {
-      // Step j's place (step_on): row `row` of the block's, batch `k`.
-      uint32_t row = 0, k = 0;
-      // Batch j + by into `to`, step j at (row, k) (past the last step, the row's end, which
-      // loads nothing).
-      auto ahead = [&](uint4 (&to)[HELD], uint32_t j, uint32_t by) {
-        if (j + by < steps) {
-          uint32_t r = row, kk = k;
-          step_on(r, kk, by, nb);
-          fetch(to, t0 + r * stride, kk * batch, rank, threads);
-        } else {
-          fetch(to, t0, chunks, rank, threads);
-        }
-      };
-      // Step j: batch j, held in `held`, prepared and stored; `held` then takes the next
-      // batch this thread loads, j + 2 with AHEAD (the other holds j + 1), else j + 1. With AHEAD
-      // two batches are in flight in registers of their own, two steps a loop iteration
-      // (kernels.rs, send_split).
-      // The PEs of the row's token, found at its first batch. Rust finds them each batch:
-      // there that is faster, here this is (at 4096 tokens on one H200, 0.98 of the time of
-      // finding them each batch; BENCHMARKS.md, forty-third session).
-      uint32_t mask = 0;
-      auto step = [&](uint32_t j, uint4 (&held)[HELD]) {
-        size_t t = t0 + row * stride;
-        uint32_t first = k * batch;
-        if (first == 0) mask = routed(s, choice(b, s, t, lane));
-        V v;
-        prepare(v, held);
-        unmapped |= store(t, first, v, Placed{false, mask}, rank, threads);
-        if (AHEAD) ahead(held, j, 2);
-        else if (j + 1 < steps) ahead(held, j, 1);
-        step_on(row, k, 1, nb);
-        return j + 1 < steps;
-      };
-      uint4 even[HELD], odd[HELD];  // the batches of even and of odd steps
-      fetch(even, t0, 0, rank, threads);
-      uint32_t j = 0;
-      if (AHEAD) {
-        ahead(odd, 0, 1);
-        while (step(j, even) && step(j + 1, odd)) j += 2;
-      } else {
-        while (step(j, even)) j++;
-      }
-    }
-    if (unmapped && rank == 0) unmapped_flag = 1;
-  }
-  __syncthreads();
-  if (unmapped_flag) {
-    // Counted again rather than kept across the copy, where it spilled (as in kernels.rs).
-    size_t first = t0;
-    asm volatile("" : "+l"(first));
-    uint32_t count = count_from(first);
-    for (uint32_t u = w; u < count * n; u += nw) {
-      size_t t = t0 + u / n * stride;
-      uint32_t d = u % n;
-      uint16_t *peer, *at = target(b, s, t, d, peer);
-      if (at && !peer) put(t, d, at);
-    }
-  }
-}
-
-// The FP8 dispatch, both modes (send_split in low-latency mode, send_grouped in
-// throughput mode): the block loads a row and quantises it in
+// The throughput FP8 dispatch (send_grouped): the block loads a row and quantises it in
 // registers, then stores the e4m3 row into each PE it goes to whose memory is mapped here.
 // Only when a destination is not mapped does it also write the row into its staging row,
-// which a warp then puts there.
-template <bool RESERVE> __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
+// which a warp then puts there. Every warp copies, the metadata after the rows (kernels.rs,
+// send_quantised).
+__device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
   size_t h = s.hidden;
   uint32_t chunks = h / 8;
   size_t sent_bytes = h + h / FP8_GROUP * 4;
@@ -1104,21 +990,17 @@ template <bool RESERVE> __device__ __forceinline__ void send_quantised(const Buf
   auto put = [&](size_t t, uint32_t d, uint16_t *target) {
     nvshmemx_putmem_nbi_warp(target, b.comb_stage + t * h, sent_bytes, d);
   };
-  // Throughput mode: every warp copies, the metadata after the rows (kernels.rs,
-  // send_quantised).
-  if (s.mode == THROUGHPUT)
-    send_grouped<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
-  else
-    send_split<FP8_AHEAD, RESERVE, Quantised>(b, s, fetch, prepare, store, put);
+  send_grouped<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
 }
 
-// WORK IN PROGRESS (branch fp8-roles; kernels.rs, send_split_roles): the low-latency FP8
-// dispatch with its blocks split by role. The first eighth of the grid's blocks send the
-// metadata, a block's tokens (mb, mb + M, ...) their pair slots reserved at once where the
-// table holds them, then a warp per (token, PE). The other blocks quantise the rows, a warp per
-// 1024 values of a row in turn, into every PE they go to whose memory is mapped here; a unit
-// towards a PE that is not is staged, and put there after the warp's last unit.
-__device__ __forceinline__ void send_split_roles(const Bufs &b, const Shape &s) {
+// The low-latency FP8 dispatch, its blocks split by role (kernels.rs, send_by_role): the
+// first of every ROLE_META_SHARE blocks (M, at least one) send the metadata, block mb the
+// tokens mb, mb + M, ..., their pair slots reserved at once from ROLE_RESERVE_FROM tokens
+// where the table holds them, then a warp per (token, PE). The other blocks' warps take the
+// rows' units of 1024 values in turn, quantise them in registers and store them into every PE
+// they go to whose memory is mapped here; a unit towards a PE that is not is staged, and put
+// there after the warp's last unit. It takes two blocks at least (DispatchPath::min_blocks).
+__device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, wpb = blockDim.x / 32;
   uint32_t g = gridDim.x, meta_blocks = max(g / ROLE_META_SHARE, 1u);
   size_t h = s.hidden, t_n = s.tokens;
@@ -1185,26 +1067,26 @@ enum DispatchPath {
   LOW_LATENCY_PATH,
   THROUGHPUT_PATH,
   FP8_LOW_LATENCY_PATH,
-  FP8_LOW_LATENCY_RESERVED_PATH,
   FP8_THROUGHPUT_PATH
 };
 
 template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Shape s) {
-  // The bf16 paths fix the mode and the type, as in Rust, so that every test of them folds.
-  // The FP8 ones read the mode at run time (fixed, ptxas spilled 8 bytes in the throughput
-  // kernel at 80 registers); this file's dispatch never reads the type.
+  // The bf16 paths and the low-latency FP8 one fix the mode and the type, as in Rust, so that
+  // every test of them folds. The throughput FP8 one reads the mode at run time (fixed, ptxas
+  // spilled 8 bytes at 80 registers); this file's dispatch never reads the type.
   if (PATH == LOW_LATENCY_PATH) s.mode = LOW_LATENCY, s.dtype = BF16;
   if (PATH == THROUGHPUT_PATH) s.mode = THROUGHPUT, s.dtype = BF16;
-  const bool fp8 = PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_LOW_LATENCY_RESERVED_PATH || PATH == FP8_THROUGHPUT_PATH;
+  if (PATH == FP8_LOW_LATENCY_PATH) s.mode = LOW_LATENCY;
+  const bool fp8 = PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_THROUGHPUT_PATH;
   bool tp = s.mode == THROUGHPUT;
   uint32_t n = s.n_pes;
   // Whether the metadata warps sent the counts on their own, and read them in block 0 where
   // every PE is mapped (counts_early).
   bool early = false;
-  if (PATH == FP8_LOW_LATENCY_PATH || PATH == FP8_LOW_LATENCY_RESERVED_PATH)
-    send_split_roles(b, s);
+  if (PATH == FP8_LOW_LATENCY_PATH)
+    send_by_role(b, s);
   else if (fp8)
-    send_quantised<false>(b, s);
+    send_quantised(b, s);
   else
     early = send_held(b, s);
   uint64_t *sig = b.signals + SIG_DISPATCH;
@@ -1217,7 +1099,7 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
 }
 
 // Register budgets: the throughput bf16 kernel takes 56 under 64 (four blocks of 256 threads
-// an SM, as the Rust kernel from sm_90), the low-latency FP8 one 80 as in Rust (three). The
+// an SM, as the Rust kernel from sm_90), the low-latency FP8 one 64 as in Rust (four). The
 // throughput FP8 kernel takes 80 (three blocks) where the Rust one takes 64 (four): at 72
 // this one spilled 36 bytes (16 with the mode fixed). The low-latency bf16 kernel takes
 // 64 as in Rust, without spills: with its bulk copies it took 0.99 of its time at 80 (three
@@ -1231,9 +1113,6 @@ extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput(Bufs b, Shape
 }
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8(Bufs b, Shape s) {
   dispatch<FP8_LOW_LATENCY_PATH>(b, s);
-}
-extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8_reserved(Bufs b, Shape s) {
-  dispatch<FP8_LOW_LATENCY_RESERVED_PATH>(b, s);
 }
 extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8_throughput(Bufs b, Shape s) {
   dispatch<FP8_THROUGHPUT_PATH>(b, s);

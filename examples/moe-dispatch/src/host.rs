@@ -221,16 +221,15 @@ impl Options {
                 self.threads
             ));
         }
-        let path = self.shape(n).dispatch_path();
-        if self.threads < path.min_threads() {
-            return bad(format!(
-                "the {path:?} dispatch needs at least {} threads per block, not {}",
-                path.min_threads(),
-                self.threads
-            ));
-        }
         if self.rounds == 0 || self.blocks == Some(0) {
             return bad("at least one round and one block".into());
+        }
+        let path = self.shape(n).dispatch_path();
+        if let Some(blocks) = self.blocks.filter(|&b| b < path.min_blocks()) {
+            return bad(format!(
+                "the {path:?} dispatch needs at least {} blocks, not {blocks}",
+                path.min_blocks()
+            ));
         }
         let units = u64::from(n) * u64::from(self.tokens) * u64::from(self.hidden.div_ceil(1024));
         if units > u64::from(u32::MAX) {
@@ -283,9 +282,6 @@ pub struct Kernels<'m> {
     dispatch: KernelFn<'m, kernels::moe_dispatch>,
     dispatch_throughput: KernelFn<'m, kernels::moe_dispatch_throughput>,
     dispatch_fp8: KernelFn<'m, kernels::moe_dispatch_fp8>,
-    /// Absent from a module built before it (an older build, or an older twin): its launches
-    /// then take [`kernels::moe_dispatch_fp8()`].
-    dispatch_fp8_reserved: Option<KernelFn<'m, kernels::moe_dispatch_fp8_reserved>>,
     dispatch_fp8_throughput: KernelFn<'m, kernels::moe_dispatch_fp8_throughput>,
     experts: KernelFn<'m, kernels::moe_experts>,
     combine: KernelFn<'m, kernels::moe_combine>,
@@ -310,13 +306,6 @@ macro_rules! with_dispatch {
                 let $f = &$k.dispatch_fp8;
                 $body
             }
-            DispatchPath::Fp8LowLatencyReserved => match &$k.dispatch_fp8_reserved {
-                Some($f) => $body,
-                None => {
-                    let $f = &$k.dispatch_fp8;
-                    $body
-                }
-            },
             DispatchPath::Fp8Throughput => {
                 let $f = &$k.dispatch_fp8_throughput;
                 $body
@@ -340,7 +329,6 @@ impl<'m> Kernels<'m> {
             dispatch: module.kernel()?,
             dispatch_throughput: module.kernel()?,
             dispatch_fp8: module.kernel()?,
-            dispatch_fp8_reserved: module.kernel().ok(),
             dispatch_fp8_throughput: module.kernel()?,
             experts: module.kernel()?,
             combine: module.kernel()?,
@@ -348,21 +336,14 @@ impl<'m> Kernels<'m> {
         })
     }
 
-    /// Blocks of the dispatch kernels of `shape` that fit on the GPU at once with `cfg`'s
-    /// block: of its path's kernel and, for the low-latency FP8 dispatch, of the one its
-    /// launch may take instead ([`Shape::launch_path`]), the fewer.
+    /// Blocks of the dispatch kernel of `shape` that fit on the GPU at once with `cfg`'s
+    /// block.
     fn dispatch_fit(&self, shape: Shape, cfg: &LaunchConfig<'_>) -> Result<u32> {
-        let path = shape.dispatch_path();
-        let fit = with_dispatch!(self, path, f => f.max_coresident_blocks(cfg))?;
-        if path != DispatchPath::Fp8LowLatency {
-            return Ok(fit);
-        }
-        let reserved = DispatchPath::Fp8LowLatencyReserved;
-        Ok(fit.min(with_dispatch!(self, reserved, f => f.max_coresident_blocks(cfg))?))
+        with_dispatch!(self, shape.dispatch_path(), f => f.max_coresident_blocks(cfg))
     }
 
     /// Enqueues the dispatch of `s` into `to`: in throughput mode the layout (`g[0]`), then
-    /// the dispatch kernel of `s` for `g[1]`'s grid ([`Shape::launch_path`]).
+    /// the dispatch kernel of `s` ([`Shape::dispatch_path`]) on `g[1]`'s grid.
     ///
     /// # Safety
     /// As the kernels' contracts say: `b` holds the buffers sized for `s`, every PE enqueues
@@ -380,7 +361,7 @@ impl<'m> Kernels<'m> {
             if s.mode == MODE_THROUGHPUT {
                 to.launch(&self.layout, g[0], (b, s))?;
             }
-            with_dispatch!(self, s.launch_path(g[1].grid.0), f => to.launch(f, g[1], (b, s)))
+            with_dispatch!(self, s.dispatch_path(), f => to.launch(f, g[1], (b, s)))
         }
     }
 }
@@ -506,6 +487,10 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     // block per token; combine (received row, segment).
     let layout = kernels::layout_units(t, n, shape.experts) as u32;
     let dispatch = t * wpb;
+    // The low-latency FP8 dispatch splits its blocks by role: two at least, where they fit.
+    let dispatch_blocks = fit(df, dispatch)
+        .max(shape.dispatch_path().min_blocks())
+        .min(df);
     let segs = (shape.hidden / 8).div_ceil(32 * kernels::SEGMENT_CHUNKS as u32);
     let combine = t * n * segs;
     // Where the throughput dispatch starts while its layout runs, its blocks take shared memory
@@ -534,7 +519,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         LaunchConfig::linear(layout_blocks, th)
             .with_cooperative(true)
             .with_shared_carveout(layout_carveout),
-        LaunchConfig::linear(fit(df, dispatch), th)
+        LaunchConfig::linear(dispatch_blocks, th)
             .with_shared_mem(shared)
             .with_cooperative(!dependent)
             .with_dependent_launch(dependent),
@@ -1075,4 +1060,32 @@ pub fn eager_then_replays(
     moe.clear_combined()?;
     let replayed = graph.steps(count)?;
     Ok((eager, replayed, moe.combined()? == want))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Dtype, Mode, Options};
+
+    /// The low-latency FP8 dispatch splits its blocks by role: `--blocks 1` is refused there,
+    /// and taken by the other paths.
+    #[test]
+    fn one_block_is_refused_only_where_the_dispatch_needs_two() {
+        for (mode, dtype, ok) in [
+            (Mode::LowLatency, Dtype::Fp8, false),
+            (Mode::Throughput, Dtype::Fp8, true),
+            (Mode::LowLatency, Dtype::Bf16, true),
+            (Mode::Throughput, Dtype::Bf16, true),
+        ] {
+            let mut o = Options::new(16, "/nonexistent".into());
+            (o.mode, o.dtype, o.blocks) = (mode, dtype, Some(1));
+            let got = o.check(2);
+            assert_eq!(got.is_ok(), ok, "{mode:?} {dtype:?}: {got:?}");
+            if !ok {
+                let msg = got.unwrap_err().to_string();
+                assert!(msg.contains("at least 2 blocks, not 1"), "{msg}");
+            }
+            o.blocks = Some(2);
+            assert!(o.check(2).is_ok(), "{mode:?} {dtype:?} on two blocks");
+        }
+    }
 }

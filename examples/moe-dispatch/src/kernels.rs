@@ -207,9 +207,9 @@ pub struct Shape {
 pub const READ_ONCE_L2S: u64 = 3;
 
 /// Which dispatch kernel a shape takes ([`Shape::dispatch_path`]). Each path is a kernel of
-/// its own, so that its own registers set its occupancy: from sm_90 the throughput
-/// dispatches fit in 64 registers, four blocks of 256 threads an SM, where the low-latency
-/// FP8 dispatch needs 80, three. (Measured on one H100 at 4096 tokens, on a held stream,
+/// its own, so that its own registers set its occupancy: from sm_90 each fits in 64
+/// registers, four blocks of 256 threads an SM, and below, where some need 72 or 80, each
+/// takes what it needs. (Measured on one H100 at 4096 tokens, on a held stream,
 /// against one kernel for all three at 80 registers: throughput `bf16` 4 % faster;
 /// BENCHMARKS.md, seventeenth session. The throughput FP8 dispatch in a kernel of its own at
 /// 64 registers: 0.95 of the time of the FP8 kernel of both modes at 80 on one H200;
@@ -224,10 +224,6 @@ pub enum DispatchPath {
     Fp8LowLatency,
     /// FP8, throughput mode: [`moe_dispatch_fp8_throughput()`].
     Fp8Throughput,
-    /// FP8, low-latency mode, the pair slots reserved a block at a time:
-    /// [`moe_dispatch_fp8_reserved()`]. Not a shape's path: a launch's, from
-    /// [`FP8_RESERVE_TOKENS`] tokens a block ([`Shape::launch_path`]).
-    Fp8LowLatencyReserved,
 }
 
 impl DispatchPath {
@@ -235,20 +231,16 @@ impl DispatchPath {
     pub fn fp8(self) -> bool {
         matches!(
             self,
-            DispatchPath::Fp8LowLatency
-                | DispatchPath::Fp8LowLatencyReserved
-                | DispatchPath::Fp8Throughput
+            DispatchPath::Fp8LowLatency | DispatchPath::Fp8Throughput
         )
     }
 
-    /// The fewest threads a block of its kernel may have: the low-latency FP8 dispatch's
-    /// first warp sends the metadata while the others copy.
-    pub fn min_threads(self) -> u32 {
+    /// The fewest blocks a grid of its kernel may have: the low-latency FP8 dispatch's first
+    /// block sends the metadata while the others copy ([`moe_dispatch_fp8()`]).
+    pub fn min_blocks(self) -> u32 {
         match self {
-            DispatchPath::Fp8LowLatency | DispatchPath::Fp8LowLatencyReserved => {
-                (META_WARPS + 1) * 32
-            }
-            _ => 32,
+            DispatchPath::Fp8LowLatency => 2,
+            _ => 1,
         }
     }
 }
@@ -285,30 +277,12 @@ impl Shape {
         }
     }
 
-    /// The dispatch kernel of a launch of `grid` blocks: [`Shape::dispatch_path`], but the
-    /// low-latency FP8 dispatch reserves its pair slots a block at a time
-    /// ([`DispatchPath::Fp8LowLatencyReserved`]) from [`FP8_RESERVE_TOKENS`] tokens a block,
-    /// where the launch has the table ([`Shape::dispatch_shared_bytes`]) and a block's pairs
-    /// fit it.
-    pub fn launch_path(&self, grid: u32) -> DispatchPath {
-        match self.dispatch_path() {
-            DispatchPath::Fp8LowLatency
-                if self.experts <= RESERVE_EXPERTS
-                    && self.tokens >= FP8_RESERVE_TOKENS.saturating_mul(grid)
-                    && self.tokens.div_ceil(grid.max(1)) * self.top_k <= RESERVE_PAIRS =>
-            {
-                DispatchPath::Fp8LowLatencyReserved
-            }
-            p => p,
-        }
-    }
-
     /// Bytes of dynamic shared memory the dispatch kernel of this shape is launched with:
     /// for the `bf16` dispatches, a line of barriers ([`BULK_HEADER`]), with at most
     /// [`RESERVE_EXPERTS`] experts the table of the pair slots the low-latency one reserves a
     /// block at a time, then the bulk copies' [`BULK_SLOTS`] slots of a piece of a row each;
-    /// for the low-latency FP8 dispatch the line and the table (which
-    /// [`DispatchPath::Fp8LowLatencyReserved`] uses), with at most [`RESERVE_EXPERTS`]
+    /// for the low-latency FP8 dispatch the line and the table of its metadata blocks'
+    /// reserved pair slots ([`FP8_RESERVE_PAIRS`]), with at most [`RESERVE_EXPERTS`]
     /// experts; 0 for the throughput FP8 dispatch. Given fewer, or built for a GPU without
     /// bulk copies, the `bf16` kernels copy through registers instead, and the FP8 one takes
     /// an atomic a pair.
@@ -1317,10 +1291,10 @@ fn quantize_held(v: &[Chunk; HELD]) -> ([Chunk; PAIRS], [f32; PAIRS]) {
 }
 
 /// What the block-per-token dispatches do to a batch between loading and storing it
-/// ([`send_grouped`], [`send_split`]): nothing ([`AsLoaded`]) or quantise it ([`Quantise`]).
-/// A trait with inlined methods rather than a closure: the FP8 kernel calls it from both
-/// dispatches, and as a closure (or a function item) called from four places LLVM kept it
-/// out of line on sm_80, the batch through the stack (112 bytes).
+/// ([`send_grouped`]): nothing ([`AsLoaded`]) or quantise it ([`Quantise`]).
+/// A trait with inlined methods rather than a closure: as a closure (or a function item)
+/// called from four places (when one FP8 kernel served both modes), LLVM kept it out of
+/// line on sm_80, the batch through the stack (112 bytes).
 trait Prepare: Copy {
     /// The prepared batch.
     type V;
@@ -1448,7 +1422,7 @@ enum Placed {
 /// [`Placed::Slots`], where `send_slot` says ([`target`]). With [`Placed::Routed`], in
 /// low-latency mode, where a row is row `t` of its source's region on every PE it goes to:
 /// the PEs follow from the routing, so the row waits for none of the metadata, whose atomics
-/// another warp sends meanwhile ([`send_split`]).
+/// other warps send meanwhile ([`send_by_role`]).
 ///
 /// # Safety
 /// As [`target`] with [`Placed::Slots`]; with [`Placed::Routed`] in low-latency mode, `t < T`
@@ -1499,11 +1473,10 @@ fn group_len(s: Shape) -> u32 {
 /// [`group_len`] in low-latency mode.
 const LOW_LATENCY_GROUP: u32 = 2;
 
-/// Whether the FP8 dispatch loads its next batch ahead ([`send_grouped`]'s and
-/// [`send_split`]'s `AHEAD`): from
-/// sm_90 up, where it fits the kernel's 80 registers (at 80 on sm_80 ptxas spills 8 bytes),
-/// and on the simulator, which tests the path. On one H100 the FP8 dispatch took 3-5 % less
-/// time with it at 512 and 4096 tokens, either mode; the `bf16` one, loading the group's
+/// Whether the throughput FP8 dispatch loads its next batch ahead ([`send_grouped`]'s
+/// `AHEAD`): from sm_90 up, where it fits the kernel's registers (at 80 on sm_80 ptxas
+/// spills 8 bytes), and on the simulator, which tests the path. On one H100 the FP8 dispatch
+/// took 3-5 % less time with it at 512 and 4096 tokens, either mode; the `bf16` one, loading the group's
 /// second row ahead, 2-10 % more (it then needs 80 registers, three blocks an SM).
 ///
 /// Holding the batches in flight in shared memory instead, 2 or 3 batches ahead with
@@ -1511,29 +1484,7 @@ const LOW_LATENCY_GROUP: u32 = 2;
 /// low-latency FP8 dispatch on one H100; BENCHMARKS.md, twenty-first session).
 const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90"));
 
-/// A block's step `j` over rows of `nb` batches is row `j / nb`, batch `j % nb`: moved on
-/// from step `j`'s `(row, batch)` by `by` (at most 2) steps with compares, where each step
-/// divided by `nb` (a run-time value: a division of some 18 instructions, two a step). With
-/// it and [`routed`]'s range compares, on one H200 at 1 PE, held, the low-latency FP8
-/// dispatch took 31.20-32.21 µs at 4096 tokens against 32.17-33.04, and 12.14-12.26 at 512
-/// against 12.70-12.72 (BENCHMARKS.md, fifty-fourth session). `send_grouped` keeps its
-/// division: the same form spilled 4 bytes in the throughput FP8 kernel on sm_90.
-#[inline(always)]
-fn step_on((row, batch): (u32, u32), by: u32, nb: u32) -> (u32, u32) {
-    // `batch + by < nb + 2 <= 3 nb`.
-    let (mut row, mut batch) = (row, batch + by);
-    if batch >= nb {
-        batch -= nb;
-        row += 1;
-    }
-    if batch >= nb {
-        batch -= nb;
-        row += 1;
-    }
-    (row, batch)
-}
-
-/// The block-per-token dispatches but the low-latency FP8 one ([`send_split`]): the `bf16`
+/// The block-per-token dispatches but the low-latency FP8 one ([`send_by_role`]): the `bf16`
 /// dispatches through registers and the throughput FP8 one (`TP`: throughput mode, a copy of
 /// the function each). The block takes its tokens (`block_idx_x()` and on by `grid_dim_x()`)
 /// [`group_len`] at a time. In low-latency mode its warps send the group's metadata ([`send`],
@@ -1738,16 +1689,16 @@ pub const RESERVE_EXPERTS: u32 = 256;
 /// 4096 tokens a block of an H200's grid has 7-8 tokens, 64 pairs at top-8.
 pub const RESERVE_PAIRS: u32 = 512;
 
-/// The most pairs of a metadata block of the low-latency FP8 dispatch ([`send_split_roles`])
+/// The most pairs of a metadata block of the low-latency FP8 dispatch ([`moe_dispatch_fp8()`])
 /// for which it reserves its pair slots at once.
 pub const FP8_RESERVE_PAIRS: u32 = 2048;
 
 /// One block in `ROLE_META_SHARE` of the low-latency FP8 dispatch's grid sends the metadata
-/// ([`send_split_roles`]).
+/// ([`moe_dispatch_fp8()`]).
 pub const ROLE_META_SHARE: u32 = 8;
 
 /// A metadata block of the low-latency FP8 dispatch reserves its pair slots at once from
-/// this many tokens ([`send_split_roles`]).
+/// this many tokens ([`moe_dispatch_fp8()`]).
 pub const ROLE_RESERVE_FROM: u32 = 9;
 
 /// The word of the low-latency `bf16` dispatch's shared memory where its metadata warps
@@ -2133,199 +2084,6 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
     }
 }
 
-/// Warps of a block that send the metadata in [`send_split`]: the first; the others copy.
-const META_WARPS: u32 = 1;
-
-/// From this many tokens a block, a low-latency FP8 launch reserves the block's pair slots at
-/// once ([`Shape::launch_path`], [`moe_dispatch_fp8_reserved()`]): its metadata warp counts
-/// them (`reserve_pairs`) before its `send`s, rather than taking an atomic a pair as it
-/// sends. Measured on one H200 at 1 PE, held (BENCHMARKS.md, fifty-ninth session): reserving
-/// at every size took 0.96-0.97 of the time at 3584 and 4096 tokens (9-11 a block),
-/// 0.98-1.02 at 2560-3200 (6-9) and 1.03-1.08 at 512-2048 (2-6), where one warp's counting,
-/// then its atomics, come before its first `send`. In a kernel of its own from 9 tokens a
-/// block: 0.93-0.95 of the time at 3584 tokens, 0.96-0.99 at 4096; at 2 PEs under MPS
-/// 0.92-0.94 at 4096. On two H200s, where the rows cross NVLink: 0.981-0.995 at 3584 and
-/// 0.986-0.989 at 4096 in six calls, both slot orders (the other kernel against itself
-/// 0.996-1.004), 0.99-1.01 at 128 and 2048 (BENCHMARKS.md, sixty-sixth session; one call
-/// pair of the fifty-ninth had read 1.011-1.015); at 4 PEs under MPS on one H200 (24 blocks a
-/// PE), 0.886 at 512 tokens. (In the one FP8 kernel, reserving from 9 tokens a block made
-/// that kernel 0.5 µs slower at 512 tokens, where it did not reserve: its SASS had changed.)
-pub const FP8_RESERVE_TOKENS: u32 = 9;
-
-/// The FP8 dispatch's block per token (low-latency mode), its metadata sent alongside: warp 0
-/// sends the metadata of the block's tokens (`block_idx_x()` and on by `grid_dim_x()`), one
-/// token after another ([`send`], a token's destinations in turn; with `RESERVE` and more
-/// than one token, their pair slots reserved first, [`reserve_pairs`]), while the other warps
-/// load, quantise and store the rows, batch by batch as [`send_grouped`] does. A row waits
-/// for none of the metadata: it goes to row `t` of this PE's region on every PE it goes to,
-/// which the copying warps find from the routing ([`each_mapped`]). The copying threads are
-/// numbered from 0 past warp 0 (`tid - 32` of `bs - 32`, what `fetch` and `store` are
-/// given). With `AHEAD` two batches are in flight while a thread quantises and stores a
-/// third: after step `j`'s store its registers take batch `j + 2` (on one H100, 0.96-0.97
-/// of the time at 4096 tokens against one batch in flight, 1.00-1.02 at 128 and 512;
-/// BENCHMARKS.md, twenty-fourth session). `store` returns whether some destination of `t`
-/// is not mapped; if any did, after the block's last row the block's (token, destination)
-/// warps call `put(t, d, at)` to send the row to `at` on `d`. The block learns that from
-/// one `sync_threads_or` (`bar.red.or`), without shared memory: with a word of dynamic
-/// shared memory instead, every kernel of the module reserved shared memory, and the
-/// dispatches took the same time within 1 % (one H200). The twin keeps its `__shared__`
-/// flag, with which it is faster than with `__syncthreads_or` (BENCHMARKS.md, thirty-fifth
-/// session).
-///
-/// Measured on one H100 at 1 PE, held (BENCHMARKS.md, twentieth session), against
-/// [`send_grouped`], where every thread copies but waits for each group's metadata: the
-/// low-latency FP8 dispatch 0.91 of its time at 4096 tokens (39.3 against 43.0 µs) and
-/// 0.90-0.93 at 128; the throughput one 1.02-1.03 (its metadata waits for no atomics), which
-/// keeps [`send_grouped`]. (With 224 copying threads a 7168-value row is one batch of
-/// [`HELD`] chunks a thread; with 256 an eighth of the threads had none.)
-///
-/// # Safety
-/// See [`moe_dispatch()`]; every thread of the block calls it, the block has more than one
-/// warp. `fetch` (with `t < T`, and
-/// `first` a batch of the row or the row's end), `prep` and `store` are called by every
-/// copying thread, `put` by whole warps, with `t < T` (`put` after every store);
-/// `store`'s result is the same in every thread.
-#[inline(always)]
-unsafe fn send_split<const AHEAD: bool, const RESERVE: bool, P: Prepare>(
-    b: Bufs,
-    s: Shape,
-    mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
-    prep: P,
-    mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
-    put: impl FnMut(usize, u32, Sym<u16>),
-) {
-    let n = s.n_pes;
-    let (w, nw, lane, tid, bs) = (
-        warp_id(),
-        warps_per_block(),
-        lane_id(),
-        thread_idx_x(),
-        block_dim_x(),
-    );
-    let (t0, stride) = (block_idx_x() as usize, grid_dim_x() as usize);
-    // The block's tokens, from its first.
-    let count_from = |t0: usize| tokens_from(s.tokens, t0 as u32, stride as u32);
-    let count = count_from(t0);
-    // In `u32` (a token index fits: `T` is a `u32`), widened once: as `usize` arithmetic,
-    // every use of a token's index took 64-bit operations, and ptxas read the block index
-    // again each step. One H200, held, 4096 tokens: 0.99-1.00 of the time before in either
-    // slot order (BENCHMARKS.md, twenty-seventh session).
-    let token = |i: u32| (t0 as u32 + i * stride as u32) as usize;
-    // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `choice`, `fetch`,
-    // `store` and `put`; each warp calls `send`, `routed` (whose ballots need whole warps),
-    // `store` and `put` whole; `put` reads `send_slot[t]` after the barrier that follows warp
-    // 0's `send`s; the reserved pair slots' table is in the launch's shared memory
-    // (`reserved_table`), which only warp 0 touches here, and holds the block's `count * K`
-    // pairs, whose tokens `token(i)` are below `T`.
-    unsafe {
-        // Whether this thread stored a row some destination of which is not mapped here.
-        let mut unmapped = false;
-        if w < META_WARPS {
-            // With `RESERVE`, the block's pair slots reserved at once, and lane `d` counts the
-            // block's rows towards PE `d` and adds them to its row cursor once; else `send`
-            // takes an atomic a pair and adds each row as it goes.
-            let reserved = RESERVE
-                && match reserved_table(s) {
-                    Some((base, ranks)) if count > 1 && count * s.top_k <= RESERVE_PAIRS => {
-                        let meta = NamedBarrier::new(1, META_WARPS * 32);
-                        reserve_pairs(b, s, (meta, tid), count, token, base, ranks);
-                        true
-                    }
-                    _ => false,
-                };
-            let mut rows = 0;
-            for i in 0..count {
-                // The counters' address taken afresh each token: hoisted out of the loop, an
-                // address derived from it spilled (4 bytes at 80 registers on sm_90).
-                let work = Sym::from_raw(shmem_device::hint::opaque(b.work.as_ptr()));
-                let b = Bufs { work, ..b };
-                for d in 0..n {
-                    let pk = pick(b, s, token(i), lane);
-                    if reserved {
-                        let slot = PairSlot::Reserved(i);
-                        let sent = send::<false>(b, s, token(i), d, lane, slot, pk);
-                        rows += u32::from(sent >= 0 && lane == d);
-                    } else {
-                        send::<true>(b, s, token(i), d, lane, PairSlot::Atomic, pk);
-                    }
-                }
-            }
-            count_rows(b, lane, rows);
-        } else {
-            let (rank, threads) = (tid - META_WARPS * 32, bs - META_WARPS * 32);
-            let chunks = s.hidden / 8;
-            let batch = HELD as u32 * threads;
-            let nb = chunks.div_ceil(batch);
-            let steps = count * nb;
-            // Step `j` is batch `j % nb` of the block's row `j / nb` ([`step_on`]).
-            let at = |(row, k): (u32, u32)| (token(row), k * batch);
-            // Step `j` at `pos`, `by` steps on; past the last step, a batch past the row's
-            // end, which loads nothing.
-            let ahead = |j: u32, pos, by| {
-                if j + by < steps {
-                    at(step_on(pos, by, nb))
-                } else {
-                    (t0, chunks)
-                }
-            };
-            if steps > 0 {
-                // The batches of even and of odd steps.
-                let mut even = fetch(t0, 0, rank, threads);
-                let mut odd = if AHEAD {
-                    let (t, first) = ahead(0, (0, 0), 1);
-                    fetch(t, first, rank, threads)
-                } else {
-                    [Chunk([0; 4]); HELD]
-                };
-                // Step `j`: batch `j`, held in `batch`, prepared and stored; `batch` then takes
-                // the next batch this thread loads, `j + 2` with `AHEAD` (the other holds
-                // `j + 1`), else `j + 1` (none past the last step).
-                let more = |j: u32| j + 1 < steps;
-                // This lane's choice of the row's token, loaded at its first batch.
-                let mut e = -1;
-                // Step `j`'s place ([`step_on`]).
-                let mut pos = (0, 0);
-                let mut step = |j: u32, batch: &mut [Chunk; HELD]| {
-                    let (t, first) = at(pos);
-                    if first == 0 {
-                        e = choice(b, s, t, lane);
-                    }
-                    let v = prep.prepare(*batch);
-                    unmapped |= store(t, first, &v, Placed::Routed(routed(s, e)), rank, threads);
-                    if AHEAD || more(j) {
-                        let (t, first) = ahead(j, pos, if AHEAD { 2 } else { 1 });
-                        *batch = fetch(t, first, rank, threads);
-                    }
-                    pos = step_on(pos, 1, nb);
-                    more(j)
-                };
-                let mut j = 0;
-                if AHEAD {
-                    // Two batches in flight, each in registers of its own: two steps a loop
-                    // iteration. Refilled through one variable instead (the next batch moved
-                    // into the current one, then loaded anew), the loop had one batch in
-                    // flight: ptxas issued the new loads and copied their registers at once,
-                    // so that every step waited for the batch it had just loaded, a third of
-                    // the kernel's stall samples (`ncu`, BENCHMARKS.md, twenty-fourth
-                    // session).
-                    while step(j, &mut even) && step(j + 1, &mut odd) {
-                        j += 2;
-                    }
-                } else {
-                    while step(j, &mut even) {
-                        j += 1;
-                    }
-                }
-            }
-        }
-        if sync_threads_or(unmapped) {
-            // Counted again rather than kept across the copy, where its register spilled.
-            let count = count_from(shmem_device::hint::opaque(t0));
-            put_unmapped(b, s, (w, nw), count, token, put);
-        }
-    }
-}
-
 /// After a block's rows, when some went to a PE whose memory is not mapped here: its warps
 /// call `put(t, d, at)` for each such (token, destination) of its `count` tokens (`token(i)`,
 /// a warp per pair in turn: warp `w` of `nw`), `at` the row's place on `d`.
@@ -2354,24 +2112,27 @@ unsafe fn put_unmapped(
     }
 }
 
-/// The FP8 dispatch, both modes ([`send_split`] in low-latency mode, [`send_grouped`] in
-/// throughput mode): the block loads a row and quantises it in
-/// registers ([`quantize_held`]), then stores the `e4m3` row into each PE it goes to whose
-/// memory is mapped here. Only when a destination is not mapped does the block also write
-/// the row into its staging row (row `t` of `comb_stage`), which a warp then puts there.
+/// The throughput FP8 dispatch ([`send_grouped`]): the block loads a row and quantises it
+/// in registers ([`quantize_held`]), then stores the `e4m3` row into each PE it goes to
+/// whose memory is mapped here. Only when a destination is not mapped does the block also
+/// write the row into its staging row (row `t` of `comb_stage`), which a warp then puts
+/// there. In throughput mode every warp copies, the rows first and the metadata after them:
+/// on two H200s at 4096 tokens 0.94 of the time of a warp sending the metadata beside the
+/// copying ones, once the layout is out, at 2 PEs, 1.05 at 1 PE; and 0.97 of the time of each
+/// group's metadata after its rows (BENCHMARKS.md, forty-seventh session).
 ///
 /// # Safety
-/// See [`moe_dispatch_fp8()`]; every thread of the block calls it.
+/// See [`moe_dispatch_fp8_throughput()`]; every thread of the block calls it.
 #[inline(always)]
-unsafe fn send_quantised<const RESERVE: bool>(b: Bufs, s: Shape) {
+unsafe fn send_quantised(b: Bufs, s: Shape) {
     let h = s.hidden as usize;
     let chunks = (h / 8) as u32;
     let stage = |t: usize| b.comb_stage.as_ptr().wrapping_add(t * h);
-    // SAFETY: as `send_split` says: `t < T`, and `send_slot[t]` complete at `store`; every
-    // copying thread calls `load`, so the shuffles run in whole warps; the row's slot on `d`
-    // is this token's alone, and the peer address is in `recv_x`'s bounds there; row `t` of
+    // SAFETY: as `send_grouped` says: `t < T`, and `send_slot[t]` complete at `store`; every
+    // thread calls `load`, so the shuffles run in whole warps; the row's slot on `d` is this
+    // token's alone, and the peer address is in `recv_x`'s bounds there; row `t` of
     // `comb_stage` is this block's until the dispatch's `quiet`, and complete at `put` (after
-    // `send_split`'s barrier) (module documentation).
+    // `send_grouped`'s barrier) (module documentation).
     unsafe {
         let fetch = |t: usize, first, rank, threads| {
             let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
@@ -2397,16 +2158,7 @@ unsafe fn send_quantised<const RESERVE: bool>(b: Bufs, s: Shape) {
                 d as i32,
             )
         };
-        // In throughput mode every warp copies, the rows first and the metadata after them:
-        // on two H200s at 4096 tokens 0.94 of the time of the split (a warp sending the
-        // metadata beside the copying ones, once the layout is out) at 2 PEs, 1.05 at 1 PE;
-        // and 0.97 of the time of each group's metadata after its rows (BENCHMARKS.md,
-        // forty-seventh session).
-        if s.mode != MODE_THROUGHPUT {
-            send_split::<FP8_AHEAD, RESERVE, _>(b, s, fetch, Quantise, store, put);
-        } else {
-            send_grouped::<FP8_AHEAD, true, _>(b, s, fetch, Quantise, store, put);
-        }
+        send_grouped::<FP8_AHEAD, true, _>(b, s, fetch, Quantise, store, put);
     }
 }
 
@@ -2562,10 +2314,10 @@ unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: imp
     }
 }
 
-/// The role-split FP8 dispatch's unit of row `t` at chunk `first` (1024 values), staged in
-/// the row's staging row (`comb_stage` row `t`), put by the warp to each PE of the row whose
-/// memory is not mapped here: its `e4m3` bytes and its scales. The block's arrival quiets
-/// the puts.
+/// A unit of [`send_by_role`]'s copying warps, row `t` from chunk `first` (1024 values),
+/// staged in the row's staging row (`comb_stage` row `t`): put by the warp to each PE of the
+/// row whose memory is not mapped here, its `e4m3` bytes and its scales. The block's arrival
+/// quiets the puts.
 ///
 /// # Safety
 /// The whole warp, after the unit is staged; `t < T`.
@@ -2603,30 +2355,50 @@ unsafe fn put_unit(b: Bufs, s: Shape, t: usize, first: u32) {
     }
 }
 
-/// WORK IN PROGRESS (branch `fp8-roles`, sixty-sixth session; not measured in this form):
-/// the low-latency FP8 dispatch with its blocks split by role. The first eighth of the
-/// grid's blocks send the metadata: a block's tokens (`mb, mb + M, ...`) have their pair
-/// slots reserved at once ([`reserve_pairs`]) where the table holds them, then a warp per
-/// (token, PE) sends. The other blocks quantise the rows, a warp per 1024 values of a row in
-/// turn, and store them into every PE they go to whose memory is mapped here; a unit towards
-/// a PE that is not mapped is staged, and put there after the warp's last unit
-/// ([`put_unit`]). The prototype without the reservation and the put path (committed as
-/// `scripts/probes/moe_fp8_roles.patch`) took 0.89-0.91 of the committed kernel's time at
-/// 512-2048 tokens on one H200 and 0.98 at 4096, where its metadata warps, an atomic a pair,
-/// set the pace (BENCHMARKS.md, sixty-sixth session).
+/// The low-latency FP8 dispatch, its blocks split by role. The first of every
+/// [`ROLE_META_SHARE`] blocks of the grid (`M` of them, at least one) send the metadata:
+/// block `mb` the tokens `mb, mb + M, ...`, their pair slots reserved at once
+/// ([`reserve_pairs`]) from [`ROLE_RESERVE_FROM`] tokens where the launch gave the table
+/// ([`FP8_RESERVE_PAIRS`] pairs; else an atomic a pair), then a warp per (token, PE)
+/// ([`send`]). The other blocks copy: their warps take the rows' units of 1024 values in
+/// turn, load a unit, quantise it in registers ([`quantize_held`]) and store the `e4m3`
+/// values and their scales into every PE the row goes to whose memory is mapped here
+/// ([`each_mapped`]): row `t` of this PE's region there, which the routing gives, so the
+/// rows wait for none of the metadata. A unit towards a PE that is not mapped is staged too,
+/// and put there after the warp's last unit ([`put_unit`]), out of the copying loop, whose
+/// registers NVSHMEM's put would crowd. A grid of one block would send no rows: it takes
+/// two at least ([`DispatchPath::min_blocks`]). (With that one block sending the metadata and
+/// then copying, ptxas spilled 8-12 bytes on sm_80-sm_100 at 64 registers.)
+///
+/// Against the block per token it replaces (a metadata warp beside seven copying ones, 80
+/// registers, three blocks an SM; from 9 tokens a block its pair slots reserved at once, in
+/// a kernel of its own), Rust and twin alike, six calls in both slot orders
+/// (BENCHMARKS.md, sixty-seventh session): on one H200 at 1 PE 0.94-0.98 of the time at
+/// 128 tokens, 0.89-0.92 at 512, 0.90-0.91 at 2048 and 0.94 at 4096 (runs 2-3); on two
+/// H200s at 2 PEs 0.98, 0.95, 0.94 and 0.96 (run 3). Its metadata in one block of 8,
+/// against one of 4 (1.03 of the time at 4096 tokens), 6 (within 3 %), 12 and 16 (1.14 and
+/// 1.33: their metadata blocks set the pace); its pair slots reserved from 2 tokens a block
+/// took 1.05-1.07 of the time at 128-512 tokens, where a warp's few atomics are shorter than
+/// the block's reservation (runs 1-2).
+///
+/// # Safety
+/// See [`moe_dispatch_fp8()`]; every thread of the block calls it.
 #[inline(always)]
-unsafe fn send_split_roles(b: Bufs, s: Shape) {
+unsafe fn send_by_role(b: Bufs, s: Shape) {
     let (n, h) = (s.n_pes, s.hidden as usize);
     let chunks = (h / 8) as u32;
     let lane = lane_id();
     let g = grid_dim_x();
     let meta_blocks = (g / ROLE_META_SHARE).max(1);
     let wpb = warps_per_block();
-    // SAFETY: prototype; `t < T`, whole warps.
+    // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `pick`, `choice`
+    // and `put_unit`; each warp calls `send`, `routed` (whose ballots need whole warps),
+    // `store_fp8` and `put_unit` whole; the reserved pair slots' table is in the launch's
+    // shared memory (`reserved_table`), which only a metadata block touches here, and holds
+    // its `count * K` pairs, whose tokens `token(i)` are below `T`; row `t` of `comb_stage`
+    // is this token's alone until the dispatch's `quiet` (module documentation).
     unsafe {
         if block_idx_x() < meta_blocks {
-            // The block's tokens `mb, mb + M, ...` (`M` metadata blocks), their pair slots
-            // reserved at once where the table holds them, then a warp per (token, PE).
             let mb = block_idx_x() as usize;
             let count = tokens_from(s.tokens, mb as u32, meta_blocks);
             let token = |i: u32| mb + i as usize * meta_blocks as usize;
@@ -2640,6 +2412,8 @@ unsafe fn send_split_roles(b: Bufs, s: Shape) {
                 }
                 _ => false,
             };
+            // Lane `d` counts the block's rows towards PE `d` and adds them to its row cursor
+            // once.
             let mut rows = 0;
             let mut u = warp_id();
             while u < count * n {
@@ -2680,8 +2454,6 @@ unsafe fn send_split_roles(b: Bufs, s: Shape) {
                 }
                 u += nrw;
             }
-            // The units some PE of which is not mapped here, staged above, put there now: out
-            // of the copying loop, whose registers NVSHMEM's put would crowd.
             if staged {
                 sync_warp(u32::MAX);
                 let mut u = gw;
@@ -2700,42 +2472,14 @@ unsafe fn send_split_roles(b: Bufs, s: Shape) {
 /// See [`moe_dispatch()`].
 #[inline(always)]
 unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
-    // SAFETY: the caller's contract.
-    unsafe { dispatch_with::<false>(b, s, path) }
-}
-
-/// [`moe_dispatch_fp8_reserved()`]: the low-latency FP8 dispatch, its pair slots reserved a
-/// block at a time.
-///
-/// # Safety
-/// See [`moe_dispatch()`].
-#[inline(always)]
-unsafe fn dispatch_reserved(b: Bufs, s: Shape) {
-    // SAFETY: the caller's contract.
-    unsafe { dispatch_with::<true>(b, s, DispatchPath::Fp8LowLatency) }
-}
-
-/// [`dispatch`], with `RESERVE` the low-latency FP8 dispatch's pair slots reserved a block at
-/// a time ([`send_split`]). A parameter of its own rather than a test of `path`: with the test,
-/// `moe_dispatch_fp8`'s code came out laid out otherwise, and 0.1-0.7 µs slower at 1024-2048
-/// tokens (BENCHMARKS.md, fifty-ninth session); with it, that kernel's SASS is what it was.
-///
-/// # Safety
-/// See [`moe_dispatch()`].
-#[inline(always)]
-unsafe fn dispatch_with<const RESERVE: bool>(b: Bufs, s: Shape, path: DispatchPath) {
     // Each path fixes the mode and the type (the kernel's contract), so that every test of
     // them below folds away: the `bf16` paths, on one H200, at 1 PE, held, took 0.991-0.992
     // of the time at 128 and 4096 tokens; the twin, changed alike, 0.948 at 4096 tokens in
-    // low-latency mode (BENCHMARKS.md, fortieth session). The low-latency FP8 kernel reads
-    // its mode: fixed, ptxas spilled 4 bytes on sm_90 at its 80 registers (the throughput
-    // path it keeps is never taken).
+    // low-latency mode (BENCHMARKS.md, fortieth session).
     let (mode, dtype) = match path {
         DispatchPath::LowLatency => (MODE_LOW_LATENCY, DTYPE_BF16),
         DispatchPath::Throughput => (MODE_THROUGHPUT, DTYPE_BF16),
-        DispatchPath::Fp8LowLatency | DispatchPath::Fp8LowLatencyReserved => {
-            (MODE_LOW_LATENCY, DTYPE_FP8)
-        }
+        DispatchPath::Fp8LowLatency => (MODE_LOW_LATENCY, DTYPE_FP8),
         DispatchPath::Fp8Throughput => (MODE_THROUGHPUT, DTYPE_FP8),
     };
     let s = Shape { mode, dtype, ..s };
@@ -2746,10 +2490,10 @@ unsafe fn dispatch_with<const RESERVE: bool>(b: Bufs, s: Shape, path: DispatchPa
     // SAFETY: the kernel's contract; every thread of the block calls them.
     let early = unsafe {
         if path.fp8() && !tp {
-            send_split_roles(b, s);
+            send_by_role(b, s);
             false
         } else if path.fp8() {
-            send_quantised::<RESERVE>(b, s);
+            send_quantised(b, s);
             false
         } else {
             send_held(b, s)
@@ -3472,21 +3216,16 @@ kernels! {
     /// As [`moe_dispatch()`].
     moe_dispatch_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::Throughput);
 
-    /// [`moe_dispatch()`] for [`DispatchPath::Fp8LowLatency`]. 80 registers: three blocks of
-    /// 256 threads an SM (at 64 and 72 it spills).
+    /// [`moe_dispatch()`] for [`DispatchPath::Fp8LowLatency`], its blocks split by role: one
+    /// in [`ROLE_META_SHARE`] sends the metadata, the others quantise and store the rows, 1024
+    /// values a warp at a time. 64 registers, four blocks of 256 threads an SM. Launched with
+    /// [`Shape::dispatch_shared_bytes`] of dynamic shared memory, its metadata blocks reserve
+    /// their pair slots at once; given less, they take an atomic a pair.
     ///
     /// # Safety
-    /// As [`moe_dispatch()`].
+    /// As [`moe_dispatch()`], on a grid of at least two blocks
+    /// ([`DispatchPath::min_blocks`]).
     moe_dispatch_fp8(max_registers = 64) => dispatch(DispatchPath::Fp8LowLatency);
-
-    /// [`moe_dispatch_fp8()`] for [`DispatchPath::Fp8LowLatencyReserved`]: its metadata warp
-    /// reserves the block's pair slots at once, where the launch gave the table
-    /// ([`Shape::dispatch_shared_bytes`]) and the block has more than one token, whose pairs
-    /// fit it; else it takes an atomic a pair as [`moe_dispatch_fp8()`] does.
-    ///
-    /// # Safety
-    /// As [`moe_dispatch()`].
-    moe_dispatch_fp8_reserved(max_registers = 64) => dispatch_reserved;
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8Throughput`], after [`moe_layout()`] of the
     /// same round. From sm_90 64 registers, four blocks of 256 threads an SM: on one H200 at
@@ -3518,21 +3257,8 @@ kernels! {
 
 #[cfg(test)]
 mod tests {
-    use super::{Chunk, magnitude, step_on};
+    use super::{Chunk, magnitude};
     use crate::bf16;
-
-    /// `step_on` moves a step's (row, batch) on as `j / nb` and `j % nb` would.
-    #[test]
-    fn step_on_is_the_division() {
-        for nb in 1..=5u32 {
-            for j in 0..40u32 {
-                for by in 1..=2 {
-                    let got = step_on((j / nb, j % nb), by, nb);
-                    assert_eq!(got, ((j + by) / nb, (j + by) % nb), "nb {nb} j {j} by {by}");
-                }
-            }
-        }
-    }
 
     /// `magnitude` on the bits is the CPU quantisation's `amax` (a fold of `f32::max` over
     /// the widened values): signs, zeros, infinities, subnormals and NaNs (left out).

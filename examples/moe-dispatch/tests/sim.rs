@@ -140,7 +140,9 @@ fn the_cuda_twin_uses_the_same_constants() {
         ("RESERVE_EXPERTS", k::RESERVE_EXPERTS),
         ("RESERVE_PAIRS", k::RESERVE_PAIRS),
         ("EARLY_COUNTS_TOKENS", k::EARLY_COUNTS_TOKENS),
-        ("FP8_RESERVE_TOKENS", k::FP8_RESERVE_TOKENS),
+        ("FP8_RESERVE_PAIRS", k::FP8_RESERVE_PAIRS),
+        ("ROLE_META_SHARE", k::ROLE_META_SHARE),
+        ("ROLE_RESERVE_FROM", k::ROLE_RESERVE_FROM),
     ] {
         let twin = twin_between(&format!("constexpr uint32_t {name} = "), ";");
         assert_eq!(twin.trim(), v.to_string(), "{name}");
@@ -164,11 +166,15 @@ struct Case {
     peers_mapped: bool,
 }
 
-/// Runs `rounds` rounds of `c` in `mode` and checks each against the CPU; returns the
-/// dispatch kernel's path ([`Shape::launch_path`]).
-fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) -> DispatchPath {
+/// Runs `rounds` rounds of `c` in `mode` and checks each against the CPU, every launch on
+/// [`SIM_BLOCKS`] blocks of 64 threads.
+fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) {
+    run_case_on(c, mode, seed, rounds, (SIM_BLOCKS, 64));
+}
+
+/// [`run_case`] with every launch on `grid`: (blocks, threads a block).
+fn run_case_on(c: &Case, mode: u32, seed: u64, rounds: u32, grid: (u32, u32)) {
     let n = c.n;
-    let mut path = None;
     let cap = c.capacity.unwrap_or(if mode == MODE_LOW_LATENCY {
         c.tokens
     } else {
@@ -224,7 +230,7 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) -> DispatchPath {
             0
         };
         let launch = |what: &str, kernel: unsafe fn(Bufs, Shape), shared: u32| {
-            let grid = shmem_device::sim::Shape::linear(SIM_BLOCKS, 64).with_shared(shared);
+            let grid = shmem_device::sim::Shape::linear(grid.0, grid.1).with_shared(shared);
             w.run_shape(grid, seed * 10 + u64::from(round), || {
                 // SAFETY: every PE launches the kernels of a round in order, with the shape
                 // and buffers they document (all simulated threads are co-resident).
@@ -240,14 +246,12 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) -> DispatchPath {
         if mode == MODE_THROUGHPUT {
             launch("layout", k::moe_layout, 0);
         }
-        path = Some(s.launch_path(SIM_BLOCKS));
         launch(
             "dispatch",
-            match s.launch_path(SIM_BLOCKS) {
+            match s.dispatch_path() {
                 DispatchPath::LowLatency => k::moe_dispatch,
                 DispatchPath::Throughput => k::moe_dispatch_throughput,
                 DispatchPath::Fp8LowLatency => k::moe_dispatch_fp8,
-                DispatchPath::Fp8LowLatencyReserved => k::moe_dispatch_fp8_reserved,
                 DispatchPath::Fp8Throughput => k::moe_dispatch_fp8_throughput,
             },
             shared,
@@ -280,7 +284,6 @@ fn run_case(c: &Case, mode: u32, seed: u64, rounds: u32) -> DispatchPath {
             );
         }
     }
-    path.expect("at least one round")
 }
 
 #[test]
@@ -391,8 +394,9 @@ fn experts_past_a_warp_and_tokens_past_a_unit() {
 
 /// The FP8 dispatch: every received row is the CPU's quantisation bit for bit, and the
 /// combine of the dequantised tokens equals the CPU's; both modes, 2 PEs over two rounds and
-/// 4 PEs with capacity drops. In low-latency mode 19 tokens on two blocks (9-10 a block) take
-/// the kernel that reserves a block's pair slots at once, 11 tokens the one that does not.
+/// 4 PEs with capacity drops. In low-latency mode, on two blocks, the metadata block's 19
+/// tokens have their pair slots reserved at once where the launch gives the table (odd
+/// rounds), 11 tokens take an atomic a pair.
 #[test]
 fn fp8_dispatch_sends_the_quantised_rows() {
     let mut c = Case {
@@ -406,21 +410,46 @@ fn fp8_dispatch_sends_the_quantised_rows() {
         dtype: DTYPE_FP8,
         peers_mapped: true,
     };
-    let reserved = DispatchPath::Fp8LowLatencyReserved;
-    assert_eq!(run_case(&c, MODE_LOW_LATENCY, 11, 2), reserved);
+    assert!(c.tokens >= k::ROLE_RESERVE_FROM);
+    run_case(&c, MODE_LOW_LATENCY, 11, 2);
     run_case(&c, MODE_THROUGHPUT, 12, 2);
     (c.n, c.hidden, c.dist, c.capacity) = (4, 128, Distribution::Skewed, Some(3));
-    assert_eq!(run_case(&c, MODE_LOW_LATENCY, 13, 1), reserved);
+    run_case(&c, MODE_LOW_LATENCY, 13, 1);
     run_case(&c, MODE_THROUGHPUT, 14, 1);
-    // Rows of several batches: with 32 copying threads a 2560-value row is three (the last
-    // one partial), so the low-latency copying loop moves its steps past rows' ends; the
-    // throughput one (64 copying threads) takes two.
+    // Rows of several batches: a 2560-value row is three low-latency units of 1024 values
+    // (the last one partial) and two throughput batches of 64 threads.
     (c.n, c.tokens, c.hidden, c.capacity) = (2, 11, 2560, None);
-    assert_eq!(
-        run_case(&c, MODE_LOW_LATENCY, 17, 1),
-        DispatchPath::Fp8LowLatency
-    );
+    assert!(c.tokens < k::ROLE_RESERVE_FROM * 2);
+    run_case(&c, MODE_LOW_LATENCY, 17, 1);
     run_case(&c, MODE_THROUGHPUT, 18, 1);
+}
+
+/// The low-latency FP8 dispatch on other grids: two blocks of one warp, the least it takes
+/// ([`DispatchPath::min_blocks`]), one sending the metadata, one copying; and 17, two of
+/// which send the metadata (tokens `0, 2, 4, ...` and `1, 3, 5, ...`, 10 and 9 of them,
+/// reserved at once in odd rounds), while 15 copy; there also with peers unmapped.
+#[test]
+fn fp8_low_latency_on_one_block_and_on_many() {
+    let c = Case {
+        n: 2,
+        tokens: 19,
+        hidden: 384,
+        experts: 8,
+        top_k: 3,
+        dist: Distribution::Skewed,
+        capacity: None,
+        dtype: DTYPE_FP8,
+        peers_mapped: true,
+    };
+    assert_eq!(DispatchPath::Fp8LowLatency.min_blocks(), 2);
+    run_case_on(&c, MODE_LOW_LATENCY, 21, 2, (2, 32));
+    assert_eq!(17 / k::ROLE_META_SHARE, 2);
+    run_case_on(&c, MODE_LOW_LATENCY, 22, 2, (17, 32));
+    let c = Case {
+        peers_mapped: false,
+        ..c
+    };
+    run_case_on(&c, MODE_LOW_LATENCY, 23, 2, (17, 32));
 }
 
 /// Peers' memory unmapped (PEs on different nodes: `nvshmem_ptr` null): the FP8 dispatch
@@ -463,8 +492,8 @@ fn the_host_driver_runs_on_simulated_pes() {
             let mut o = Options::new(16, "/nonexistent".into());
             (o.hidden, o.experts, o.top_k, o.threads, o.blocks) = (32, 8, 3, 32, Some(2));
             if dtype == Dtype::Fp8 {
-                // A warp sends the metadata while the others copy: two warps at least.
-                (o.hidden, o.dtype, o.threads) = (128, dtype, 64);
+                // A scale a group of 128 values.
+                (o.hidden, o.dtype) = (128, dtype);
             }
             (o.rounds, o.warmup, o.verify) = (1, 1, true);
             (o.mode, o.capacity) = (mode, capacity);
