@@ -51,12 +51,13 @@
 //!   `signals[SIG_SLOTS]`; the dispatch's rows wait for that count (`wait_slots`), after
 //!   their first bulk copies into shared memory are under way, and only its metadata waits
 //!   for the whole layout (`pdl::wait`).
-//! - With `e4m3` tokens ([`DTYPE_FP8`]), both modes take a block per token as the
-//!   low-latency `bf16` dispatch does, which quantises the row in registers and stores the
-//!   `e4m3` row straight into every PE it goes to. In low-latency mode the block's first warp
-//!   sends the metadata of all its tokens while the other warps copy; in throughput mode
-//!   every warp copies, the rows once the layout's destination columns are done, as the
-//!   `bf16` rows, and the block sends the metadata of its tokens after its last row.
+//! - With `e4m3` tokens ([`DTYPE_FP8`]) the dispatch quantises the rows in registers and
+//!   stores the `e4m3` values straight into every PE they go to. In low-latency mode the
+//!   grid's blocks are split by role: one in [`ROLE_META_SHARE`] sends the metadata, the
+//!   others' warps take the rows 1024 values at a time, waiting for none of it. In
+//!   throughput mode a block per token, as the low-latency `bf16` dispatch, every warp
+//!   copying, the rows once the layout's destination columns are done, as the `bf16` rows,
+//!   and the block sends the metadata of its tokens after its last row.
 //!
 //! # Completion
 //! A block's puts are complete before it signals: when every PE's memory is mapped (the
@@ -1744,7 +1745,7 @@ fn reserved_table(
     Some((base, rank))
 }
 
-/// The low-latency `bf16` dispatch's metadata warps (`meta`, all of them, this thread the
+/// The low-latency dispatches' metadata warps (`meta`, all of them, this thread the
 /// `thread`th of `meta.threads()`) reserve the pair slots of the block's `count` tokens
 /// (`token(i)`) with one atomic an expert instead of one a pair: they count the block's
 /// pairs of each expert in `base` (giving each pair its `rank` among them), then add each
@@ -2237,8 +2238,8 @@ fn all_mapped(b: Bufs, n: u32) -> bool {
 /// Adds `rows`, the block's rows towards PE `d` (zero unless `d < n`), to this PE's row
 /// cursor towards `d`: once a block and PE, where one add a row ([`send`]'s) put 4096 of
 /// them on one word at 1 PE and 4096 tokens, 1.4 µs of the twin's time on one H200
-/// (BENCHMARKS.md, forty-third session). The FP8 dispatch, whose one metadata warp sends a
-/// block's tokens one after another, spreads them over its time and keeps them in `send`.
+/// (BENCHMARKS.md, forty-third session). The dispatches through [`send_grouped`] keep
+/// theirs in `send`.
 ///
 /// # Safety
 /// The buffers as in [`moe_dispatch()`].
