@@ -458,12 +458,17 @@ __device__ __forceinline__ void store_fp8(const uint4 q[PAIRS], const float scal
   }
 }
 
+// Row `row` of this PE's region of recv_x (kernels.rs, row_at).
+__device__ __forceinline__ uint16_t *row_at(const Bufs &b, const Shape &s, size_t row) {
+  return b.recv_x + ((size_t)nvshmem_my_pe() * s.tokens + row) * s.hidden;
+}
+
 // Where token t's row goes on PE d (its row of recv_x there), nullptr if it is not sent
 // there; peer is that row's address here when d's memory is mapped, else nullptr.
 __device__ __forceinline__ uint16_t *target(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint16_t *&peer) {
   int32_t slot = b.send_slot[t * s.n_pes + d];
   if (slot < 0) return peer = nullptr;
-  uint16_t *at = b.recv_x + ((size_t)nvshmem_my_pe() * s.tokens + slot) * s.hidden;
+  uint16_t *at = row_at(b, s, slot);
   peer = (uint16_t *)nvshmem_ptr(at, d);
   return at;
 }
@@ -508,7 +513,7 @@ __device__ __forceinline__ bool each_mapped(const Bufs &b, const Shape &s, size_
       if (!target(b, s, t, d, peer)) continue;
     } else {
       if (!(by.mask >> d & 1)) continue;
-      peer = (uint16_t *)nvshmem_ptr(b.recv_x + ((size_t)nvshmem_my_pe() * s.tokens + t) * s.hidden, d);
+      peer = (uint16_t *)nvshmem_ptr(row_at(b, s, t), d);
     }
     if (peer)
       f(peer);
@@ -1050,7 +1055,7 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
     for (uint32_t u = gw; u < units; u += nrw) {
       size_t t = u / per_row, f = u % per_row * 128;
       uint32_t mask = routed(s, choice(b, s, t, lane));
-      uint16_t *at = b.recv_x + ((size_t)nvshmem_my_pe() * t_n + t) * h, *stage = b.comb_stage + t * h;
+      uint16_t *at = row_at(b, s, t), *stage = b.comb_stage + t * h;
       size_t bytes = min(h / 2, 4 * f + 512) - 4 * f, groups = min(h / 128, f / 16 + 8) - f / 16;
       size_t scales = h / 2 + 2 * (f / 16);
       for (uint32_t d = 0; d < n; d++) {
