@@ -651,21 +651,28 @@ __device__ __forceinline__ uint32_t take(uint32_t *cur, uint32_t pe, bool &put) 
   put = true;
   return c;
 }
-// This block's share of its PE's ARRIVAL (arrival_share in Rust).
-__device__ __forceinline__ uint64_t arrival_share() {
-  return blockIdx.x == 0 ? ARRIVAL - (gridDim.x - 1) : 1;
+// This block's share of its PE's ARRIVAL at PE d's copy of a signal word, where blocks
+// 0..own add to this PE's own copy (arrival_share in Rust): of the B blocks that add to d's
+// (own for this PE, else the grid's), block 0 adds ARRIVAL - (B - 1), every other 1, a block
+// from B on nothing.
+__device__ __forceinline__ uint64_t arrival_share(uint32_t d, uint32_t own) {
+  uint32_t blocks = d == (uint32_t)nvshmem_my_pe() ? own : gridDim.x;
+  return blockIdx.x == 0 ? ARRIVAL - (blocks - 1) : (uint64_t)(blockIdx.x < blocks);
 }
-__device__ __forceinline__ void arrive(uint64_t *sig, uint32_t n) {
-  uint64_t v = arrival_share();
-  for (uint32_t d = 0; d < n; d++) nvshmemx_signal_op(sig, v, NVSHMEM_SIGNAL_ADD, d);
+__device__ __forceinline__ void arrive(uint64_t *sig, uint32_t n, uint32_t own) {
+  for (uint32_t d = 0; d < n; d++) {
+    uint64_t v = arrival_share(d, own);
+    if (v) nvshmemx_signal_op(sig, v, NVSHMEM_SIGNAL_ADD, d);
+  }
 }
 __device__ __forceinline__ void wait_arrivals(uint64_t *sig, uint32_t round, uint32_t n) {
   nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)round * n * ARRIVAL);
 }
 
-// Whether every PE's memory is mapped here (all_mapped in Rust).
+// Whether every PE's memory is mapped here; at one PE without the lookup (all_mapped in Rust).
 __device__ __forceinline__ bool all_mapped(const Bufs &b, uint32_t n) {
   bool mapped = true;
+  if (n == 1) return true;
   for (uint32_t d = 0; d < n; d++) mapped = mapped && nvshmem_ptr(b.signals, d) != nullptr;
   return mapped;
 }
@@ -673,9 +680,12 @@ __device__ __forceinline__ bool all_mapped(const Bufs &b, uint32_t n) {
 // Rust; the group: whole warps meeting at `meet`, this thread the rank-th): with every PE
 // mapped, lane d of the group's first warp looks PE d's copy up before the barrier, fences and
 // adds the block's share there; else every thread's quiet first, then rank 0 fences and
-// signals.
+// signals. Only blocks 0..own add to this PE's own copy; a block with nothing to add (one PE,
+// the block not below own) returns at once.
 template <class Meet>
-__device__ __forceinline__ void arrive_group(const Bufs &b, uint64_t *sig, uint32_t n, uint32_t rank, Meet meet) {
+__device__ __forceinline__ void arrive_group(const Bufs &b, uint64_t *sig, uint32_t n, uint32_t own, uint32_t rank,
+                                             Meet meet) {
+  if (n == 1 && blockIdx.x >= own) return;
   bool first = rank < 32;
   unsigned long long *peer = first && rank < n ? (unsigned long long *)nvshmem_ptr(sig, rank) : nullptr;
   bool mapped = all_mapped(b, n);
@@ -684,15 +694,16 @@ __device__ __forceinline__ void arrive_group(const Bufs &b, uint64_t *sig, uint3
   if (mapped) {
     if (first) {
       nvshmem_quiet();
-      if (peer) atomicAdd_system(peer, (unsigned long long)arrival_share());
+      uint64_t v = arrival_share(rank, own);
+      if (peer && v) atomicAdd_system(peer, (unsigned long long)v);
     }
   } else if (rank == 0) {
     __threadfence();
-    arrive(sig, n);
+    arrive(sig, n, own);
   }
 }
-__device__ __forceinline__ void arrive_block(const Bufs &b, uint64_t *sig, uint32_t n) {
-  arrive_group(b, sig, n, threadIdx.x, [] { __syncthreads(); });
+__device__ __forceinline__ void arrive_block(const Bufs &b, uint64_t *sig, uint32_t n, uint32_t own) {
+  arrive_group(b, sig, n, own, threadIdx.x, [] { __syncthreads(); });
 }
 // Low latency: what each source sent here, from its cursors towards this PE, then reset; a
 // thread a counter, threads 0..bs of the block (pull_counts in Rust). MAPPED: every source
@@ -724,7 +735,7 @@ __device__ __forceinline__ void counts_early(const Bufs &b, const Shape &s, uint
   uint32_t n = s.n_pes;
   uint64_t *sig = b.signals + SIG_RESERVED;
   if (!all_mapped(b, n)) return;
-  arrive_group(b, sig, n, rank, meet);
+  arrive_group(b, sig, n, gridDim.x, rank, meet);
   if (blockIdx.x != 0) return;
   if (rank == 0) {
     uint64_t all = (uint64_t)n * ARRIVAL;
@@ -755,6 +766,8 @@ constexpr uint32_t RESERVE_PAIRS = 512;
 constexpr uint32_t FP8_RESERVE_PAIRS = 2048;
 constexpr uint32_t ROLE_META_SHARE = 8;
 constexpr uint32_t ROLE_RESERVE_FROM = 9;
+// The blocks of the low-latency FP8 dispatch that send the metadata (role_meta_blocks in Rust).
+__device__ __forceinline__ uint32_t role_meta_blocks() { return max(gridDim.x / ROLE_META_SHARE, 1u); }
 // Whether the low-latency bf16 dispatch by bulk copies sends its counts early: with at least
 // EARLY_COUNTS_TOKENS tokens a block (early_counts in Rust).
 constexpr uint32_t EARLY_COUNTS_TOKENS = 4;
@@ -1007,7 +1020,7 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
 // there after the warp's last unit. It takes two blocks at least (DispatchPath::min_blocks).
 __device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, wpb = blockDim.x / 32;
-  uint32_t g = gridDim.x, meta_blocks = max(g / ROLE_META_SHARE, 1u);
+  uint32_t g = gridDim.x, meta_blocks = role_meta_blocks();
   size_t h = s.hidden, t_n = s.tokens;
   uint32_t chunks = (uint32_t)(h / 8);
   if (blockIdx.x < meta_blocks) {
@@ -1094,10 +1107,14 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
     send_quantised(b, s);
   else
     early = send_held(b, s);
+  // Whether block 0 reads the counts after the wait (as in Rust): then the blocks that took
+  // this PE's cursors signal it too, and only they; else block 0 alone.
+  bool pulls = !tp && !(early && all_mapped(b, n));
+  uint32_t own = !pulls ? 1 : PATH == FP8_LOW_LATENCY_PATH ? role_meta_blocks() : gridDim.x;
   uint64_t *sig = b.signals + SIG_DISPATCH;
-  arrive_block(b, sig, n);
+  arrive_block(b, sig, n, own);
   if (threadIdx.x == 0 && blockIdx.x == 0) wait_arrivals(sig, s.round, n);
-  if (blockIdx.x != 0 || tp || (early && all_mapped(b, n))) return;
+  if (blockIdx.x != 0 || !pulls) return;
   // Low latency, block 0 once every PE's grid has arrived.
   __syncthreads();
   pull_counts<false>(b, s, threadIdx.x, blockDim.x);
@@ -1275,7 +1292,7 @@ template <bool ONCE> __device__ __forceinline__ void combine_reading(Bufs b, Sha
       nvshmemx_putmem_nbi_warp(target + c0 * 8, b.comb_stage + r * h + c0 * 8, len * sizeof(uint16_t), src);
     }
   }
-  arrive_block(b, b.signals + SIG_COMBINE, n);
+  arrive_block(b, b.signals + SIG_COMBINE, n, gridDim.x);
   if (threadIdx.x == 0) wait_arrivals(b.signals + SIG_COMBINE, s.round, n);
   __syncthreads();
   // 3. Each token: its destinations' sums in PE order, the first as it is (its own PE's from

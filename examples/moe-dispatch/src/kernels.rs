@@ -73,6 +73,11 @@
 //! once its cursors are final, and block 0's wait for those and read run while the rows
 //! still move (`counts_early`, [`EARLY_COUNTS_TOKENS`]); that word waits for one round's
 //! arrivals and goes back to zero each round.
+//! A dispatch's rows and metadata for its own PE need no arrival: the kernels after it on
+//! the stream see them. So only the blocks whose work block 0 reads back after its wait add
+//! to their own PE's word (the blocks that take the cursors; in throughput mode, or with
+//! the counts read early, block 0 alone, for all of them), and at one PE the other blocks
+//! end without a barrier, fence or signal.
 //! In the combine every block waits, then adds the returned sums.
 //! (Measured on one H100 against a count of finished blocks whose last sent the signals:
 //! 1.2–1.5 µs less a round for the combine and the throughput dispatch.)
@@ -2165,7 +2170,11 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
 
 /// Completes the block's puts, `p`s and AMOs, then adds the block's share of its PE's
 /// arrival to `sig` on every PE ([`arrive`]): after everything the block issued before it,
-/// on every PE. Every thread of the block calls it.
+/// on every PE. Only blocks `0..own` add to this PE's own copy ([`arrival_share`]): a
+/// block's rows and metadata for its own PE reach the kernels after this one by stream
+/// order, so only what this kernel reads back after its wait needs the signal. A block that
+/// has nothing to add (one PE, the block not below `own`) returns at once, without the
+/// barrier. Every thread of the block calls it.
 ///
 /// When every PE's memory is mapped here, those were plain loads, stores and atomics: after
 /// the barrier they are the causal predecessors of warp 0's threads. Lane `d` of warp 0 then
@@ -2185,11 +2194,11 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
 ///
 /// # Safety
 /// `sig` is a signal word of [`Bufs::signals`]; `n` is the PE count, at most 32 (the
-/// kernels' contract).
+/// kernels' contract); `own` is the same in every block of the grid, from 1.
 #[inline(always)]
-unsafe fn arrive_block(b: Bufs, sig: Sym<u64>, n: u32) {
+unsafe fn arrive_block(b: Bufs, sig: Sym<u64>, n: u32, own: Option<u32>) {
     // SAFETY: the caller's contract; the whole block meets.
-    unsafe { arrive_group(b, sig, n, thread_idx_x(), sync_threads) };
+    unsafe { arrive_group(b, sig, n, own, thread_idx_x(), sync_threads) };
 }
 
 /// [`arrive_block`] for a group of whole warps of the block that meet at `meet`, this
@@ -2200,7 +2209,17 @@ unsafe fn arrive_block(b: Bufs, sig: Sym<u64>, n: u32) {
 /// As [`arrive_block`]; every thread of the group calls it, and `meet` is the group's
 /// barrier.
 #[inline(always)]
-unsafe fn arrive_group(b: Bufs, sig: Sym<u64>, n: u32, rank: u32, meet: impl Fn()) {
+unsafe fn arrive_group(
+    b: Bufs,
+    sig: Sym<u64>,
+    n: u32,
+    own: Option<u32>,
+    rank: u32,
+    meet: impl Fn(),
+) {
+    if n == 1 && own.is_some_and(|o| block_idx_x() >= o) {
+        return;
+    }
     let first = rank < 32;
     let peer = if first && rank < n {
         ptr(sig, rank as i32)
@@ -2215,24 +2234,26 @@ unsafe fn arrive_group(b: Bufs, sig: Sym<u64>, n: u32, rank: u32, meet: impl Fn(
     if mapped {
         if first {
             quiet();
-            if let Some(q) = peer {
+            let v = arrival_share(rank, own);
+            if let Some(q) = peer.filter(|_| v != 0) {
                 // SAFETY: `q` is PE `rank`'s copy of the signal word (the caller's contract),
                 // after this lane's fence.
-                unsafe { scoped::add_relaxed(scoped::Sys, q, arrival_share()) };
+                unsafe { scoped::add_relaxed(scoped::Sys, q, v) };
             }
         }
     } else if rank == 0 {
         scoped::fence_acq_rel(Gpu);
         // SAFETY: the caller's contract.
-        unsafe { arrive(sig, n) };
+        unsafe { arrive(sig, n, own) };
     }
 }
 
 /// Whether every PE's memory is mapped here (its signal words, and with them the whole
-/// symmetric heap): the same in every thread of the grid.
+/// symmetric heap): the same in every thread of the grid. At one PE, without the lookup's
+/// load from NVSHMEM's table.
 #[inline(always)]
 fn all_mapped(b: Bufs, n: u32) -> bool {
-    (0..n).all(|d| ptr(b.signals, d as i32).is_some())
+    n == 1 || (0..n).all(|d| ptr(b.signals, d as i32).is_some())
 }
 
 /// Adds `rows`, the block's rows towards PE `d` (zero unless `d < n`), to this PE's row
@@ -2297,7 +2318,7 @@ unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: imp
         if !all_mapped(b, n) {
             return;
         }
-        arrive_group(b, sig, n, rank, &meet);
+        arrive_group(b, sig, n, None, rank, &meet);
         if block_idx_x() == 0 {
             if rank == 0 {
                 // Every PE's grid, then the word back to zero: it waits for one round's
@@ -2356,6 +2377,13 @@ unsafe fn put_unit(b: Bufs, s: Shape, t: usize, first: u32) {
     }
 }
 
+/// The blocks of the low-latency FP8 dispatch that send the metadata ([`send_by_role`]):
+/// the first of every [`ROLE_META_SHARE`], at least one.
+#[inline(always)]
+fn role_meta_blocks() -> u32 {
+    (grid_dim_x() / ROLE_META_SHARE).max(1)
+}
+
 /// The low-latency FP8 dispatch, its blocks split by role. The first of every
 /// [`ROLE_META_SHARE`] blocks of the grid (`M` of them, at least one) send the metadata:
 /// block `mb` the tokens `mb, mb + M, ...`, their pair slots reserved at once
@@ -2390,7 +2418,7 @@ unsafe fn send_by_role(b: Bufs, s: Shape) {
     let chunks = (h / 8) as u32;
     let lane = lane_id();
     let g = grid_dim_x();
-    let meta_blocks = (g / ROLE_META_SHARE).max(1);
+    let meta_blocks = role_meta_blocks();
     let wpb = warps_per_block();
     // SAFETY: for the whole function: `t < T` and `d < n` for every `send`, `pick`, `choice`
     // and `put_unit`; each warp calls `send`, `routed` (whose ballots need whole warps),
@@ -2500,15 +2528,26 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
             send_held(b, s)
         }
     };
+    // Which blocks add to this PE's own arrival ([`arrive_block`]). What this grid sends
+    // its own PE reaches the kernels after this one by stream order; only what block 0
+    // reads after its wait, the counts ([`pull_counts`]), needs the blocks that took this
+    // PE's cursors: every block, or the FP8 dispatch's metadata blocks. Where block 0 reads
+    // nothing (throughput; the counts read early), block 0 alone adds it.
+    let pulls = !(tp || early && all_mapped(b, n));
+    let own = match path {
+        _ if !pulls => Some(1),
+        DispatchPath::Fp8LowLatency => Some(role_meta_blocks()),
+        _ => None,
+    };
     let sig = b.signals.wrapping_add(SIG_DISPATCH);
     // SAFETY: a signal word, counting rounds (module documentation); the whole block calls
-    // it; the kernel's contract bounds `n`.
-    unsafe { arrive_block(b, sig, n) };
+    // it; the kernel's contract bounds `n`; `own` is the same in every block, from 1.
+    unsafe { arrive_block(b, sig, n, own) };
     if thread_idx_x() == 0 && block_idx_x() == 0 {
         // SAFETY: as above.
         unsafe { wait_arrivals(sig, s.round, n) };
     }
-    if block_idx_x() != 0 || tp || (early && all_mapped(b, n)) {
+    if block_idx_x() != 0 || !pulls {
         return;
     }
     // Block 0, once thread 0 has seen every PE's grid arrive.
@@ -2599,24 +2638,32 @@ pub const ARRIVAL: u64 = 1 << 32;
 /// block waits for another to send it.
 ///
 /// # Safety
-/// `sig` is a signal word of [`Bufs::signals`].
+/// `sig` is a signal word of [`Bufs::signals`]; `own` as in [`arrive_block`].
 #[inline(always)]
-unsafe fn arrive(sig: Sym<u64>, n: u32) {
-    let v = arrival_share();
+unsafe fn arrive(sig: Sym<u64>, n: u32, own: Option<u32>) {
     for d in 0..n {
-        // SAFETY: the caller's contract; `d < n`.
-        unsafe { signal_op(sig, v, SignalOp::Add, d as i32) };
+        let v = arrival_share(d, own);
+        if v != 0 {
+            // SAFETY: the caller's contract; `d < n`.
+            unsafe { signal_op(sig, v, SignalOp::Add, d as i32) };
+        }
     }
 }
 
-/// This block's share of its PE's [`ARRIVAL`]: block 0 adds `ARRIVAL - (G - 1)`, every
-/// other block of the `G` adds 1.
+/// This block's share of its PE's [`ARRIVAL`] at PE `d`'s copy of a signal word. Of the
+/// `B` blocks that add to `d`'s copy, block 0 adds `ARRIVAL - (B - 1)`, every other 1, and a
+/// block from `B` on nothing: `B` is the grid's `G`, or for this PE's own copy `own` where
+/// given ([`arrive_block`]).
 #[inline(always)]
-fn arrival_share() -> u64 {
-    if block_idx_x() == 0 {
-        ARRIVAL - u64::from(grid_dim_x() - 1)
-    } else {
-        1
+fn arrival_share(d: u32, own: Option<u32>) -> u64 {
+    let blocks = match own {
+        Some(o) if d == my_pe() as u32 => o,
+        _ => grid_dim_x(),
+    };
+    match block_idx_x() {
+        0 => ARRIVAL - u64::from(blocks - 1),
+        i if own.is_none() || i < blocks => 1,
+        _ => 0,
     }
 }
 
@@ -3109,8 +3156,9 @@ unsafe fn combine_rest(b: Bufs, s: Shape) {
     // 2. Completion: every block arrives at every PE; every block waits for all PEs' grids.
     let sig = b.signals.wrapping_add(SIG_COMBINE);
     // SAFETY: a signal word, counting rounds (module documentation); the whole block calls
-    // it; the kernel's contract bounds `n`.
-    unsafe { arrive_block(b, sig, n) };
+    // it; the kernel's contract bounds `n`. Every block: the sums in `out` are read back
+    // below.
+    unsafe { arrive_block(b, sig, n, None) };
     if thread_idx_x() == 0 {
         // SAFETY: as above.
         unsafe { wait_arrivals(sig, s.round, n) };
