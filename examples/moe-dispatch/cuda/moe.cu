@@ -764,7 +764,7 @@ constexpr uint32_t RESERVE_PAIRS = 512;
 // ROLE_META_SHARE, reserving their pair slots at once from ROLE_RESERVE_FROM tokens, with at
 // most FP8_RESERVE_PAIRS pairs (as in Rust).
 constexpr uint32_t FP8_RESERVE_PAIRS = 2048;
-constexpr uint32_t ROLE_META_SHARE = 8;
+constexpr uint32_t ROLE_META_SHARE = 6;
 constexpr uint32_t ROLE_RESERVE_FROM = 9;
 // The blocks of the low-latency FP8 dispatch that send the metadata (role_meta_blocks in Rust).
 __device__ __forceinline__ uint32_t role_meta_blocks() { return max(gridDim.x / ROLE_META_SHARE, 1u); }

@@ -1701,7 +1701,7 @@ pub const FP8_RESERVE_PAIRS: u32 = 2048;
 
 /// One block in `ROLE_META_SHARE` of the low-latency FP8 dispatch's grid sends the metadata
 /// ([`moe_dispatch_fp8()`]).
-pub const ROLE_META_SHARE: u32 = 8;
+pub const ROLE_META_SHARE: u32 = 6;
 
 /// A metadata block of the low-latency FP8 dispatch reserves its pair slots at once from
 /// this many tokens ([`moe_dispatch_fp8()`]).
@@ -2404,11 +2404,15 @@ fn role_meta_blocks() -> u32 {
 /// a kernel of its own), Rust and twin alike, six calls in both slot orders
 /// (BENCHMARKS.md, sixty-seventh session): on one H200 at 1 PE 0.94-0.98 of the time at
 /// 128 tokens, 0.89-0.92 at 512, 0.90-0.91 at 2048 and 0.94 at 4096 (runs 2-3); on two
-/// H200s at 2 PEs 0.98, 0.95, 0.94 and 0.96 (run 3). Its metadata in one block of 8,
+/// H200s at 2 PEs 0.98, 0.95, 0.94 and 0.96 (run 3). Its metadata in one block of 8 then,
 /// against one of 4 (1.03 of the time at 4096 tokens), 6 (within 3 %), 12 and 16 (1.14 and
 /// 1.33: their metadata blocks set the pace); its pair slots reserved from 2 tokens a block
 /// took 1.05-1.07 of the time at 128-512 tokens, where a warp's few atomics are shorter than
-/// the block's reservation (runs 1-2).
+/// the block's reservation (runs 1-2). In one block of 6 since the copying blocks at one PE
+/// end without an arrival (module documentation, Completion): there one block in 8 took
+/// 1.04-1.05 of one in 6's time at 2048 tokens and 0.99-1.01 at 128, 512 and 4096 tokens,
+/// one in 5 and 7 as one in 6, one in 10 1.10-1.20; at 2 PEs on two H200s 0.999-1.004
+/// (sixty-eighth session, runs 2-4).
 ///
 /// # Safety
 /// See [`moe_dispatch_fp8()`]; every thread of the block calls it.
