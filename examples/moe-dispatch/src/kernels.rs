@@ -2170,11 +2170,11 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
 
 /// Completes the block's puts, `p`s and AMOs, then adds the block's share of its PE's
 /// arrival to `sig` on every PE ([`arrive`]): after everything the block issued before it,
-/// on every PE. Only blocks `0..own` add to this PE's own copy ([`arrival_share`]): a
-/// block's rows and metadata for its own PE reach the kernels after this one by stream
-/// order, so only what this kernel reads back after its wait needs the signal. A block that
-/// has nothing to add (one PE, the block not below `own`) returns at once, without the
-/// barrier. Every thread of the block calls it.
+/// on every PE. With `own` = `Some(k)`, only blocks `0..k` add to this PE's own copy
+/// ([`arrival_share`]; `None`: every block): a block's rows and metadata for its own PE
+/// reach the kernels after this one by stream order, so only what this kernel reads back
+/// after its wait needs the signal. A block that has nothing to add (one PE, the block not
+/// below `k`) returns at once, without the barrier. Every thread of the block calls it.
 ///
 /// When every PE's memory is mapped here, those were plain loads, stores and atomics: after
 /// the barrier they are the causal predecessors of warp 0's threads. Lane `d` of warp 0 then
@@ -2194,7 +2194,7 @@ unsafe fn send_quantised(b: Bufs, s: Shape) {
 ///
 /// # Safety
 /// `sig` is a signal word of [`Bufs::signals`]; `n` is the PE count, at most 32 (the
-/// kernels' contract); `own` is the same in every block of the grid, from 1.
+/// kernels' contract); `own` is the same in every block of the grid, and at least 1.
 #[inline(always)]
 unsafe fn arrive_block(b: Bufs, sig: Sym<u64>, n: u32, own: Option<u32>) {
     // SAFETY: the caller's contract; the whole block meets.
@@ -2545,7 +2545,7 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
     };
     let sig = b.signals.wrapping_add(SIG_DISPATCH);
     // SAFETY: a signal word, counting rounds (module documentation); the whole block calls
-    // it; the kernel's contract bounds `n`; `own` is the same in every block, from 1.
+    // it; the kernel's contract bounds `n`; `own` is the same in every block, at least 1.
     unsafe { arrive_block(b, sig, n, own) };
     if thread_idx_x() == 0 && block_idx_x() == 0 {
         // SAFETY: as above.
@@ -2656,8 +2656,8 @@ unsafe fn arrive(sig: Sym<u64>, n: u32, own: Option<u32>) {
 
 /// This block's share of its PE's [`ARRIVAL`] at PE `d`'s copy of a signal word. Of the
 /// `B` blocks that add to `d`'s copy, block 0 adds `ARRIVAL - (B - 1)`, every other 1, and a
-/// block from `B` on nothing: `B` is the grid's `G`, or for this PE's own copy `own` where
-/// given ([`arrive_block`]).
+/// block from `B` on nothing: `B` is the grid's `G`, or for this PE's own copy `k` where
+/// `own` is `Some(k)` ([`arrive_block`]).
 #[inline(always)]
 fn arrival_share(d: u32, own: Option<u32>) -> u64 {
     let blocks = match own {
