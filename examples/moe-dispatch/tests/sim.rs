@@ -259,6 +259,20 @@ fn run_case_on(c: &Case, mode: u32, seed: u64, rounds: u32, grid: (u32, u32)) {
         launch("experts", k::moe_experts, 0);
         launch("combine", k::moe_combine, 0);
         for pe in 0..n {
+            // Every PE's grid has arrived at both signal words `ARRIVAL` a round, whichever of
+            // its blocks added it (at its own PE the dispatch's blocks whose counts block 0
+            // reads back, or block 0 alone), and the early counts' word is back at zero.
+            let sig = hd.signals.read(pe);
+            let all = u64::from(round) * u64::from(n) * k::ARRIVAL;
+            assert_eq!(
+                (
+                    sig[k::SIG_DISPATCH],
+                    sig[k::SIG_COMBINE],
+                    sig[k::SIG_RESERVED]
+                ),
+                (all, all, 0),
+                "mode {mode} round {round} PE {pe}: signal words"
+            );
             let got = Received {
                 recv_count: hd.recv_count.read(pe),
                 recv_src: hd.recv_src.read(pe),
