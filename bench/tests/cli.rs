@@ -78,6 +78,23 @@ fn shmem_pool_pools_runs_and_the_control_apart() {
         control.contains("moe low-latency bf16 T 128") && control.contains("(one run)"),
         "{text}"
     );
+    // Every file after `--control` is a control (as a shell pattern gives them), the run
+    // before it alone a run.
+    let log2 = dir.join("moe2.log");
+    std::fs::copy(&log, &log2).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shmem-pool"))
+        .arg(&files[0])
+        .arg("--control")
+        .args([&log, &log2])
+        .output()
+        .expect("shmem-pool runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (rust, control) = text.split_once("== control").expect("a control section");
+    assert!(!rust.contains("moe low-latency"), "{text}");
+    assert!(
+        control.contains("moe low-latency bf16 T 128") && control.contains("n  2"),
+        "{text}"
+    );
     // What it cannot read: exit status 2, naming the file.
     let bad = dir.join("bad.txt");
     std::fs::write(&bad, "no results here\n").unwrap();

@@ -1,15 +1,16 @@
 //! `shmem-pool`: Rust/CUDA C++ ratios pooled over several runs.
 //!
 //! ```text
-//! shmem-pool [--control FILE]... [--bw-line 0.98] [--lat-line 1.03] [--moe-line 1.00]
-//!            [--min-bytes 65536] [--all] FILE...
+//! shmem-pool FILE... [--control FILE...] [--bw-line 0.98] [--lat-line 1.03]
+//!            [--moe-line 1.00] [--min-bytes 65536] [--all]
 //! ```
 //!
 //! Each FILE is a `shmem-bench` `bench.json` (one process: one run) or a log holding
 //! `moe_dispatch --compare`'s `RESULT` lines (one call: one run). Per point it prints the
 //! geometric mean of the runs' ratios, its 95 % interval and the figures' ranges, and counts
-//! the points whose mean, and whose whole interval, lies past the target's line. A `bench.json` written with
-//! `shmem-bench --control`, and every `--control` file, is pooled apart as the control: the
+//! the points whose mean, and whose whole interval, lies past the target's line. A `bench.json`
+//! written with `shmem-bench --control`, and every file after `--control` (up to the next
+//! option: `--control ctl-*.log` takes them all), is pooled apart as the control: the
 //! same counts with the CUDA C++ kernels (or any one build) in both slots, which is what the
 //! measurement's own spread gives. The statistics are `shmem_bench::pool`'s.
 
@@ -25,8 +26,9 @@ struct Args {
     /// Runs: shmem-bench's bench.json files, moe_dispatch --compare logs
     #[arg(required = true)]
     files: Vec<PathBuf>,
-    /// A control run (the same build in both slots); repeat for each file
-    #[arg(long, value_name = "FILE")]
+    /// Control runs (the same build in both slots): every file up to the next option, so that
+    /// a shell pattern's files all go to the control, none to the runs
+    #[arg(long, value_name = "FILE", num_args = 1..)]
     control: Vec<PathBuf>,
     /// Bandwidth ratios should be at least this
     #[arg(long, default_value_t = 0.98)]
