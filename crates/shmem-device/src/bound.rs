@@ -4,14 +4,15 @@
 //! - **Per wait**: the `_within` forms ([`crate::p2p::wait_until_within`],
 //!   [`crate::signal::signal_wait_until_within`], …) take a [`Duration`].
 //! - **Program-wide**: every wait of this crate — [`crate::p2p`]'s and
-//!   [`crate::signal`]'s waits, the grid barriers of [`crate::scoped`] — obeys the bound the
+//!   [`crate::signal`]'s waits, the grid barriers and [`crate::scoped::wait_acquire`] of
+//!   [`crate::scoped`] — obeys the bound the
 //!   host sets in the module (`SHMEM_WAIT_TIMEOUT=2s`, or `Shmem::set_wait_bound`), with no
 //!   change to the kernel. A per-wait bound takes precedence.
 //!
 //! Every wait polls once first. When the condition already holds it returns, having read
 //! nothing else. Otherwise it loads the module's configuration together with a second poll
 //! (`poll_bounded`). With no bound (the default) the wait then goes on as NVSHMEM's own.
-//! With a bound, the wait polls (`nvshmem_TYPE_test`, or the barrier's load) and reads
+//! With a bound, the wait polls (`nvshmem_TYPE_test`, or the barrier's or acquire wait's load) and reads
 //! `%globaltimer` between polls; when the bound passes, the
 //! first thread of the module to expire writes a [`WaitReport`] into host memory the host
 //! mapped for it, and traps. The host sees the trap at its next synchronisation and returns
@@ -131,6 +132,8 @@ pub enum WaitKind {
     SignalWaitUntil = 4,
     /// A grid barrier of [`crate::scoped`] (`grid_barrier`, `grid_sync`).
     GridBarrier = 5,
+    /// [`crate::scoped::wait_acquire`].
+    WaitAcquire = 6,
 }
 
 impl WaitKind {
@@ -141,6 +144,7 @@ impl WaitKind {
             3 => "wait_until_any",
             4 => "signal_wait_until",
             5 => "a grid barrier",
+            6 => "scoped::wait_acquire",
             _ => "a wait",
         }
     }

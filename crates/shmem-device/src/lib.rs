@@ -41,6 +41,7 @@
 //! | `nvshmem_barrier_all()`, `nvshmemx_sync_all_block()` | [`coll::barrier_all`]`(Thread)`, [`coll::sync_all`]`(Block)` |
 //! | `nvshmemx_float_sum_reduce_block(team, d, s, n)` | [`coll::reduce`]`(Block, team, Sum, d, s)` |
 //! | `ld.acquire.sys.global.u32` | [`scoped::load_acquire`]`(Sys, p)` |
+//! | `while (cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).load(cuda::memory_order_acquire) < v);` | [`scoped::wait_acquire`]`(Gpu, p, Cmp::Ge, v)` (under the program-wide bound) |
 //! | `extern __shared__ uint32_t smem[];` (launched with `n` bytes) | [`shared::dynamic`]`::<u32>(len) -> Option<SharedPtr<u32>>` |
 //! | `cp.async.bulk` with an `mbarrier` (`cuda::memcpy_async`, `cuda::ptx`) | [`bulk::copy_to_shared`]`(dst, src, bytes, bar)`, [`bulk::copy_to_global`], [`bulk::Barrier`] |
 //! | `cudaGridDependencySynchronize()`, `cudaTriggerProgrammaticLaunchCompletion()` | [`pdl::wait`], [`pdl::launch_dependents`] (launched with `LaunchConfig::with_dependent_launch`) |

@@ -317,6 +317,76 @@ pub unsafe fn load_acquire<S: MemScope, T: ScopedWord>(_scope: S, p: impl Scoped
     unsafe { T::ld::<S>(true, shared(&p), p.addr()) }
 }
 
+/// An integer word [`wait_acquire`] waits on: `u32`, `i32`, `u64`, `i64`.
+pub trait ScopedInt: ScopedWord + PartialOrd {
+    /// The word's bits, zero-extended (for a wait's report).
+    #[doc(hidden)]
+    fn report_bits(self) -> u64;
+}
+impl ScopedInt for u32 {
+    #[inline(always)]
+    fn report_bits(self) -> u64 {
+        self.into()
+    }
+}
+impl ScopedInt for i32 {
+    #[inline(always)]
+    fn report_bits(self) -> u64 {
+        (self as u32).into()
+    }
+}
+impl ScopedInt for u64 {
+    #[inline(always)]
+    fn report_bits(self) -> u64 {
+        self
+    }
+}
+impl ScopedInt for i64 {
+    #[inline(always)]
+    fn report_bits(self) -> u64 {
+        self as u64
+    }
+}
+
+/// Waits until the word at `p` compares with `value` as `cmp` says, polling it with
+/// [`load_acquire`] at scope `S`, and returns the value that did. The acquire orders this
+/// thread's later accesses after that load: what the matching release published before it
+/// is visible to them, with no fence after the wait (where a poll and then
+/// [`fence_acq_rel`] would order every access of the thread, earlier ones included).
+///
+/// The wait obeys the program-wide bound ([`crate::bound`]): its first poll comes alone, and
+/// a wait that expires ends in a report naming `scoped::wait_acquire`.
+///
+/// # Safety
+/// See the [module documentation](self#safety-common-to-every-function-of-this-module); the
+/// word is written only atomically while the wait reads it.
+#[inline(always)]
+#[track_caller]
+pub unsafe fn wait_acquire<S: MemScope, T: ScopedInt>(
+    scope: S,
+    p: impl ScopedTarget<T>,
+    cmp: crate::p2p::Cmp,
+    value: T,
+) -> T {
+    let mut seen = value;
+    let mut done = || {
+        // SAFETY: the caller's contract.
+        seen = unsafe { load_acquire(scope, p) };
+        cmp.holds(seen, value)
+    };
+    let waiting = || crate::bound::Waiting {
+        kind: crate::bound::WaitKind::WaitAcquire,
+        cmp,
+        addr: p.addr().cast(),
+        elem_bytes: core::mem::size_of::<T>() as u32,
+        expected: value.report_bits(),
+    };
+    if !crate::bound::poll_bounded(None, crate::bound::BoundRead::Once, &mut done, waiting) {
+        while !done() {}
+    }
+    seen
+}
+
 /// Relaxed (atomic, unordered) load at scope `S`: for polling. PTX: `ld.relaxed.S`.
 ///
 /// # Safety

@@ -144,6 +144,43 @@ fn grid_barriers_order_the_blocks() {
 }
 
 #[test]
+fn an_acquire_wait_returns_the_value_that_met_it_and_sees_the_data_before_the_release() {
+    let data: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
+    let flag = AtomicU32::new(0);
+    let seen = Mutex::new(Vec::new());
+    for seed in 0..8 {
+        flag.store(0, Ordering::Relaxed);
+        run(2, 32, seed, || {
+            if thread_idx_x() != 0 {
+                return;
+            }
+            // SAFETY: words of this test, each touched only through `scoped` here.
+            unsafe {
+                if block_idx_x() == 1 {
+                    for (i, d) in data.iter().enumerate() {
+                        scoped::store_relaxed(Gpu, word(d), seed as u32 * 100 + i as u32);
+                    }
+                    scoped::store_release(Gpu, word(&flag), 3u32);
+                } else {
+                    let v = scoped::wait_acquire(Gpu, word(&flag), Cmp::Ge, 2u32);
+                    let got: Vec<u32> = data
+                        .iter()
+                        .map(|d| scoped::load_relaxed(Gpu, word(d)))
+                        .collect();
+                    seen.lock().unwrap().push((seed, v, got));
+                }
+            }
+        })
+        .unwrap();
+    }
+    for (seed, v, got) in seen.into_inner().unwrap() {
+        assert_eq!(v, 3, "seed {seed}: the value that met the wait");
+        let want: Vec<u32> = (0..16).map(|i| seed as u32 * 100 + i).collect();
+        assert_eq!(got, want, "seed {seed}: the data the release published");
+    }
+}
+
+#[test]
 fn a_missed_barrier_is_a_deadlock_with_its_site() {
     let e = run(2, 64, 5, || {
         if !(block_idx_x() == 1 && thread_idx_x() == 9) {

@@ -19,7 +19,7 @@
 //! | [`ordering`](ordering()) | `fence` and `quiet` ordering a put before a flag | yes (waits) |
 //! | [`barriers`](barriers()) | `barrier_all`, `sync_all`, team `barrier`/`sync` × scopes; team queries | yes |
 //! | `collectives` (crate `collectives-suite-kernels`: NVSHMEM's reductions are slow to compile) | block-scope collectives | yes |
-//! | [`peer_memory`](peer_memory()) | `ptr`, scoped loads/stores/atomics over peer mappings | no (spins on memory) |
+//! | [`peer_memory`](peer_memory()) | `ptr`, scoped loads/stores/atomics over peer mappings, `scoped::wait_acquire` | no (waits on memory) |
 //! | [`block_shared`](block_shared()) | dynamic shared memory: its size, a release/acquire hand-off and atomics at block scope | no |
 //! | [`block_votes`](block_votes()) | `sync_threads_count`, `sync_threads_and`, `sync_threads_or` | no |
 //! | [`vec16`](vec16()) | `rma::Vec16`: 16-byte loads and stores of `[u32; 4]`, `[f32; 4]`, `[f64; 2]`, generic and global | no |
@@ -680,8 +680,9 @@ pub unsafe fn barriers(slots: SymSlice<u64>, got: SymSlice<u64>) {
 ///
 /// Thread 0: `got[0]` = whether next is load/store reachable (`ptr` is `Some`), `got[1]` =
 /// whether `ptr(x, me)` is `x`'s own address. It stores `pattern(me, i)` into next's `data`
-/// through the peer mapping, publishes with `store_release(Sys)` of next's `flag = 1`, spins
-/// with `load_acquire(Sys)` on its own flag, and counts mismatches against prev's pattern:
+/// through the peer mapping, publishes with `store_release(Sys)` of next's `flag = 1`, waits
+/// with `wait_acquire(Sys)` (acquire loads) on its own flag, and counts mismatches against
+/// prev's pattern:
 /// `got[2] = 0`. Then, through peer pointers: `fetch_add(Sys)` of 1 on PE 0's `counter[0]`,
 /// `add_release(Sys)` of 2 on PE 0's `counter[1]`, `compare_swap(Sys, 0 → me + 1)` on next's
 /// `counter[2]` (`got[3]` = old value 0), `store_relaxed(Sys)` of 42 to next's `counter[3]`.
@@ -726,7 +727,7 @@ pub unsafe fn peer_memory(
             peer.write(i, pattern(me, i));
         }
         scoped::store_release(Sys, peer_flag, 1u32);
-        while scoped::load_acquire(Sys, flag.at(0)) != 1 {}
+        scoped::wait_acquire(Sys, flag.at(0), Cmp::Eq, 1u32);
         let mut bad = 0u64;
         for i in 0..PEER_LEN.min(data.len()) {
             if data.read(i) != pattern(prev, i) {

@@ -8,11 +8,13 @@
 //! | [`put_from`](put_from()) | device memory registered with NVSHMEM is the local side of a put |
 //! | [`wait_for_nobody`](wait_for_nobody()) | a wait past its bound stops the kernel with a report |
 //! | [`barrier_short_of_a_block`](barrier_short_of_a_block()) | so does a grid barrier past the program-wide bound |
+//! | [`acquire_for_nobody`](acquire_for_nobody()) | and an acquire wait (`scoped::wait_acquire`) |
 //! | [`team_ops`](team_ops()) | a team split on the host numbers its PEs, meets and reduces in a kernel |
 
 #![no_std]
 
 use shmem_device::prelude::*;
+use shmem_device::scoped::Gpu;
 use suite_common::neighbours;
 
 /// Every thread `i < src.len()` puts `2 * src[i] + 1` into `dst[i]` of the next PE.
@@ -110,6 +112,22 @@ pub unsafe fn barrier_short_of_a_block(counter: Sym<u32>) {
     }
     // SAFETY: the contract; the barrier deliberately lacks a block.
     unsafe { shmem_device::scoped::grid_barrier(counter, 1) };
+}
+
+/// Thread 0 waits with acquire loads ([`shmem_device::scoped::wait_acquire`]) for `word` to
+/// become at least 2, which nobody releases: under the program-wide bound, the wait stops
+/// the kernel with a report.
+///
+/// # Safety
+/// `word` is a `u32` in global memory that nothing writes during the launch; any launch
+/// shape. Without a bound the kernel never ends.
+#[shmem_kernel]
+pub unsafe fn acquire_for_nobody(word: Sym<u32>) {
+    if global_idx_x() != 0 {
+        return;
+    }
+    // SAFETY: the contract.
+    unsafe { shmem_device::scoped::wait_acquire(Gpu, word, Cmp::Ge, 2u32) };
 }
 
 /// On PE `waiter`, thread 0 waits for `sig` to become 1, which nobody sends: for at most

@@ -59,6 +59,7 @@ macro_rules! simulated_cases {
             teams: 1,
             a_wait_past_its_bound_reports: 1,
             a_grid_barrier_past_its_bound_reports: 1,
+            an_acquire_wait_past_its_bound_reports: 1,
         }
     };
 }
@@ -1398,6 +1399,52 @@ pub fn a_program_wide_bound_reports(rt: &Shmem) {
         if me == waiter { "reported" } else { "done" }
     );
     std::process::exit(0);
+}
+
+/// An acquire wait (`scoped::wait_acquire`) for a word nobody releases, under a program-wide
+/// bound of 0.5 s: the wait stops the kernel with a report naming it, its source line, the
+/// word and its values, within seconds.
+pub fn an_acquire_wait_past_its_bound_reports(rt: &Shmem) {
+    let me = rt.my_pe();
+    let word = filled(rt, 1, |_| 1u32);
+    // Before the load: on a GPU the bound is written into a module as it loads.
+    rt.set_wait_bound(Some(std::time::Duration::from_millis(500)));
+    let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
+    let k = m
+        .kernel::<host_suite_kernels::acquire_for_nobody>()
+        .unwrap();
+    let start = std::time::Instant::now();
+    // SAFETY: a word in global memory that nothing writes; the program-wide bound ends the
+    // wait.
+    let e = unsafe { k.launch(LaunchConfig::linear(1, 32), (&word,)) }
+        .and_then(|()| rt.synchronize())
+        .expect_err("the acquire wait outlives its bound");
+    let took = start.elapsed().as_secs_f64();
+    let text = e.to_string();
+    let line = host_suite_line("unsafe { shmem_device::scoped::wait_acquire(");
+    // On the simulator every PE's launch fails with the first report, which may be another
+    // PE's; on GPUs each PE's kernel stops on its own.
+    let who = if rt.is_simulated() {
+        String::new()
+    } else {
+        format!("PE {me} ")
+    };
+    for want in [
+        format!("{who}block (0, 0, 0) thread (0, 0, 0): scoped::wait_acquire at "),
+        format!("host-suite/src/lib.rs:{line}:"),
+        "(bound 0.500 s) for the 4-byte word at ".to_string(),
+        "to become >= 2; it holds 1".to_string(),
+        "`acquire_for_nobody`".to_string(),
+    ] {
+        assert!(text.contains(&want), "the report lacks {want:?}: {text}");
+    }
+    assert!(took < 10.0, "the report came after {took:.1} s");
+    println!("PE {me}: reported");
+    if !rt.is_simulated() {
+        // The context is unusable after the trap.
+        std::process::exit(0);
+    }
+    rt.set_wait_bound(None);
 }
 
 /// A grid barrier that the grid's last block never reaches, under a program-wide bound of
