@@ -158,11 +158,13 @@ __device__ __forceinline__ uint64_t slot_units(const Shape &s) {
   return (uint64_t)s.n_pes * ((s.tokens + seg - 1) / seg);
 }
 // Throughput mode: waits, in one warp, until this round's layout has placed every row of
-// this PE (kernels.rs, wait_slots).
+// this PE, with acquire loads (kernels.rs, wait_slots).
 __device__ __forceinline__ void wait_slots(const Bufs &b, const Shape &s) {
   if (threadIdx.x % 32 == 0) {
-    nvshmem_signal_wait_until(b.signals + SIG_SLOTS, NVSHMEM_CMP_GE, (uint64_t)s.round * slot_units(s));
-    cuda::atomic_thread_fence(cuda::memory_order_acq_rel, cuda::thread_scope_device);
+    cuda::atomic_ref<uint64_t, cuda::thread_scope_device> slots(b.signals[SIG_SLOTS]);
+    uint64_t want = (uint64_t)s.round * slot_units(s);
+    while (slots.load(cuda::memory_order_acquire) < want) {
+    }
   }
   __syncwarp();
 }

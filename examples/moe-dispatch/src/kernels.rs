@@ -1867,9 +1867,9 @@ unsafe fn send_held(b: Bufs, s: Shape) -> bool {
 /// In throughput mode, where the dispatch is its layout's dependent: waits, in one warp, until
 /// this round's layout has placed every row of this PE (`send_slot`; `signals[SIG_SLOTS]` at
 /// the round's [`slot_units`]), which its first units do, rather than for the whole layout
-/// grid ([`shmem_device::pdl::wait`], which the metadata still takes). Lane 0 polls and
-/// fences; the warp then meets, so that its lanes read `send_slot` after the layout's
-/// writes.
+/// grid ([`shmem_device::pdl::wait`], which the metadata still takes). Lane 0 waits with
+/// acquire loads ([`scoped::wait_acquire`]), where it had polled and then fenced; the warp
+/// then meets, so that its lanes read `send_slot` after the layout's writes.
 ///
 /// # Safety
 /// The whole warp calls it, in a throughput dispatch that follows [`moe_layout()`] of round
@@ -1878,16 +1878,16 @@ unsafe fn send_held(b: Bufs, s: Shape) -> bool {
 #[inline(always)]
 unsafe fn wait_slots(b: Bufs, s: Shape) {
     if lane_id() == 0 {
-        // SAFETY: this PE's signal word; the caller's contract says that the layout adds to
-        // it this round.
+        // SAFETY: this PE's signal word, which the layout adds to this round (the caller's
+        // contract) with release adds; while kernels run it is touched only atomically.
         unsafe {
-            signal_wait_until(
+            scoped::wait_acquire(
+                Gpu,
                 b.signals.wrapping_add(SIG_SLOTS),
                 Cmp::Ge,
                 u64::from(s.round) * slot_units(s.tokens, s.n_pes),
             );
         }
-        scoped::fence_acq_rel(Gpu);
     }
     sync_warp(u32::MAX);
 }
