@@ -27,6 +27,9 @@ the kernels have moved on):
         --dtype bf16 --mode throughput --hold-stream --no-verify --reps 3 --rounds 12 > q.log
     python3 scripts/probes/moe_stamps.py summary q.log
 
+`CEILINGS` below adds three switches, each compiled in only where its variable is set at
+the build (`MOE_SKIP`, `MOE_NOWAIT`, `MOE_NOMETA`; BENCHMARKS.md, seventieth session).
+
 The line is printed in every `--compare` round, so its twin's rounds, which print nothing,
 still run beside it; the combine's own time is not meaningful in such a build.
 """
@@ -238,10 +241,10 @@ PLACES = [
     if DIAG && thread_idx_x() == 0 {
         diag::d(0);
     }"""),
-("""    unsafe { arrive_block(b, sig, n) };
+("""    unsafe { arrive_block(b, sig, n, own) };
     if thread_idx_x() == 0 && block_idx_x() == 0 {
         // SAFETY: as above.
-        unsafe { wait_arrivals(sig, s.round, n) };""","""    unsafe { arrive_block(b, sig, n) };
+        unsafe { wait_arrivals(sig, s.round, n) };""","""    unsafe { arrive_block(b, sig, n, own) };
     if DIAG && thread_idx_x() == 0 {
         diag::d(2);
     }
@@ -275,12 +278,48 @@ PLACES = [
             }"""),
 ]
 
+# Ceilings (seventieth session), compiled in only where their variable is set at the build
+# (`MOE_SKIP=1 MOE_DIAG=1 cargo xtask build-ptx ...`); each makes the kernels wrong in
+# general and only bounds what a change could give, on rounds whose routing does not change
+# (the example's):
+# - MOE_SKIP: from round 2 the layout does nothing but count the rows placed (round 1's
+#   layout stands);
+# - MOE_NOWAIT: the throughput `bf16` dispatch's copying warp does not wait for the slots;
+# - MOE_NOMETA: from round 2 the throughput `bf16` dispatch sends no metadata.
+CEILINGS = [
+("""    if DIAG && thread_idx_x() == 0 {
+        diag::l(0);
+    }
+""", """    if DIAG && thread_idx_x() == 0 {
+        diag::l(0);
+    }
+    if option_env!("MOE_SKIP").is_some() && s.round > 1 {
+        if thread_idx_x() == 0 {
+            diag::l(1);
+            if block_idx_x() == 0 {
+                unsafe { scoped::add_release(Gpu, b.signals.wrapping_add(SIG_SLOTS), slot_units(s.tokens, s.n_pes)) };
+                diag::g(0);
+            }
+        }
+        return;
+    }
+"""),
+("""            if tp {
+                wait_slots(b, s);
+                if DIAG && lane == 0 {""", """            if tp && option_env!("MOE_NOWAIT").is_none() {
+                wait_slots(b, s);
+                if DIAG && lane == 0 {"""),
+("""            let mut u = w - 1;
+            while u < count * n {""", """            let mut u = if tp && option_env!("MOE_NOMETA").is_some() && s.round > 1 { count * n } else { w - 1 };
+            while u < count * n {"""),
+]
+
 
 def apply(p):
     s = open(p).read()
     places = [("use shmem_device::scoped::{self, Gpu};\n",
                "use shmem_device::scoped::{self, Gpu};\n\nconst DIAG: bool = option_env!(\"MOE_DIAG\").is_some();\n" + MODULE)]
-    for old, new in places + PLACES:
+    for old, new in places + PLACES + CEILINGS:
         if s.count(old) != 1:
             sys.exit("moe_stamps.py: the kernels have moved on; this place is not found once:\n" + old)
         s = s.replace(old, new)
