@@ -1401,27 +1401,27 @@ pub fn a_program_wide_bound_reports(rt: &Shmem) {
     std::process::exit(0);
 }
 
-/// An acquire wait (`scoped::wait_acquire`) for a word nobody releases, under a program-wide
-/// bound of 0.5 s: the wait stops the kernel with a report naming it, its source line, the
-/// word and its values, within seconds.
-pub fn an_acquire_wait_past_its_bound_reports(rt: &Shmem) {
+/// Under a program-wide bound of 0.5 s, loads host-suite and runs `launch` with it: a
+/// kernel whose wait, the call `call` in its source, is for a 4-byte word holding 1 to
+/// become `>= 2`. Checks the report: `kind` at that line, the word, the values, the
+/// `kernel`, within seconds. On a GPU the process then ends: the trap leaves the context
+/// unusable.
+fn expect_half_second_report(
+    rt: &Shmem,
+    launch: impl FnOnce(&Module) -> Result<(), Error>,
+    (call, kind, kernel): (&str, &str, &str),
+) {
     let me = rt.my_pe();
-    let word = filled(rt, 1, |_| 1u32);
     // Before the load: on a GPU the bound is written into a module as it loads.
     rt.set_wait_bound(Some(std::time::Duration::from_millis(500)));
     let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
-    let k = m
-        .kernel::<host_suite_kernels::acquire_for_nobody>()
-        .unwrap();
     let start = std::time::Instant::now();
-    // SAFETY: a word in global memory that nothing writes; the program-wide bound ends the
-    // wait.
-    let e = unsafe { k.launch(LaunchConfig::linear(1, 32), (&word,)) }
+    let e = launch(&m)
         .and_then(|()| rt.synchronize())
-        .expect_err("the acquire wait outlives its bound");
+        .expect_err("the wait outlives its bound");
     let took = start.elapsed().as_secs_f64();
     let text = e.to_string();
-    let line = host_suite_line("unsafe { shmem_device::scoped::wait_acquire(");
+    let line = host_suite_line(call);
     // On the simulator every PE's launch fails with the first report, which may be another
     // PE's; on GPUs each PE's kernel stops on its own.
     let who = if rt.is_simulated() {
@@ -1430,21 +1430,39 @@ pub fn an_acquire_wait_past_its_bound_reports(rt: &Shmem) {
         format!("PE {me} ")
     };
     for want in [
-        format!("{who}block (0, 0, 0) thread (0, 0, 0): scoped::wait_acquire at "),
+        format!("{who}block (0, 0, 0) thread (0, 0, 0): {kind} at "),
         format!("host-suite/src/lib.rs:{line}:"),
         "(bound 0.500 s) for the 4-byte word at ".to_string(),
         "to become >= 2; it holds 1".to_string(),
-        "`acquire_for_nobody`".to_string(),
+        format!("`{kernel}`"),
     ] {
         assert!(text.contains(&want), "the report lacks {want:?}: {text}");
     }
     assert!(took < 10.0, "the report came after {took:.1} s");
     println!("PE {me}: reported");
     if !rt.is_simulated() {
-        // The context is unusable after the trap.
         std::process::exit(0);
     }
     rt.set_wait_bound(None);
+}
+
+/// An acquire wait (`scoped::wait_acquire`) for a word nobody releases, under a program-wide
+/// bound of 0.5 s: the wait stops the kernel with a report naming it, its source line, the
+/// word and its values, within seconds.
+pub fn an_acquire_wait_past_its_bound_reports(rt: &Shmem) {
+    let word = filled(rt, 1, |_| 1u32);
+    let launch = |m: &Module| {
+        let k = m.kernel::<host_suite_kernels::acquire_for_nobody>()?;
+        // SAFETY: a word in global memory that nothing writes; the program-wide bound ends
+        // the wait.
+        unsafe { k.launch(LaunchConfig::linear(1, 32), (&word,)) }
+    };
+    let call = "unsafe { shmem_device::scoped::wait_acquire(";
+    expect_half_second_report(
+        rt,
+        launch,
+        (call, "scoped::wait_acquire", "acquire_for_nobody"),
+    );
 }
 
 /// A grid barrier that the grid's last block never reaches, under a program-wide bound of
@@ -1453,47 +1471,20 @@ pub fn an_acquire_wait_past_its_bound_reports(rt: &Shmem) {
 /// bound through L1 (`ld.global.nc`, shmem-device's `BoundRead::Repeated`), which this
 /// case is the one to exercise with a bound set.
 pub fn a_grid_barrier_past_its_bound_reports(rt: &Shmem) {
-    let me = rt.my_pe();
     let counter = filled(rt, 1, |_| 0u32);
-    // Before the load: on a GPU the bound is written into a module as it loads.
-    rt.set_wait_bound(Some(std::time::Duration::from_millis(500)));
-    let m = rt.load_module(&ptx_dir(), "host-suite-kernels").unwrap();
-    let k = m
-        .kernel::<host_suite_kernels::barrier_short_of_a_block>()
-        .unwrap();
-    let start = std::time::Instant::now();
-    let cfg = LaunchConfig::linear(2, 32).with_cooperative(true);
-    // SAFETY: a zero word in global memory; 2 blocks, co-resident (a cooperative launch is
-    // checked); the program-wide bound ends block 0's wait.
-    let e = unsafe { k.launch(cfg, (&counter,)) }
-        .and_then(|()| rt.synchronize())
-        .expect_err("block 0's barrier outlives its bound");
-    let took = start.elapsed().as_secs_f64();
-    let text = e.to_string();
-    let line = host_suite_line("unsafe { shmem_device::scoped::grid_barrier(");
-    // On the simulator every PE's launch fails with the first report, which may be another
-    // PE's; on GPUs each PE's kernel stops on its own.
-    let who = if rt.is_simulated() {
-        String::new()
-    } else {
-        format!("PE {me} ")
+    let launch = |m: &Module| {
+        let k = m.kernel::<host_suite_kernels::barrier_short_of_a_block>()?;
+        let cfg = LaunchConfig::linear(2, 32).with_cooperative(true);
+        // SAFETY: a zero word in global memory; 2 blocks, co-resident (a cooperative launch
+        // is checked); the program-wide bound ends block 0's wait.
+        unsafe { k.launch(cfg, (&counter,)) }
     };
-    for want in [
-        format!("{who}block (0, 0, 0) thread (0, 0, 0): a grid barrier at "),
-        format!("host-suite/src/lib.rs:{line}:"),
-        "(bound 0.500 s) for the 4-byte word at ".to_string(),
-        "to become >= 2; it holds 1".to_string(),
-        "`barrier_short_of_a_block`".to_string(),
-    ] {
-        assert!(text.contains(&want), "the report lacks {want:?}: {text}");
-    }
-    assert!(took < 10.0, "the report came after {took:.1} s");
-    println!("PE {me}: reported");
-    if !rt.is_simulated() {
-        // The context is unusable after the trap.
-        std::process::exit(0);
-    }
-    rt.set_wait_bound(None);
+    let call = "unsafe { shmem_device::scoped::grid_barrier(";
+    expect_half_second_report(
+        rt,
+        launch,
+        (call, "a grid barrier", "barrier_short_of_a_block"),
+    );
 }
 
 /// `Shmem::hold`: what is enqueued on a held stream waits on the GPU until the release, then
