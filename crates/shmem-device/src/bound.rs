@@ -4,16 +4,16 @@
 //! - **Per wait**: the `_within` forms ([`crate::p2p::wait_until_within`],
 //!   [`crate::signal::signal_wait_until_within`], …) take a [`Duration`].
 //! - **Program-wide**: every wait of this crate — [`crate::p2p`]'s and
-//!   [`crate::signal`]'s waits, the grid barriers and [`crate::scoped::wait_acquire`] of
-//!   [`crate::scoped`] — obeys the bound the
-//!   host sets in the module (`SHMEM_WAIT_TIMEOUT=2s`, or `Shmem::set_wait_bound`), with no
-//!   change to the kernel. A per-wait bound takes precedence.
+//!   [`crate::signal`]'s waits, the grid barriers of [`crate::scoped`] and its
+//!   [`wait_acquire`](crate::scoped::wait_acquire) — obeys the bound the host sets in the
+//!   module (`SHMEM_WAIT_TIMEOUT=2s`, or `Shmem::set_wait_bound`), with no change to the
+//!   kernel. A per-wait bound takes precedence.
 //!
 //! Every wait polls once first. When the condition already holds it returns, having read
 //! nothing else. Otherwise it loads the module's configuration together with a second poll
 //! (`poll_bounded`). With no bound (the default) the wait then goes on as NVSHMEM's own.
-//! With a bound, the wait polls (`nvshmem_TYPE_test`, or the barrier's or acquire wait's load) and reads
-//! `%globaltimer` between polls; when the bound passes, the
+//! With a bound, the wait polls (`nvshmem_TYPE_test`, or the barrier's or the acquire wait's
+//! load) and reads `%globaltimer` between polls; when the bound passes, the
 //! first thread of the module to expire writes a [`WaitReport`] into host memory the host
 //! mapped for it, and traps. The host sees the trap at its next synchronisation and returns
 //! the report as its error (PE, kernel, source location of the wait, address, expected and

@@ -173,7 +173,9 @@ fn an_acquire_wait_returns_the_value_that_met_it_and_sees_the_data_before_the_re
         })
         .unwrap();
     }
-    for (seed, v, got) in seen.into_inner().unwrap() {
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(seen.len(), 8, "one wait a seed");
+    for (seed, v, got) in seen {
         assert_eq!(v, 3, "seed {seed}: the value that met the wait");
         let want: Vec<u32> = (0..16).map(|i| seed as u32 * 100 + i).collect();
         assert_eq!(got, want, "seed {seed}: the data the release published");
