@@ -8,13 +8,16 @@ stores, each block's thread 0 into its own slot, and cost 0-0.5 µs a round:
 
 - the layout's blocks: start and end (their units done); its last block: its exchange's end;
 - the dispatch's blocks: start, rows done (the copying warp's last bulk store complete; the
-  `bf16` paths), end, and in throughput mode when its copying warp saw the layout had placed
-  its rows (`wait_slots` returned); block 0: the round's end (every block arrived);
-- the combine's first thread prints one line a round, `Q` and 18 values in ns from the
+  `bf16` paths), end; the copying warp's first bulk loads issued, in throughput mode its
+  slot wait returned (`wait_slots`), and its first piece landed (the first slot's barrier);
+  block 0: the round's end (every block arrived);
+- the combine's first thread prints one line a round, `Q` and 22 values in ns from the
   round's first block: layout start, its blocks' end p50 and last, its exchange's end; the
   dispatch's blocks' start min / p10 / p50 / p90 / last; rows done p10 / p50 / p90 / last;
-  its blocks' end p50 / last; the round's end; the rows placed p50 / last (percentiles in
-  250 ns buckets; 0 where no block stamped).
+  its blocks' end p50 / last; the round's end; first loads issued, slot wait returned and
+  first piece landed, p50 / last each (percentiles in 250 ns buckets; 0 where no block
+  stamped). (The seventy-first session added the last three pairs, where one stamp had
+  taken the slot wait's return.)
 
 Use, in a scratch worktree (the patch asserts each place it changes, so it fails loudly when
 the kernels have moved on):
@@ -42,10 +45,10 @@ MODULE = r"""
 /// and printed by the combine's thread 0 of block 0 (no atomics on shared words).
 pub mod diag {
     const NB: usize = 1024;
-    static mut DS: [[u64; 4]; NB] = [[0; 4]; NB];
+    static mut DS: [[u64; 6]; NB] = [[0; 6]; NB];
     static mut LS: [[u64; 2]; NB] = [[0; 2]; NB];
     static mut G: [u64; 2] = [0; 2];
-    static mut ARGS: [u64; 18] = [0; 18];
+    static mut ARGS: [u64; 22] = [0; 22];
     static mut H: [u32; 256] = [0; 256];
     #[inline(always)]
     fn now() -> u64 {
@@ -143,6 +146,8 @@ pub mod diag {
             let d1 = |b: usize| (*ds)[b][1];
             let d2 = |b: usize| (*ds)[b][2];
             let d3 = |b: usize| (*ds)[b][3];
+            let d4 = |b: usize| (*ds)[b][4];
+            let d5 = |b: usize| (*ds)[b][5];
             let g = &raw mut G;
             let vals = [
                 mn(&ls0),
@@ -163,17 +168,21 @@ pub mod diag {
                 (*g)[1].saturating_sub(base),
                 pct(base, 50, d3),
                 mx(&d3),
+                pct(base, 50, d4),
+                mx(&d4),
+                pct(base, 50, d5),
+                mx(&d5),
             ];
-            for i in 0..18 {
+            for i in 0..22 {
                 (*a)[i] = vals[i];
             }
             for b in 0..NB {
-                (*ds)[b] = [0; 4];
+                (*ds)[b] = [0; 6];
                 (*ls)[b] = [0; 2];
             }
             (*g) = [0; 2];
             shmem_device::sys::vprintf(
-                c"Q %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n".as_ptr().cast(),
+                c"Q %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n".as_ptr().cast(),
                 a.cast_const().cast(),
             );
         }
@@ -181,24 +190,39 @@ pub mod diag {
 }
 """
 
-LINE = re.compile(r"(?:^|\] )Q ((?:\d+ ){17}\d+)")
+LINE = re.compile(r"(?:^|\] )Q ((?:\d+ ){21}\d+)")
 NAMES = ["layout start", "layout blocks end p50", "layout blocks end last", "layout exchange end",
          "dispatch start min", "p10", "p50", "p90", "last", "rows done p10", "p50", "p90", "last",
-         "dispatch end p50", "last", "round end", "rows' slots placed p50", "last"]
+         "dispatch end p50", "last", "round end", "first loads issued p50", "last",
+         "slot wait returned p50", "last", "first piece landed p50", "last"]
 
 
 # The places the stamps go: (text of the kernels, the same text with the stamp).
 PLACES = [
+("""            for k in 0..steps.min(slots - 1) {
+                load(k);
+            }""","""            for k in 0..steps.min(slots - 1) {
+                load(k);
+            }
+            if DIAG && lane == 0 {
+                diag::d(3);
+            }"""),
 ("""            if tp {
                 wait_slots(b, s);
             }
             // This lane's choice of the row being copied""","""            if tp {
                 wait_slots(b, s);
                 if DIAG && lane == 0 {
-                    diag::d(3);
+                    diag::d(4);
                 }
             }
             // This lane's choice of the row being copied"""),
+("""                bar(k % slots).wait(k / slots % 2);
+""","""                bar(k % slots).wait(k / slots % 2);
+                if DIAG && k == 0 && lane == 0 {
+                    diag::d(5);
+                }
+"""),
 ("""    shmem_device::pdl::launch_dependents();
     let (me, n, e_n, k_n) = (my_pe() as u32, s.n_pes, s.experts, s.top_k as usize);""","""    shmem_device::pdl::launch_dependents();
     if DIAG && thread_idx_x() == 0 {
@@ -283,7 +307,11 @@ PLACES = [
 # general and only bounds what a change could give, on rounds whose routing does not change
 # (the example's):
 # - MOE_SKIP: from round 2 the layout does nothing but count the rows placed (round 1's
-#   layout stands);
+#   layout stands), and the throughput dispatch leaves `send_pair` as the layout wrote it
+#   (ranks), where it wrote each pair's index over it: the next round's `send` then read an
+#   index as a rank, dropped nearly every pair and counted each drop with an atomic on one
+#   word (the seventieth session's ceilings with it took 0.6-1.0 µs more a round for that;
+#   the combine then reads wrong rows, in bounds: `--no-verify`);
 # - MOE_NOWAIT: the throughput `bf16` dispatch's copying warp does not wait for the slots;
 # - MOE_NOMETA: from round 2 the throughput `bf16` dispatch sends no metadata.
 CEILINGS = [
@@ -309,6 +337,13 @@ CEILINGS = [
                 if DIAG && lane == 0 {""", """            if tp && option_env!("MOE_NOWAIT").is_none() {
                 wait_slots(b, s);
                 if DIAG && lane == 0 {"""),
+("""            st(b.send_pair, q, pair);
+        }
+        if mine {""", """            if !(tp && option_env!("MOE_SKIP").is_some()) {
+                st(b.send_pair, q, pair);
+            }
+        }
+        if mine {"""),
 ("""            let mut u = w - 1;
             while u < count * n {""", """            let mut u = if tp && option_env!("MOE_NOMETA").is_some() && s.round > 1 { count * n } else { w - 1 };
             while u < count * n {"""),
@@ -333,7 +368,7 @@ def summary(paths):
         if not rows:
             print(f, "no stamps")
             continue
-        med = [statistics.median(r[i] for r in rows) / 1000 for i in range(18)]
+        med = [statistics.median(r[i] for r in rows) / 1000 for i in range(22)]
         print("%s (%d rounds, medians, µs): " % (f, len(rows)) + " | ".join("%s %.2f" % nv for nv in zip(NAMES, med)))
 
 
