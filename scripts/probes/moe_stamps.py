@@ -310,8 +310,11 @@ PLACES = [
 #   layout stands), and the throughput dispatch leaves `send_pair` as the layout wrote it
 #   (ranks), where it wrote each pair's index over it: the next round's `send` then read an
 #   index as a rank, dropped nearly every pair and counted each drop with an atomic on one
-#   word (the seventieth session's ceilings with it took 0.6-1.0 µs more a round for that;
-#   the combine then reads wrong rows, in bounds: `--no-verify`);
+#   word. In a `--compare` call the twin's rounds rewrite `send_pair` between Rust's, so
+#   take this ceiling from Rust's rounds alone (`moe_dispatch` without `--compare`): the
+#   seventieth session's, taken in `--compare`, read 2-4 µs more a round than it does alone
+#   (seventy-first session, runs 8-10). The combine then reads wrong rows, in bounds:
+#   `--no-verify`;
 # - MOE_NOWAIT: the throughput `bf16` dispatch's copying warp does not wait for the slots;
 # - MOE_NOMETA: from round 2 the throughput `bf16` dispatch sends no metadata.
 CEILINGS = [
