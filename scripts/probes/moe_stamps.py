@@ -30,8 +30,9 @@ the kernels have moved on):
         --dtype bf16 --mode throughput --hold-stream --no-verify --reps 3 --rounds 12 > q.log
     python3 scripts/probes/moe_stamps.py summary q.log
 
-`CEILINGS` below adds three switches, each compiled in only where its variable is set at
-the build (`MOE_SKIP`, `MOE_NOWAIT`, `MOE_NOMETA`; BENCHMARKS.md, seventieth session).
+`CEILINGS` below adds five switches, each compiled in only where its variable is set at
+the build (`MOE_SKIP`, `MOE_NOWAIT`, `MOE_NOMETA`, `MOE_DESTONLY`, `MOE_EXPERTONLY`;
+BENCHMARKS.md, seventieth and seventy-first sessions).
 
 The line is printed in every `--compare` round, so its twin's rounds, which print nothing,
 still run beside it; the combine's own time is not meaningful in such a build.
@@ -316,8 +317,28 @@ PLACES = [
 #   (seventy-first session, runs 8-10). The combine then reads wrong rows, in bounds:
 #   `--no-verify`;
 # - MOE_NOWAIT: the throughput `bf16` dispatch's copying warp does not wait for the slots;
-# - MOE_NOMETA: from round 2 the throughput `bf16` dispatch sends no metadata.
+# - MOE_NOMETA: from round 2 the throughput `bf16` dispatch sends no metadata;
+# - MOE_DESTONLY: from round 2 the layout scans only the destinations' columns (the expert
+#   columns' ranks of round 1 stand, `send_pair` kept as under MOE_SKIP);
+# - MOE_EXPERTONLY: from round 2 the layout scans only the experts' columns; it adds nothing
+#   to the slots' count, so build it with MOE_NOWAIT (round 1's `send_slot` stands).
+# (The last two: seventy-first session, runs 10-11.)
 CEILINGS = [
+("""    let units = row_len * segs;
+""", """    let units = if option_env!("MOE_DESTONLY").is_some() && s.round > 1 {
+        n as usize * segs
+    } else {
+        row_len * segs
+    };
+"""),
+("""    let mut u = gw as usize;
+    while u < units {""", """    let mut u = gw as usize
+        + if option_env!("MOE_EXPERTONLY").is_some() && s.round > 1 {
+            n as usize * segs
+        } else {
+            0
+        };
+    while u < units {"""),
 ("""    if DIAG && thread_idx_x() == 0 {
         diag::l(0);
     }
@@ -342,7 +363,7 @@ CEILINGS = [
                 if DIAG && lane == 0 {"""),
 ("""            st(b.send_pair, q, pair);
         }
-        if mine {""", """            if !(tp && option_env!("MOE_SKIP").is_some()) {
+        if mine {""", """            if !(tp && (option_env!("MOE_SKIP").is_some() || option_env!("MOE_DESTONLY").is_some())) {
                 st(b.send_pair, q, pair);
             }
         }
