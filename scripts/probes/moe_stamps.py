@@ -316,13 +316,16 @@ PLACES = [
 #   seventieth session's, taken in `--compare`, read 2-4 µs more a round than it does alone
 #   (seventy-first session, runs 8-10). The combine then reads wrong rows, in bounds:
 #   `--no-verify`;
-# - MOE_NOWAIT: the throughput `bf16` dispatch's copying warp does not wait for the slots;
+# - MOE_NOWAIT: the throughput dispatches' rows do not wait for the slots (the `bf16`
+#   copying warp; since the seventy-second session, also the FP8 block's first warp);
 # - MOE_NOMETA: from round 2 the throughput `bf16` dispatch sends no metadata;
 # - MOE_DESTONLY: from round 2 the layout scans only the destinations' columns (the expert
 #   columns' ranks of round 1 stand, `send_pair` kept as under MOE_SKIP);
 # - MOE_EXPERTONLY: from round 2 the layout scans only the experts' columns; it adds nothing
 #   to the slots' count, so build it with MOE_NOWAIT (round 1's `send_slot` stands).
-# (The last two: seventy-first session, runs 10-11.)
+# (The last two: seventy-first session, runs 10-11. MOE_SKIP and MOE_NOWAIT on the
+# throughput FP8 round, which the stamps do not mark: seventy-second session, run 4, its
+# dispatch's time from the example's own line, Rust's rounds alone.)
 CEILINGS = [
 ("""    let units = row_len * segs;
 """, """    let units = if option_env!("MOE_DESTONLY").is_some() && s.round > 1 {
@@ -371,6 +374,13 @@ CEILINGS = [
 ("""            let mut u = w - 1;
             while u < count * n {""", """            let mut u = if tp && option_env!("MOE_NOMETA").is_some() && s.round > 1 { count * n } else { w - 1 };
             while u < count * n {"""),
+("""            if tp && t0 == block_idx_x() as usize {
+                if w == 0 {
+                    wait_slots(b, s);
+                }""", """            if tp && t0 == block_idx_x() as usize {
+                if w == 0 && option_env!("MOE_NOWAIT").is_none() {
+                    wait_slots(b, s);
+                }"""),
 ]
 
 
