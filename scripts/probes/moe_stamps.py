@@ -12,8 +12,10 @@ stores, each block's thread 0 into its own slot, and cost 0-0.5 µs a round:
   slot wait returned (`wait_slots`), and its first piece landed (the first slot's barrier);
   block 0: the round's end (every block arrived);
 - the combine's first thread prints one line a round, `Q` and 22 values in ns from the
-  round's first block: layout start, its blocks' end p50 and last, its exchange's end; the
-  dispatch's blocks' start min / p10 / p50 / p90 / last; rows done p10 / p50 / p90 / last;
+  round's first block: layout start, its blocks' end p50 and last, its exchange's end (its
+  last block's warp 0; since the seventy-second session the block's warps share the
+  offsets, and this is warp 0's share); the dispatch's blocks' start min / p10 / p50 / p90
+  / last; rows done p10 / p50 / p90 / last;
   its blocks' end p50 / last; the round's end; first loads issued, slot wait returned and
   first piece landed, p50 / last each (percentiles in 250 ns buckets; 0 where no block
   stamped). (The seventy-first session added the last three pairs, where one stamp had
@@ -246,15 +248,15 @@ PLACES = [
             diag::l(1);
         }
     }"""),
-("""    if lane < n {
+("""    if w == 0 && lane < n {
         // SAFETY: `lane < n`.
-        unsafe { st(b.recv_count, lane as usize, cnt(lane, e_n + me)) };
+        unsafe { st(b.recv_count, lane as usize, rows) };
     }
-}""","""    if lane < n {
+}""","""    if w == 0 && lane < n {
         // SAFETY: `lane < n`.
-        unsafe { st(b.recv_count, lane as usize, cnt(lane, e_n + me)) };
+        unsafe { st(b.recv_count, lane as usize, rows) };
     }
-    if DIAG && lane == 0 {
+    if DIAG && lane == 0 && w == 0 {
         diag::g(0);
     }
 }"""),

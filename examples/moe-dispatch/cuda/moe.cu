@@ -246,14 +246,15 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   if (tid == 0 && n > 1)
     nvshmem_signal_wait_until(b.signals + SIG_COUNTS, NVSHMEM_CMP_GE, (uint64_t)s.round * (n - 1));
   __syncthreads();
-  if (threadIdx.x / 32 != 0) return;
   volatile uint32_t *counts = b.counts;
   auto cnt = [&](uint32_t src, uint32_t e) { return counts[src * (e_n + n) + e]; };
-  uint32_t cap = s.capacity;
-  // One warp, 32 experts at a time: expert e's kept pairs, and those of the experts before
-  // it on its PE (seg) by a segmented warp scan, carried over from the previous 32 (run).
-  uint32_t run = 0;
-  for (uint32_t c0 = 0; c0 < e_n; c0 += 32) {
+  uint32_t cap = s.capacity, w = threadIdx.x / 32, nwb = blockDim.x / 32;
+  // This PE's rows from each source, loaded before the experts' sums, stored after them.
+  uint32_t rows = w == 0 && lane < n ? cnt(lane, e_n + me) : 0;
+  // The block's warps take the experts 32 at a time: expert e's kept pairs, and those of the
+  // experts before it on its PE (seg) by a segmented warp scan, plus those of its PE's
+  // experts before the warp's 32 (carry, a warp sum of their own loads) (kernels.rs, layout).
+  for (uint32_t c0 = 32 * w; c0 < e_n; c0 += 32 * nwb) {
     uint32_t e = c0 + lane, total = 0, before = 0;
     bool live = e < e_n;
     if (live)
@@ -262,13 +263,19 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
         total += c;
         before += src < me ? c : 0;
       }
-    uint32_t kept = min(total, cap), first = live ? e / l_n * l_n : e, x = kept;
+    uint32_t kept = min(total, cap), carry = 0;
+    for (uint32_t e2 = c0 / l_n * l_n + lane; e2 < c0; e2 += 32) {
+      uint32_t t2 = 0;
+      for (uint32_t src = 0; src < n; src++) t2 += cnt(src, e2);
+      carry += min(t2, cap);
+    }
+    for (uint32_t m = 16; m > 0; m /= 2) carry += __shfl_xor_sync(0xffffffffu, carry, m);
+    uint32_t first = live ? e / l_n * l_n : e, x = kept;
     for (uint32_t off = 1; off < 32; off *= 2) {
       uint32_t y = __shfl_up_sync(0xffffffffu, x, off);
       x += lane >= off && e - off >= first ? y : 0;
     }
-    x += first < c0 ? run : 0;
-    run = __shfl_sync(0xffffffffu, x, 31);
+    x += first < c0 ? carry : 0;
     uint32_t seg = x - kept;
     if (live) {
       b.base[e] = seg + before;
@@ -285,7 +292,7 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
       }
     }
   }
-  if (lane < n) b.recv_count[lane] = cnt(lane, e_n + me);
+  if (w == 0 && lane < n) b.recv_count[lane] = rows;
 }
 
 // This lane's choice of token t and its weight (lanes K and up: -1 and 0), which send takes:
