@@ -971,9 +971,9 @@ unsafe fn layout(b: Bufs, s: Shape) {
     // from all PEs, capped), and the kept pairs of the experts before it on its PE (`seg`) by
     // a segmented warp scan, plus those of its PE's experts before the warp's 32 (`carry`,
     // a warp sum of their own loads). A count is read by its own warp and again by each
-    // later warp of its PE, and no warp waits for another. One warp had carried each 32's sum to
-    // the next, a chain of dependent loads a 32 under the copy's loads: on one H200 at 1 PE,
-    // held, the layout's exchange now ends 0.8 µs sooner at 4096 tokens, and the throughput
+    // later warp of its PE, and no warp waits for another. One warp had carried each 32's sum
+    // to the next, a chain of dependent loads a 32 under the copy's loads: on one H200 at 1
+    // PE, held, the layout's exchange now ends 0.8 µs sooner at 4096 tokens, and the throughput
     // dispatch takes 0.946 of its time at 512 tokens, 0.985 at 2048 and 0.994 at 4096
     // (`bf16`), 0.971 at 4096 (FP8) (BENCHMARKS.md, seventy-second session).
     let kept_of = |e: u32| {
