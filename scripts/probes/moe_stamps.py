@@ -14,7 +14,9 @@ stores, each block's thread 0 into its own slot, and cost 0-0.5 µs a round:
 - the combine's first thread prints one line a round, `Q` and 22 values in ns from the
   round's first block: layout start, its blocks' end p50 and last, its exchange's end (its
   last block's warp 0; since the seventy-second session the block's warps share the
-  offsets, and this is warp 0's share); the dispatch's blocks' start min / p10 / p50 / p90
+  offsets, and this is warp 0's share; built with `MOE_SLOTSTAMP`, the time the layout's
+  destination units have placed every row instead: each such unit's release of its slots
+  stamps the word, the last one last, seventy-third session); the dispatch's blocks' start min / p10 / p50 / p90
   / last; rows done p10 / p50 / p90 / last;
   its blocks' end p50 / last; the round's end; first loads issued, slot wait returned and
   first piece landed, p50 / last each (percentiles in 250 ns buckets; 0 where no block
@@ -256,10 +258,18 @@ PLACES = [
         // SAFETY: `lane < n`.
         unsafe { st(b.recv_count, lane as usize, rows) };
     }
-    if DIAG && lane == 0 && w == 0 {
+    if DIAG && lane == 0 && w == 0 && option_env!("MOE_SLOTSTAMP").is_none() {
         diag::g(0);
     }
 }"""),
+("""                if lane == 0 {
+                    scoped::add_release(Gpu, b.signals.wrapping_add(SIG_SLOTS), 1u64);
+                }""","""                if lane == 0 {
+                    scoped::add_release(Gpu, b.signals.wrapping_add(SIG_SLOTS), 1u64);
+                    if DIAG && option_env!("MOE_SLOTSTAMP").is_some() {
+                        diag::g(0);
+                    }
+                }"""),
 ("""    let s = Shape { mode, dtype, ..s };
     let tp = s.mode == MODE_THROUGHPUT;
     let n = s.n_pes;""","""    let s = Shape { mode, dtype, ..s };
