@@ -16,8 +16,8 @@ stores, each block's thread 0 into its own slot, and cost 0-0.5 µs a round:
   last block's warp 0; since the seventy-second session the block's warps share the
   offsets, and this is warp 0's share; built with `MOE_SLOTSTAMP`, the time the layout's
   destination units have placed every row instead: each such unit's release of its slots
-  stamps the word, the last one last, seventy-third session); the dispatch's blocks' start min / p10 / p50 / p90
-  / last; rows done p10 / p50 / p90 / last;
+  stamps the word, the last one last, seventy-third session); the dispatch's blocks' start
+  min / p10 / p50 / p90 / last; rows done p10 / p50 / p90 / last;
   its blocks' end p50 / last; the round's end; first loads issued, slot wait returned and
   first piece landed, p50 / last each (percentiles in 250 ns buckets; 0 where no block
   stamped). (The seventy-first session added the last three pairs, where one stamp had
