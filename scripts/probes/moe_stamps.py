@@ -22,6 +22,10 @@ stores, each block's thread 0 into its own slot, and cost 0-0.5 µs a round:
   first piece landed, p50 / last each (percentiles in 250 ns buckets; 0 where no block
   stamped). (The seventy-first session added the last three pairs, where one stamp had
   taken the slot wait's return.)
+- and a second line, `R` and 12 values (seventy-fourth session): the layout's destination
+  units' scan done, lookback done and slots released, its expert units' scan done and
+  lookback done (p50 and last each, a block's latest warp), its last block's start, and the
+  throughput metadata's return from `pdl::wait` (block 0).
 
 Use, in a scratch worktree (the patch asserts each place it changes, so it fails loudly when
 the kernels have moved on):
@@ -51,9 +55,10 @@ MODULE = r"""
 pub mod diag {
     const NB: usize = 1024;
     static mut DS: [[u64; 6]; NB] = [[0; 6]; NB];
-    static mut LS: [[u64; 2]; NB] = [[0; 2]; NB];
-    static mut G: [u64; 2] = [0; 2];
+    static mut LS: [[u64; 8]; NB] = [[0; 8]; NB];
+    static mut G: [u64; 4] = [0; 4];
     static mut ARGS: [u64; 22] = [0; 22];
+    static mut XA: [u64; 12] = [0; 12];
     static mut H: [u32; 256] = [0; 256];
     #[inline(always)]
     fn now() -> u64 {
@@ -181,11 +186,31 @@ pub mod diag {
             for i in 0..22 {
                 (*a)[i] = vals[i];
             }
+            // The layout's own steps (`R`): its units' scans, lookbacks and slot releases,
+            // p50 and last each; its last block's start; the throughput metadata's
+            // `pdl::wait` (block 0's warp 1).
+            let lx = |i: usize| move |b: usize| (*ls)[b][i];
+            let extra = [
+                pct(base, 50, lx(2)), mx(&lx(2)),
+                pct(base, 50, lx(3)), mx(&lx(3)),
+                pct(base, 50, lx(4)), mx(&lx(4)),
+                pct(base, 50, lx(5)), mx(&lx(5)),
+                pct(base, 50, lx(6)), mx(&lx(6)),
+                (*g)[2].saturating_sub(base), (*g)[3].saturating_sub(base),
+            ];
+            let xa = &raw mut XA;
+            for i in 0..12 {
+                (*xa)[i] = extra[i];
+            }
+            shmem_device::sys::vprintf(
+                c"R %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n".as_ptr().cast(),
+                xa.cast_const().cast(),
+            );
             for b in 0..NB {
                 (*ds)[b] = [0; 6];
-                (*ls)[b] = [0; 2];
+                (*ls)[b] = [0; 8];
             }
-            (*g) = [0; 2];
+            (*g) = [0; 4];
             shmem_device::sys::vprintf(
                 c"Q %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n".as_ptr().cast(),
                 a.cast_const().cast(),
@@ -196,6 +221,10 @@ pub mod diag {
 """
 
 LINE = re.compile(r"(?:^|\] )Q ((?:\d+ ){21}\d+)")
+RLINE = re.compile(r"(?:^|\] )R ((?:\d+ ){11}\d+)")
+RNAMES = ["destinations' scan p50", "last", "their lookback p50", "last", "their release p50", "last",
+          "experts' scan p50", "last", "their lookback p50", "last", "last block starts",
+          "metadata's pdl::wait returns"]
 NAMES = ["layout start", "layout blocks end p50", "layout blocks end last", "layout exchange end",
          "dispatch start min", "p10", "p50", "p90", "last", "rows done p10", "p50", "p90", "last",
          "dispatch end p50", "last", "round end", "first loads issued p50", "last",
@@ -266,10 +295,45 @@ PLACES = [
                     scoped::add_release(Gpu, b.signals.wrapping_add(SIG_SLOTS), 1u64);
                 }""","""                if lane == 0 {
                     scoped::add_release(Gpu, b.signals.wrapping_add(SIG_SLOTS), 1u64);
+                    if DIAG {
+                        diag::l(4);
+                    }
                     if DIAG && option_env!("MOE_SLOTSTAMP").is_some() {
                         diag::g(0);
                     }
                 }"""),
+("""        let tag = tag();
+        // SAFETY: `unit < scratch_len`""","""        if DIAG && lane == 0 {
+            diag::l(if col >= e_n { 2 } else { 5 });
+        }
+        let tag = tag();
+        // SAFETY: `unit < scratch_len`"""),
+("""            let before = warp_sum(before);
+""","""            let before = warp_sum(before);
+            if DIAG && lane == 0 {
+                diag::l(if col >= e_n { 3 } else { 6 });
+            }
+"""),
+("""    if !sync_threads_or(last) {
+        return;
+    }
+""","""    if !sync_threads_or(last) {
+        return;
+    }
+    if DIAG && thread_idx_x() == 0 {
+        diag::g(2);
+    }
+"""),
+("""            if tp {
+                shmem_device::pdl::wait();
+            }
+            let (meta, rank)""","""            if tp {
+                shmem_device::pdl::wait();
+                if DIAG && lane == 0 && block_idx_x() == 0 && w == 1 {
+                    diag::g(3);
+                }
+            }
+            let (meta, rank)"""),
 ("""    let s = Shape { mode, dtype, ..s };
     let tp = s.mode == MODE_THROUGHPUT;
     let n = s.n_pes;""","""    let s = Shape { mode, dtype, ..s };
@@ -416,6 +480,10 @@ def summary(paths):
             continue
         med = [statistics.median(r[i] for r in rows) / 1000 for i in range(22)]
         print("%s (%d rounds, medians, µs): " % (f, len(rows)) + " | ".join("%s %.2f" % nv for nv in zip(NAMES, med)))
+        extra = [list(map(int, m.group(1).split())) for m in map(RLINE.search, open(f)) if m][3:]
+        if extra:
+            med = [statistics.median(r[i] for r in extra) / 1000 for i in range(12)]
+            print("  the layout: " + " | ".join("%s %.2f" % nv for nv in zip(RNAMES, med)))
 
 
 if __name__ == "__main__":
