@@ -94,6 +94,19 @@ constexpr size_t LAYOUT_SEGMENT = 4;  // chunks a unit of the layout takes, in o
 constexpr unsigned LOOKBACK_SLEEP_NS = 256;  // an expert column's backoff in the layout
 constexpr size_t MAX_TOP_K = 16;
 
+// Throughput: whether the layout is moe_layout_segments, which leaves each pair's rank within
+// its unit and the pairs of the expert's earlier units in scratch, which send adds
+// (kernels.rs, Shape::segment_ranks).
+__device__ __forceinline__ bool segment_ranks(const Shape &s) { return s.dtype == BF16; }
+__device__ __forceinline__ size_t layout_segments(const Shape &s) {
+  return (s.tokens + LAYOUT_CHUNK * LAYOUT_SEGMENT - 1) / (LAYOUT_CHUNK * LAYOUT_SEGMENT);
+}
+// The scratch word of this PE's pairs of expert e in the units before unit sg (seg_prefix_at).
+__device__ __forceinline__ size_t seg_prefix_at(const Shape &s, uint32_t e, size_t sg) {
+  size_t segs = layout_segments(s);
+  return (s.experts + s.n_pes) * segs + e * segs + sg;
+}
+
 // One unit of the layout's scan (scan_unit in Rust): column col's hits among the
 // LAYOUT_SEGMENT chunks of tokens from first, this lane's token of each. Into found[i], this
 // lane's token's choice plus one (0: none) in the low byte and its rank among the unit's hits
@@ -169,7 +182,8 @@ __device__ __forceinline__ void wait_slots(const Bufs &b, const Shape &s) {
   __syncwarp();
 }
 
-extern "C" __global__ void moe_layout(Bufs b, Shape s) {
+// Throughput mode's layout (kernels.rs, layout); SEG: moe_layout_segments.
+template <bool SEG> __device__ __forceinline__ void layout(Bufs b, Shape s) {
   pdl_launch_dependents();
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts;
   size_t t_n = s.tokens;
@@ -193,6 +207,39 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
     uint32_t hits = s.top_k <= 8 ? scan_unit<8>(b, s, col, first, lane, found)
                                  : scan_unit<MAX_TOP_K>(b, s, col, first, lane, found);
     if (lane == 0) *(volatile uint64_t *)&b.scratch[unit] = tag << 32 | hits;
+    if (col < e_n && SEG) {
+      // The pairs' ranks within the unit; the column's last unit waits for the earlier ones
+      // and writes every unit's prefix and the column's total (kernels.rs, layout).
+#pragma unroll
+      for (size_t i = 0; i < LAYOUT_SEGMENT; i++) {
+        size_t t = first + i * LAYOUT_CHUNK + lane;
+        uint32_t f = found[i];
+        if (t < t_n && f) b.send_pair[t * s.top_k + (f & 0xff) - 1] = (int32_t)(f >> 8);
+      }
+      if (sg + 1 == segs) {
+        uint32_t carry = 0;
+        for (size_t c0 = 0; c0 < segs; c0 += 32) {
+          size_t c = c0 + lane;
+          uint32_t h = 0;
+          if (c < sg) {
+            uint64_t *word = b.scratch + col * segs + c, v;
+            while ((v = *(volatile uint64_t *)word) < tag << 32) __nanosleep(LOOKBACK_SLEEP_NS);
+            h = (uint32_t)v;
+          } else if (c == sg) {
+            h = hits;
+          }
+          uint32_t x = h;  // inclusive: the hits of units c0 ..= c
+          for (uint32_t off = 1; off < 32; off *= 2) {
+            uint32_t y = __shfl_sync(0xffffffffu, x, lane >= off ? lane - off : 0);
+            if (lane >= off) x += y;
+          }
+          if (c < segs) b.scratch[seg_prefix_at(s, col, c)] = carry + x - h;
+          carry += __shfl_sync(0xffffffffu, x, 31);
+        }
+        if (lane == 0) b.counts[mine + col] = carry;
+      }
+      continue;
+    }
     // An expert column's warps poll with a backoff (kernels.rs, LOOKBACK_SLEEP_NS).
     uint32_t before = 0;
     for (size_t c = lane; c < sg; c += 32) {
@@ -294,6 +341,8 @@ extern "C" __global__ void moe_layout(Bufs b, Shape s) {
   }
   if (w == 0 && lane < n) b.recv_count[lane] = rows;
 }
+extern "C" __global__ void moe_layout(Bufs b, Shape s) { layout<false>(b, s); }
+extern "C" __global__ void moe_layout_segments(Bufs b, Shape s) { layout<true>(b, s); }
 
 // This lane's choice of token t and its weight (lanes K and up: -1 and 0), which send takes:
 // the dispatch's inputs, which a throughput dispatch may load before it waits for its layout
@@ -352,7 +401,10 @@ __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t,
     uint32_t eu = (uint32_t)e;
     size_t q = t * k_n + lane;
     if (tp) {
-      uint32_t p = b.base[eu] + (uint32_t)b.send_pair[q];
+      // With segment_ranks, the pairs of the expert's earlier units too.
+      size_t sg = t / (LAYOUT_CHUNK * LAYOUT_SEGMENT);
+      uint32_t pre = segment_ranks(s) ? (uint32_t)b.scratch[seg_prefix_at(s, eu, sg)] : 0;
+      uint32_t p = b.base[eu] + pre + (uint32_t)b.send_pair[q];
       if (p < b.base[e_n + eu]) pair = (int32_t)p;
     } else if (c < cap) {
       pair = (int32_t)(((eu % l_n) * n + me) * cap + c);

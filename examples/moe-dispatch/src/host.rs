@@ -279,6 +279,7 @@ impl Options {
 /// The module's kernels, Rust or CUDA C++.
 pub struct Kernels<'m> {
     layout: KernelFn<'m, kernels::moe_layout>,
+    layout_segments: KernelFn<'m, kernels::moe_layout_segments>,
     dispatch: KernelFn<'m, kernels::moe_dispatch>,
     dispatch_throughput: KernelFn<'m, kernels::moe_dispatch_throughput>,
     dispatch_fp8: KernelFn<'m, kernels::moe_dispatch_fp8>,
@@ -326,6 +327,7 @@ impl<'m> Kernels<'m> {
     pub fn new(module: &'m Module<'_>) -> Result<Kernels<'m>> {
         Ok(Kernels {
             layout: module.kernel()?,
+            layout_segments: module.kernel()?,
             dispatch: module.kernel()?,
             dispatch_throughput: module.kernel()?,
             dispatch_fp8: module.kernel()?,
@@ -334,6 +336,16 @@ impl<'m> Kernels<'m> {
             combine: module.kernel()?,
             sms: module.runtime().multiprocessors()?,
         })
+    }
+
+    /// Blocks of the throughput layout kernel of `shape` ([`Shape::segment_ranks`]) that fit
+    /// on the GPU at once with `cfg`'s block.
+    fn layout_fit(&self, shape: Shape, cfg: &LaunchConfig<'_>) -> Result<u32> {
+        if shape.segment_ranks() {
+            self.layout_segments.max_coresident_blocks(cfg)
+        } else {
+            self.layout.max_coresident_blocks(cfg)
+        }
     }
 
     /// Blocks of the dispatch kernel of `shape` that fit on the GPU at once with `cfg`'s
@@ -359,7 +371,11 @@ impl<'m> Kernels<'m> {
         // SAFETY: the caller's contract; the layout precedes the dispatch of the same round.
         unsafe {
             if s.mode == MODE_THROUGHPUT {
-                to.launch(&self.layout, g[0], (b, s))?;
+                if s.segment_ranks() {
+                    to.launch(&self.layout_segments, g[0], (b, s))?;
+                } else {
+                    to.launch(&self.layout, g[0], (b, s))?;
+                }
             }
             with_dispatch!(self, s.dispatch_path(), f => to.launch(f, g[1], (b, s)))
         }
@@ -469,7 +485,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     // of 1024, where at 128 and 512 tokens a few SMs held them all (one H200, the layout in
     // units of four chunks: its round 1.9-3.0 µs shorter at 128 and 512 tokens than in blocks
     // of 1024 at 64 registers, within 0.7 µs at 4096; BENCHMARKS.md, forty-sixth session).
-    let lf = resident("layout", k.layout.max_coresident_blocks(&probe))?;
+    let lf = resident("layout", k.layout_fit(shape, &probe))?;
     // The `bf16` dispatches take shared memory for their bulk copies, the low-latency FP8 one
     // for the table of its reserved pair slots (the kernel says how much; without it, they copy
     // through registers, and take an atomic a pair).

@@ -36,10 +36,11 @@
 //!   both rows into every PE they go to.
 //! - **Throughput** ([`MODE_THROUGHPUT`]): [`moe_layout()`] first computes, with warp ballots
 //!   over the tokens, every token's row slot per destination and every pair's rank among its
-//!   expert's pairs from this PE, and exchanges the per-expert counts between all PEs (a
-//!   `put_signal` of `E + n` words to each other PE). Every PE then knows every offset: the
-//!   pairs of local expert `l` are packed (sources in order, tokens in order), at most
-//!   `capacity` per expert, the rest dropped and counted. [`moe_dispatch_throughput()`]
+//!   expert's pairs from this PE (for `bf16` tokens in two parts, [`Shape::segment_ranks`]),
+//!   and exchanges the per-expert counts between all PEs (a `put_signal` of `E + n` words to
+//!   each other PE). Every PE then knows every offset: the pairs of local expert `l` are
+//!   packed (sources in order, tokens in order), at most `capacity` per expert, the rest
+//!   dropped and counted. [`moe_dispatch_throughput()`]
 //!   then copies as the low-latency `bf16` dispatch does, a block per token (from sm_90 its
 //!   warp 0 moving the rows by bulk copies into the slots the layout gave them), without
 //!   atomics. The host launches the throughput dispatch as a programmatic dependent of the
@@ -257,6 +258,23 @@ impl Shape {
         self.dtype == DTYPE_FP8
     }
 
+    /// Whether the throughput layout is [`moe_layout_segments()`], which leaves each pair's
+    /// rank within its segment of [`LAYOUT_SEGMENT`] chunks in `send_pair` and the pairs of
+    /// the expert's earlier segments in `scratch` ([`seg_prefix_at`], which only the column's
+    /// last unit waits for), so that the dispatch's metadata (`send`) adds the two; else
+    /// [`moe_layout()`], whose expert units each wait for their column's earlier units and
+    /// leave the whole rank. With `bf16` tokens: the layout's blocks then end sooner, and the
+    /// dispatch's blocks start beside the layout's last units. On one H200 at 1 PE, held,
+    /// with every throughput round on the segment layout, the `bf16` dispatch took 0.963 of
+    /// its time at 512 tokens, 0.996 at 2048 and 0.982 at 4096; the FP8 one, whose blocks wait
+    /// for the slots before their first loads, 0.993, 1.018 and 1.026. Decided in one layout
+    /// kernel at run time, the branch alone made the FP8 round 1.02-1.05 times as long; each
+    /// kernel's machine code is now the measured one (BENCHMARKS.md, seventy-fourth session).
+    /// The host and the simulator launch the layout this names; the twin decides alike.
+    pub fn segment_ranks(&self) -> bool {
+        self.dtype == DTYPE_BF16
+    }
+
     /// Bytes of expert rows the combine reads on a PE when every pair is kept: `T · K · H`
     /// `bf16` values (its tokens' share of every PE's pairs).
     pub fn expert_row_bytes(&self) -> u64 {
@@ -385,7 +403,8 @@ macro_rules! moe_buffers {
             /// the end of expert `e`'s capacity.
             base: u32 = |d| 2 * d.e;
             /// Throughput: [`scratch_len`] words, the layout's hits per (column, chunk) in the
-            /// low half, the launch's tag in the high half.
+            /// low half, the launch's tag in the high half; then each expert's pairs before
+            /// each segment ([`seg_prefix_at`]).
             scratch: u64 = |d| d.scratch;
             /// `n × T × H` received tokens (FP8: each row's first [`crate::fp8::row_bytes`] bytes).
             recv_x: u16 = |d| d.n * d.t * d.h;
@@ -685,9 +704,18 @@ pub const fn slot_units(tokens: u32, n_pes: u32) -> u64 {
     n_pes as u64 * layout_segments(tokens) as u64
 }
 
-/// Words of `scratch`: one count per unit of the layout ([`layout_units`]).
+/// Words of `scratch`: one count per unit of the layout ([`layout_units`]), then one per
+/// (expert, segment) ([`seg_prefix_at`]).
 pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
-    layout_units(tokens, n_pes, experts)
+    layout_units(tokens, n_pes, experts) + experts as usize * layout_segments(tokens)
+}
+
+/// The word of `scratch` that holds, with [`Shape::segment_ranks`], this PE's pairs of expert
+/// `e` in the segments before segment `sg` ([`LAYOUT_SEGMENT`] chunks of tokens each), which
+/// the column's last unit of the layout writes.
+#[inline(always)]
+pub fn seg_prefix_at(s: Shape, e: u32, sg: usize) -> usize {
+    layout_units(s.tokens, s.n_pes, s.experts) + e as usize * layout_segments(s.tokens) + sg
 }
 
 /// Token `t`'s first `N` words of choices (`N`, a multiple of 4, at least `K` and at most
@@ -790,7 +818,10 @@ unsafe fn scan_unit<const N: usize>(
 ///    column's hits in each chunk (a ballot each, [`scan_unit`]), their sum published in
 ///    `scratch` with this launch's tag; then the hits of the column's earlier units, each
 ///    once it carries the tag (a warp sum), and the ranks; the last unit's warp writes the
-///    column's total into this PE's row of `counts`. (Two passes around a second grid
+///    column's total into this PE's row of `counts`. With `segment_ranks`
+///    ([`moe_layout_segments()`]) an expert column's units leave their pairs' ranks within the
+///    unit, and only the column's last unit waits for the earlier ones: it writes each unit's
+///    prefix ([`seg_prefix_at`]), which [`send`] adds, and the total. (Two passes around a second grid
 ///    barrier took 2.3 µs more at 128 tokens on one H100.) The destinations' columns come
 ///    first, and each of their units, its rows' slots written, adds one to
 ///    `signals[SIG_SLOTS]`: the dispatch's rows wait for that count ([`slot_units`] a
@@ -804,7 +835,7 @@ unsafe fn scan_unit<const N: usize>(
 /// # Safety
 /// See [`moe_layout()`].
 #[inline(always)]
-unsafe fn layout(b: Bufs, s: Shape) {
+unsafe fn layout(b: Bufs, s: Shape, segment_ranks: bool) {
     // The dispatch that follows may start now: it waits for this grid before it reads
     // anything this kernel writes (module documentation).
     shmem_device::pdl::launch_dependents();
@@ -855,7 +886,9 @@ unsafe fn layout(b: Bufs, s: Shape) {
         // publish (a warp takes its units in order, and a column's units come in order of
         // `u`, so the lowest unpublished unit always has a warp on it: a cooperative launch,
         // every warp resident); a row `t` written below is below `T`, and a found choice (the
-        // low byte less one) below `K`; `SIG_SLOTS` is this PE's word, touched atomically.
+        // low byte less one) below `K`; `SIG_SLOTS` is this PE's word, touched atomically; a
+        // column's prefix words (`seg_prefix_at`, in `scratch`'s bounds) are its last unit's
+        // alone.
         unsafe {
             if lane == 0 {
                 scoped::store_relaxed(
@@ -863,6 +896,55 @@ unsafe fn layout(b: Bufs, s: Shape) {
                     b.scratch.wrapping_add(unit),
                     tag << 32 | u64::from(hits),
                 );
+            }
+            if col < e_n && segment_ranks {
+                // The pairs' ranks within the segment; the column's last unit waits for the
+                // column's earlier units and writes every segment's prefix, and the column's
+                // total (`Shape::segment_ranks`).
+                unrolled!(0 1 2 3; i => {
+                    let (t, f) = (first + i * LAYOUT_CHUNK + lane as usize, found[i]);
+                    if t < t_n && f != 0 {
+                        st(b.send_pair, t * k_n + (f & 0xff) as usize - 1, (f >> 8) as i32);
+                    }
+                });
+                if sg + 1 == segs {
+                    let mut carry = 0u32;
+                    let mut c0 = 0;
+                    while c0 < segs {
+                        let c = c0 + lane as usize;
+                        let h = if c < sg {
+                            let word = b.scratch.wrapping_add(col as usize * segs + c);
+                            signal_wait_until_backoff(word, Cmp::Ge, tag << 32, LOOKBACK_SLEEP_NS)
+                                as u32
+                        } else if c == sg {
+                            hits
+                        } else {
+                            0
+                        };
+                        // Inclusive: `x` = the hits of segments `c0 ..= c`.
+                        let mut x = h;
+                        let mut off = 1;
+                        while off < 32 {
+                            let y = shfl_idx(x, lane.saturating_sub(off));
+                            x += if lane >= off { y } else { 0 };
+                            off *= 2;
+                        }
+                        if c < segs {
+                            st(
+                                b.scratch,
+                                seg_prefix_at(s, col, c),
+                                u64::from(carry + x - h),
+                            );
+                        }
+                        carry += shfl_idx(x, 31);
+                        c0 += 32;
+                    }
+                    if lane == 0 {
+                        st(b.counts, mine() + col as usize, carry);
+                    }
+                }
+                u += nw as usize;
+                continue;
             }
             // The hits of the column's earlier units, each once its warp has published it
             // this launch (earlier launches' tags are smaller). An expert column's warps poll
@@ -1129,7 +1211,14 @@ unsafe fn send<const ROWS: bool>(
         if dest == d {
             let eu = e as u32;
             if tp {
-                let p = ld(b.base, eu as usize) + ld(b.send_pair, q) as u32;
+                // With `segment_ranks`, the pairs of the expert's earlier segments too.
+                let pre = if s.segment_ranks() {
+                    let sg = t / (LAYOUT_CHUNK * LAYOUT_SEGMENT);
+                    ld(b.scratch, seg_prefix_at(s, eu, sg)) as u32
+                } else {
+                    0
+                };
+                let p = ld(b.base, eu as usize) + pre + ld(b.send_pair, q) as u32;
                 if p < ld(b.base, (e_n + eu) as usize) {
                     pair = p as i32;
                 }
@@ -3261,7 +3350,15 @@ kernels! {
     /// barriers), in 1-D blocks of a multiple of 32 threads; `b` holds the symmetric buffers
     /// sized as the module documentation says, zeroed before round 1; `topk` holds distinct
     /// experts per token (or -1); rounds count up by one per dispatch.
-    moe_layout => layout;
+    moe_layout => layout(false);
+
+    /// [`moe_layout()`] for shapes with [`Shape::segment_ranks`] (`bf16` tokens): an expert
+    /// column's units leave their pairs' ranks within the unit, and only the column's last
+    /// unit waits for the earlier ones, writing each unit's prefix.
+    ///
+    /// # Safety
+    /// As [`moe_layout()`], for such a shape.
+    moe_layout_segments => layout(true);
 
     /// Sends every token to the PEs of its experts, for shapes whose
     /// [`Shape::dispatch_path`] is [`DispatchPath::LowLatency`]. Returns once every PE's

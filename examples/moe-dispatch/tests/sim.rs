@@ -244,7 +244,13 @@ fn run_case_on(c: &Case, mode: u32, seed: u64, rounds: u32, grid: (u32, u32)) {
             });
         };
         if mode == MODE_THROUGHPUT {
-            launch("layout", k::moe_layout, 0);
+            // The layout the host launches for the shape.
+            let layout = if s.segment_ranks() {
+                k::moe_layout_segments
+            } else {
+                k::moe_layout
+            };
+            launch("layout", layout, 0);
         }
         launch(
             "dispatch",
