@@ -821,11 +821,11 @@ unsafe fn scan_unit<const N: usize>(
 ///    column's total into this PE's row of `counts`. With `segment_ranks`
 ///    ([`moe_layout_segments()`]) an expert column's units leave their pairs' ranks within the
 ///    unit, and only the column's last unit waits for the earlier ones: it writes each unit's
-///    prefix ([`seg_prefix_at`]), which [`send`] adds, and the total. (Two passes around a second grid
-///    barrier took 2.3 µs more at 128 tokens on one H100.) The destinations' columns come
-///    first, and each of their units, its rows' slots written, adds one to
-///    `signals[SIG_SLOTS]`: the dispatch's rows wait for that count ([`slot_units`] a
-///    round), not for this grid to end.
+///    prefix ([`seg_prefix_at`]), which [`send`] adds, and the total. (Two passes around a
+///    second grid barrier took 2.3 µs more at 128 tokens on one H100.) The destinations'
+///    columns come first, and each of their units, its rows' slots written, adds one to
+///    `signals[SIG_SLOTS]`: the dispatch's rows wait for that count ([`slot_units`] a round),
+///    not for this grid to end.
 /// 2. Each block counts itself in once its units are done; the grid's last block sends the
 ///    row to every other PE and waits for theirs; then its warps work out, 32 experts a
 ///    warp with a segmented warp scan, `base` (this PE's first pair and the capacity's end,
