@@ -490,8 +490,8 @@ shuffle64!(u64, i64, f64);
 ///
 /// # Performance
 /// The warp functions here ([`shfl_xor`], [`shfl_idx`], [`ballot`], [`warp_sum`],
-/// [`warp_or`]) are one instruction each when the compiler can see that the warp is
-/// converged. After a branch on something that differs between lanes (`if e >= 0 { .. }`
+/// [`warp_prefix_sum`], [`warp_or`]) take one instruction a shuffle when the compiler can see
+/// that the warp is converged. After a branch on something that differs between lanes (`if e >= 0 { .. }`
 /// on a lane's own value), the warp may still be diverged where the call is, and `ptxas`
 /// runs a slow path for a divergent warp around every shuffle (`WARPSYNC.COLLECTIVE`,
 /// `ENDCOLLECTIVE` in the SASS). Compute a lane's operand without a branch (a select,
@@ -513,6 +513,24 @@ pub fn warp_sum<T: Shuffle + core::ops::Add<Output = T>>(mut v: T) -> T {
         m /= 2;
     }
     v
+}
+
+/// The sum of `v` over lanes `from ..= lane_id()` of the warp, in each lane (an inclusive
+/// scan of [`shfl_idx`]s, Hillis and Steele's). Each lane gives its own `from`, at most its
+/// lane: with `from = 0` in every lane, a plain prefix sum; with each lane's `from` the first
+/// lane of its run of lanes, a sum within runs (a segmented scan: every lane of a run must
+/// give the run's first lane). Same convergence rule as [`shfl_xor`].
+#[inline(always)]
+pub fn warp_prefix_sum(v: u32, from: u32) -> u32 {
+    let lane = lane_id();
+    let mut x = v;
+    let mut off = 1;
+    while off < WARP_SIZE {
+        let y = shfl_idx(x, lane.saturating_sub(off));
+        x += if lane >= from + off { y } else { 0 };
+        off *= 2;
+    }
+    x
 }
 
 /// `__shfl_sync(0xffffffff, v, src_lane)`: every lane gets `v` of lane `src_lane` (`0..32`).

@@ -41,6 +41,37 @@ fn indices_and_block_barrier() {
     }
 }
 
+/// `warp_prefix_sum`: a plain prefix sum, and sums within runs of lanes (runs of 1, 5, 3, 11,
+/// 12 lanes, each lane giving its run's first lane).
+#[test]
+fn warp_prefix_sums_plain_and_within_runs() {
+    const RUNS: [u32; 5] = [1, 5, 3, 11, 12];
+    run(1, 32, 5, || {
+        let lane = lane_id();
+        let v = lane * lane + 3;
+        let plain = warp_prefix_sum(v, 0);
+        assert_eq!(
+            plain,
+            (0..=lane).map(|l| l * l + 3).sum::<u32>(),
+            "lane {lane}"
+        );
+        let mut from = 0;
+        for r in RUNS {
+            if lane < from + r {
+                break;
+            }
+            from += r;
+        }
+        let within = warp_prefix_sum(v, from);
+        assert_eq!(
+            within,
+            (from..=lane).map(|l| l * l + 3).sum::<u32>(),
+            "lane {lane}"
+        );
+    })
+    .unwrap();
+}
+
 #[test]
 fn warp_shuffles_and_ballots_with_a_partial_warp() {
     let out: Vec<AtomicU32> = (0..40).map(|_| AtomicU32::new(0)).collect();

@@ -922,13 +922,7 @@ unsafe fn layout(b: Bufs, s: Shape, segment_ranks: bool) {
                             0
                         };
                         // Inclusive: `x` = the hits of segments `c0 ..= c`.
-                        let mut x = h;
-                        let mut off = 1;
-                        while off < 32 {
-                            let y = shfl_idx(x, lane.saturating_sub(off));
-                            x += if lane >= off { y } else { 0 };
-                            off *= 2;
-                        }
+                        let x = warp_prefix_sum(h, 0);
                         if c < segs {
                             st(
                                 b.scratch,
@@ -1088,18 +1082,8 @@ unsafe fn layout(b: Bufs, s: Shape, segment_ranks: bool) {
         let carry = warp_sum(carry);
         // The first expert of `e`'s PE; a lane past `E` makes a segment of its own.
         let first = if live { e / l_n * l_n } else { e };
-        // Inclusive: `x` = the kept pairs of `max(first, e - 2^i + 1) ..= e` after step `i`.
-        let mut x = kept;
-        let mut off = 1;
-        while off < 32 {
-            let y = shfl_idx(x, lane.saturating_sub(off));
-            x += if lane >= off && e - off >= first {
-                y
-            } else {
-                0
-            };
-            off *= 2;
-        }
+        // Inclusive: `x` = the kept pairs of `max(first, c0) ..= e`.
+        let mut x = warp_prefix_sum(kept, first.saturating_sub(c0));
         // The segment began before these 32: add its sum up to the last expert before them.
         x += if first < c0 { carry } else { 0 };
         let seg = x - kept;
