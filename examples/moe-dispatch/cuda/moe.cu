@@ -167,8 +167,7 @@ __device__ __forceinline__ void pdl_wait() {
 // Units of the layout that place this PE's rows, each counted in signals[SIG_SLOTS] once
 // done (kernels.rs, slot_units).
 __device__ __forceinline__ uint64_t slot_units(const Shape &s) {
-  uint64_t seg = LAYOUT_CHUNK * LAYOUT_SEGMENT;
-  return (uint64_t)s.n_pes * ((s.tokens + seg - 1) / seg);
+  return (uint64_t)s.n_pes * layout_segments(s);
 }
 // Throughput mode: waits, in one warp, until this round's layout has placed every row of
 // this PE, with acquire loads (kernels.rs, wait_slots).
@@ -191,7 +190,7 @@ template <bool SEG> __device__ __forceinline__ void layout(Bufs b, Shape s) {
   uint32_t lane, gw, nw;
   warps(lane, gw, nw);
   size_t row_len = e_n + n, mine = me * row_len;
-  size_t segs = (t_n + LAYOUT_CHUNK * LAYOUT_SEGMENT - 1) / (LAYOUT_CHUNK * LAYOUT_SEGMENT);
+  size_t segs = layout_segments(s);
   size_t units = row_len * segs;
   // This launch's tag: one more than the generation, which the launch's last block moves on
   // by one. A unit publishes its hits with the tag; a later unit of the same column waits
