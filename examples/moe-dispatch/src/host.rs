@@ -290,6 +290,20 @@ pub struct Kernels<'m> {
     sms: u32,
 }
 
+/// Runs `$body` with `$f` bound to the throughput layout kernel of `$shape` in `$k` (a
+/// [`Kernels`]): the one place that maps [`Shape::segment_ranks`] to its kernel.
+macro_rules! with_layout {
+    ($k:expr, $shape:expr, $f:ident => $body:expr) => {
+        if $shape.segment_ranks() {
+            let $f = &$k.layout_segments;
+            $body
+        } else {
+            let $f = &$k.layout;
+            $body
+        }
+    };
+}
+
 /// Runs `$body` with `$f` bound to the dispatch kernel of `$path` in `$k` (a [`Kernels`]):
 /// the one place that maps a [`DispatchPath`] to its kernel.
 macro_rules! with_dispatch {
@@ -338,14 +352,10 @@ impl<'m> Kernels<'m> {
         })
     }
 
-    /// Blocks of the throughput layout kernel of `shape` ([`Shape::segment_ranks`]) that fit
-    /// on the GPU at once with `cfg`'s block.
+    /// Blocks of the throughput layout kernel of `shape` that fit on the GPU at once with
+    /// `cfg`'s block.
     fn layout_fit(&self, shape: Shape, cfg: &LaunchConfig<'_>) -> Result<u32> {
-        if shape.segment_ranks() {
-            self.layout_segments.max_coresident_blocks(cfg)
-        } else {
-            self.layout.max_coresident_blocks(cfg)
-        }
+        with_layout!(self, shape, f => f.max_coresident_blocks(cfg))
     }
 
     /// Blocks of the dispatch kernel of `shape` that fit on the GPU at once with `cfg`'s
@@ -371,11 +381,7 @@ impl<'m> Kernels<'m> {
         // SAFETY: the caller's contract; the layout precedes the dispatch of the same round.
         unsafe {
             if s.mode == MODE_THROUGHPUT {
-                if s.segment_ranks() {
-                    to.launch(&self.layout_segments, g[0], (b, s))?;
-                } else {
-                    to.launch(&self.layout, g[0], (b, s))?;
-                }
+                with_layout!(self, s, f => to.launch(f, g[0], (b, s)))?;
             }
             with_dispatch!(self, s.dispatch_path(), f => to.launch(f, g[1], (b, s)))
         }
