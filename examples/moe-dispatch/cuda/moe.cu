@@ -40,7 +40,6 @@ struct Bufs {
 
 enum : uint32_t { LOW_LATENCY = 0, THROUGHPUT = 1 };
 enum : uint32_t { BF16 = 0, FP8 = 1 };
-constexpr size_t FP8_GROUP = 128;
 enum : size_t { LAYOUT_BARRIER = 0, ROW_CURSORS = 2 };
 // Words from one counter of work to the next: each on a 128-byte line of its own (kernels.rs,
 // COUNTER_STRIDE). Counter ROW_CURSORS + d: rows sent towards PE d; ROW_CURSORS + n + e: pair
@@ -593,22 +592,20 @@ __device__ __forceinline__ uint32_t group_len(const Shape &s) {
   return g ? g : 1;
 }
 
-// The block-per-token dispatches: the block takes its tokens group_len at a time. In
+// The bf16 dispatches through registers (kernels.rs, send_grouped), where the build or the
+// launch has no bulk copies: the block takes its tokens group_len at a time. In
 // low-latency mode its warps send the group's metadata (a warp per (token, destination))
 // while the threads load the first batch of the group's first row (a warp that sends loads
 // after it); in throughput mode the block's first warp waits for the layout to have placed
 // the rows (wait_slots) and the block meets it, before the first group, and the block sends
 // its tokens' metadata after its last row, once the whole layout is out. Then the threads
 // store the
-// group's rows batch by batch (store(t, first, v) with v prepared from fetch(t, first)) into
-// every PE they go to whose memory is mapped here, where send_slot says; in low-latency mode
-// after a barrier, as send writes send_slot there (kernels.rs, send_grouped). With AHEAD the next batch's loads are issued while a batch is stored (a
-// batch past the row's end loads nothing). store returns whether some destination
-// of t is not mapped; then, after a barrier, the group's (token, destination) warps call
-// put(t, d, target).
-template <bool AHEAD, class V, class Fetch, class Prepare, class Store, class Put>
-__device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetch fetch, Prepare prepare, Store store,
-                                             Put put) {
+// group's rows batch by batch (store(t, first, v) with v = fetch(t, first)) into every PE
+// they go to whose memory is mapped here, where send_slot says; in low-latency mode after a
+// barrier, as send writes send_slot there. store returns whether some destination of t is not
+// mapped; then, after a barrier, the group's (token, destination) warps call put(t, d, target).
+template <class Fetch, class Store, class Put>
+__device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetch fetch, Store store, Put put) {
   uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
   size_t t_n = s.tokens, h = s.hidden, stride = gridDim.x;
   uint32_t g_n = group_len(s), units = g_n * n, batch = HELD * blockDim.x;
@@ -623,21 +620,14 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
     __syncthreads();
   }
   for (size_t t0 = blockIdx.x; t0 < t_n; t0 += g_n * stride) {
-    V v;
-    uint4 raw[HELD], next[HELD];
+    uint4 v[HELD];
     for (uint32_t u = w; u < units && !tp; u += nw) {
       size_t t = t0 + u / n * stride;
       if (t < t_n) send<true>(b, s, t, u % n, lane, pick(b, s, t, lane));
     }
     size_t rows = (t_n - t0 + stride - 1) / stride;
     uint32_t steps = (uint32_t)(rows < g_n ? rows : g_n) * nb;
-    auto ahead = [&](uint32_t j) {
-      if (j < steps) fetch(next, t0 + j / nb * stride, j % nb * batch, threadIdx.x, blockDim.x);
-      else fetch(next, t0, chunks, threadIdx.x, blockDim.x);
-    };
-    fetch(raw, t0, 0, threadIdx.x, blockDim.x);
-    prepare(v, raw);
-    if (AHEAD) ahead(1);
+    fetch(v, t0, 0, threadIdx.x, blockDim.x);
     // The rows wait for the group's slots in low-latency mode (send writes them there; in
     // throughput mode the layout kernel did).
     if (!tp) __syncthreads();
@@ -645,13 +635,7 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
     for (uint32_t j = 0;;) {
       unmapped |= store(t0 + j / nb * stride, j % nb * batch, v, Placed{true, 0}, threadIdx.x, blockDim.x);
       if (++j == steps) break;
-      if (AHEAD) {
-        prepare(v, next);
-        ahead(j + 1);
-      } else {
-        fetch(raw, t0 + j / nb * stride, j % nb * batch, threadIdx.x, blockDim.x);
-        prepare(v, raw);
-      }
+      fetch(v, t0 + j / nb * stride, j % nb * batch, threadIdx.x, blockDim.x);
     }
     if (unmapped) {
       __syncthreads();
@@ -681,10 +665,6 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
       }
   }
 }
-
-struct Held {
-  uint4 v[HELD];
-};
 
 // Completes the block's puts, p's and AMOs for its thread 0 (every thread calls it). When
 // every PE's memory is mapped here they were plain stores: after the barrier, one quiet
@@ -1016,59 +996,83 @@ __device__ __forceinline__ bool send_held(const Bufs &b, const Shape &s) {
     return early_counts(s);
   }
 #endif
-  send_grouped<false, Held>(
+  send_grouped(
       b, s,
       [&](uint4 raw[HELD], size_t t, uint32_t first, uint32_t tid, uint32_t bs) {
         load_held<false>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks, tid, bs);
       },
-      [&](Held &v, const uint4 raw[HELD]) {
-#pragma unroll
-        for (uint32_t j = 0; j < HELD; j++) v.v[j] = raw[j];
-      },
-      [&](size_t t, uint32_t first, const Held &v, Placed by, uint32_t tid, uint32_t bs) {
+      [&](size_t t, uint32_t first, const uint4 v[HELD], Placed by, uint32_t tid, uint32_t bs) {
         return each_mapped(b, s, t, by,
-                           [&](uint16_t *peer) { store_held(v.v, (uint4 *)peer, first, chunks, tid, bs); });
+                           [&](uint16_t *peer) { store_held(v, (uint4 *)peer, first, chunks, tid, bs); });
       },
       put);
   return false;
 }
-
-// The throughput FP8 dispatch loads its next batch ahead from sm_90 up (as kernels.rs,
-// FP8_AHEAD).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-constexpr bool FP8_AHEAD = true;
-#else
-constexpr bool FP8_AHEAD = false;
-#endif
 
 struct Quantised {
   uint4 q[PAIRS];
   float scale[PAIRS];
 };
 
-// The throughput FP8 dispatch (send_grouped): the block loads a row and quantises it in
-// registers, then stores the e4m3 row into each PE it goes to whose memory is mapped here.
-// Only when a destination is not mapped does it also write the row into its staging row,
-// which a warp then puts there. Every warp copies, the metadata after the rows (kernels.rs,
-// send_quantised).
-__device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
-  size_t h = s.hidden;
-  uint32_t chunks = h / 8;
-  size_t sent_bytes = h + h / FP8_GROUP * 4;
-  auto fetch = [&](uint4 raw[HELD], size_t t, uint32_t first, uint32_t rank, uint32_t threads) {
-    load_held<true>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks, rank, threads);
-  };
-  auto prepare = [&](Quantised &v, const uint4 raw[HELD]) { quantize_held(raw, v.q, v.scale); };
-  auto store = [&](size_t t, uint32_t first, const Quantised &v, Placed by, uint32_t rank, uint32_t threads) {
-    bool staged =
-        each_mapped(b, s, t, by, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first, rank, threads); });
-    if (staged) store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first, rank, threads);
-    return staged;
-  };
-  auto put = [&](size_t t, uint32_t d, uint16_t *target) {
-    nvshmemx_putmem_nbi_warp(target, b.comb_stage + t * h, sent_bytes, d);
-  };
-  send_grouped<FP8_AHEAD, Quantised>(b, s, fetch, prepare, store, put);
+// The FP8 dispatches' copying warps, warp gw of nrw (kernels.rs, copy_units): they take the
+// rows' units of 1024 values in turn, load a unit, quantise it in registers and store it into
+// every PE the row goes to whose memory is mapped here: low latency, row t there, found from
+// the routing; TP, the layout's slot. meet() runs once, after the first unit's loads are
+// issued. A unit towards a PE that is not mapped is staged, and put there after the warp's
+// last unit, out of the copying loop, whose registers NVSHMEM's put would crowd.
+template <bool TP, class Meet>
+__device__ __forceinline__ void copy_units(const Bufs &b, const Shape &s, uint32_t gw, uint32_t nrw, Meet meet) {
+  uint32_t n = s.n_pes, lane = threadIdx.x % 32;
+  size_t h = s.hidden, t_n = s.tokens;
+  uint32_t chunks = (uint32_t)(h / 8), per_row = (chunks + 127) / 128, units = (uint32_t)t_n * per_row;
+  bool staged = false, met = false;
+  for (uint32_t u = gw; u < units; u += nrw) {
+    size_t t = u / per_row;
+    uint32_t first = u % per_row * 128;
+    uint4 raw[HELD];
+    load_held<true>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks, lane, 32);
+    if (!met) {
+      meet();
+      met = true;
+    }
+    int32_t e = TP ? -1 : choice(b, s, t, lane);
+    Quantised v;
+    quantize_held(raw, v.q, v.scale);
+    Placed by = TP ? Placed{true, 0} : Placed{false, routed(s, e)};
+    bool unmapped =
+        each_mapped(b, s, t, by, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first, lane, 32); });
+    if (unmapped) {
+      store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first, lane, 32);
+      staged = true;
+    }
+  }
+  if (!met) meet();
+  if (staged) {
+    __syncwarp();
+    for (uint32_t u = gw; u < units; u += nrw) {
+      size_t t = u / per_row, f = u % per_row * 128;
+      uint16_t *stage = b.comb_stage + t * h;
+      size_t bytes = min(h / 2, 4 * f + 512) - 4 * f, groups = min(h / 128, f / 16 + 8) - f / 16;
+      size_t scales = h / 2 + 2 * (f / 16);
+      auto put = [&](uint16_t *at, uint32_t d) {
+        nvshmemx_putmem_nbi_warp(at + 4 * f, stage + 4 * f, bytes * 2, d);
+        nvshmemx_putmem_nbi_warp(at + scales, stage + scales, groups * 4, d);
+      };
+      if (TP) {
+        for (uint32_t d = 0; d < n; d++) {
+          uint16_t *peer, *at = target(b, s, t, d, peer);
+          if (at && !peer) put(at, d);
+        }
+        continue;
+      }
+      uint32_t mask = routed(s, choice(b, s, t, lane));
+      uint16_t *at = row_at(b, s, t);
+      for (uint32_t d = 0; d < n; d++) {
+        if (!(mask >> d & 1) || nvshmem_ptr(at, d)) continue;
+        put(at, d);
+      }
+    }
+  }
 }
 
 // The low-latency FP8 dispatch, its blocks split by role (kernels.rs, send_by_role): the
@@ -1081,8 +1085,7 @@ __device__ __forceinline__ void send_quantised(const Bufs &b, const Shape &s) {
 __device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, wpb = blockDim.x / 32;
   uint32_t g = gridDim.x, meta_blocks = role_meta_blocks();
-  size_t h = s.hidden, t_n = s.tokens;
-  uint32_t chunks = (uint32_t)(h / 8);
+  size_t t_n = s.tokens;
   if (blockIdx.x < meta_blocks) {
     size_t mb = blockIdx.x;
     uint32_t count = mb < t_n ? (uint32_t)((t_n - mb + meta_blocks - 1) / meta_blocks) : 0u, k_n = s.top_k;
@@ -1103,40 +1106,27 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
     if (rows) atomicAdd(counter(b, ROW_CURSORS + lane), rows);
     return;
   }
-  uint32_t per_row = (chunks + 127) / 128, units = (uint32_t)t_n * per_row;
-  uint32_t gw = (blockIdx.x - meta_blocks) * wpb + w, nrw = (g - meta_blocks) * wpb;
-  bool staged = false;
-  for (uint32_t u = gw; u < units; u += nrw) {
-    size_t t = u / per_row;
-    uint32_t first = u % per_row * 128;
-    uint4 raw[HELD];
-    load_held<true>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks, lane, 32);
-    int32_t e = choice(b, s, t, lane);
-    Quantised v;
-    quantize_held(raw, v.q, v.scale);
-    bool unmapped = each_mapped(b, s, t, Placed{false, routed(s, e)},
-                                [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first, lane, 32); });
-    if (unmapped) {
-      store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first, lane, 32);
-      staged = true;
-    }
-  }
-  // The staged units put now: out of the copying loop, whose registers NVSHMEM's put would
-  // crowd (as in Rust).
-  if (staged) {
-    __syncwarp();
-    for (uint32_t u = gw; u < units; u += nrw) {
-      size_t t = u / per_row, f = u % per_row * 128;
-      uint32_t mask = routed(s, choice(b, s, t, lane));
-      uint16_t *at = row_at(b, s, t), *stage = b.comb_stage + t * h;
-      size_t bytes = min(h / 2, 4 * f + 512) - 4 * f, groups = min(h / 128, f / 16 + 8) - f / 16;
-      size_t scales = h / 2 + 2 * (f / 16);
-      for (uint32_t d = 0; d < n; d++) {
-        if (!(mask >> d & 1) || nvshmem_ptr(at, d)) continue;
-        nvshmemx_putmem_nbi_warp(at + 4 * f, stage + 4 * f, bytes * 2, d);
-        nvshmemx_putmem_nbi_warp(at + scales, stage + scales, groups * 4, d);
-      }
-    }
+  copy_units<false>(b, s, (blockIdx.x - meta_blocks) * wpb + w, (g - meta_blocks) * wpb, [] {});
+}
+
+// The throughput FP8 dispatch by units (kernels.rs, send_units_throughput): every warp loads
+// its first unit, the block's first warp then waits for the layout to have placed the rows
+// (wait_slots) and the block meets it; the warps copy the rows' units among the grid's, into
+// the layout's slots, and the block sends its tokens' metadata (a warp per (token, PE)) once
+// the whole layout is out, each warp's first token's choices and weights loaded before that
+// wait.
+__device__ __forceinline__ void send_units_throughput(const Bufs &b, const Shape &s) {
+  uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32, g = gridDim.x;
+  copy_units<true>(b, s, blockIdx.x * nw + w, g * nw, [&] {
+    if (w == 0) wait_slots(b, s);
+    __syncthreads();
+  });
+  size_t mb = blockIdx.x, t_n = s.tokens;
+  uint32_t count = mb < t_n ? (uint32_t)((t_n - mb + g - 1) / g) : 0u;
+  pdl_wait();
+  for (uint32_t u = w; u < count * n; u += nw) {
+    size_t t = mb + (size_t)(u / n) * g;
+    send<true>(b, s, t, u % n, lane, pick(b, s, t, lane));
   }
 }
 
@@ -1164,7 +1154,7 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   if (PATH == FP8_LOW_LATENCY_PATH)
     send_by_role(b, s);
   else if (fp8)
-    send_quantised(b, s);
+    send_units_throughput(b, s);
   else
     early = send_held(b, s);
   // Whether block 0 reads the counts after the wait (as in Rust): then the blocks that took
@@ -1196,7 +1186,7 @@ extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput(Bufs b, Shape
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8(Bufs b, Shape s) {
   dispatch<FP8_LOW_LATENCY_PATH>(b, s);
 }
-extern "C" __global__ void __maxnreg__(80) moe_dispatch_fp8_throughput(Bufs b, Shape s) {
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8_throughput(Bufs b, Shape s) {
   dispatch<FP8_THROUGHPUT_PATH>(b, s);
 }
 

@@ -56,9 +56,10 @@
 //!   stores the `e4m3` values straight into every PE they go to. In low-latency mode the
 //!   grid's blocks are split by role: one in [`ROLE_META_SHARE`] sends the metadata, the
 //!   others' warps take the rows 1024 values at a time, waiting for none of it. In
-//!   throughput mode a block per token, as the low-latency `bf16` dispatch, every warp
-//!   copying, the rows once the layout's destination columns are done, as the `bf16` rows,
-//!   and the block sends the metadata of its tokens after its last row.
+//!   throughput mode every warp takes the rows 1024 values at a time, its first loads
+//!   issued before the rows' slots are waited for (once the layout's destination columns are
+//!   done, as the `bf16` rows), and the block sends the metadata of its tokens after its
+//!   last row.
 //!
 //! # Completion
 //! A block's puts are complete before it signals: when every PE's memory is mapped (the
@@ -1390,40 +1391,6 @@ fn quantize_held(v: &[Chunk; HELD]) -> ([Chunk; PAIRS], [f32; PAIRS]) {
     (q, scale)
 }
 
-/// What the block-per-token dispatches do to a batch between loading and storing it
-/// ([`send_grouped`]): nothing ([`AsLoaded`]) or quantise it ([`Quantise`]).
-/// A trait with inlined methods rather than a closure: as a closure (or a function item)
-/// called from four places (when one FP8 kernel served both modes), LLVM kept it out of
-/// line on sm_80, the batch through the stack (112 bytes).
-trait Prepare: Copy {
-    /// The prepared batch.
-    type V;
-    /// Every thread of the warp calls it (the quantisation shuffles).
-    fn prepare(self, raw: [Chunk; HELD]) -> Self::V;
-}
-
-/// The batch as loaded (the `bf16` dispatch).
-#[derive(Clone, Copy)]
-struct AsLoaded;
-impl Prepare for AsLoaded {
-    type V = [Chunk; HELD];
-    #[inline(always)]
-    fn prepare(self, raw: [Chunk; HELD]) -> Self::V {
-        raw
-    }
-}
-
-/// The batch quantised ([`quantize_held`], loaded `PAIRED`).
-#[derive(Clone, Copy)]
-struct Quantise;
-impl Prepare for Quantise {
-    type V = ([Chunk; PAIRS], [f32; PAIRS]);
-    #[inline(always)]
-    fn prepare(self, raw: [Chunk; HELD]) -> Self::V {
-        quantize_held(&raw)
-    }
-}
-
 /// Stores what [`quantize_held`] made of the pairs at chunk `first` into the sent row at
 /// `to` (`h` `e4m3` bytes, then one `f32` scale per group); the thread of a group's first
 /// pair stores the scale.
@@ -1573,61 +1540,46 @@ fn group_len(s: Shape) -> u32 {
 /// [`group_len`] in low-latency mode.
 const LOW_LATENCY_GROUP: u32 = 2;
 
-/// Whether the throughput FP8 dispatch loads its next batch ahead ([`send_grouped`]'s
-/// `AHEAD`): from sm_90 up, where it fits the kernel's registers (at 80 on sm_80 ptxas
-/// spills 8 bytes), and on the simulator, which tests the path. On one H100 the FP8 dispatch
-/// took 3-5 % less time with it at 512 and 4096 tokens, either mode; the `bf16` one, loading the group's
-/// second row ahead, 2-10 % more (it then needs 80 registers, three blocks an SM).
-///
-/// Holding the batches in flight in shared memory instead, 2 or 3 batches ahead with
-/// `cp.async` (no registers held), took 1.34-1.39 times as long at 4096 tokens (the twin's
-/// low-latency FP8 dispatch on one H100; BENCHMARKS.md, twenty-first session).
-const FP8_AHEAD: bool = cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90"));
-
-/// The block-per-token dispatches but the low-latency FP8 one ([`send_by_role`]): the `bf16`
-/// dispatches through registers and the throughput FP8 one (`TP`: throughput mode, a copy of
-/// the function each). The block takes its tokens (`block_idx_x()` and on by `grid_dim_x()`)
-/// [`group_len`] at a time. In low-latency mode its warps send the group's metadata ([`send`],
-/// a warp per (token, destination)), while the threads load the first batch of the group's
-/// first row (`fetch(t, 0, tid, bs)`; a warp that sends loads after it: held across the
-/// metadata, the chunks would not fit the kernel's registers), and the block synchronises
-/// once (`send` writes the slots). In throughput mode, launched as the layout's dependent,
-/// the block's first warp waits for the layout to have placed the rows ([`wait_slots`])
-/// and the block meets, before its first group. (With every warp polling the one word, 32
-/// a block and four blocks an SM, the layout's adds to it came later: on one H200 at 1 PE,
-/// held, the FP8 rounds took 18.0-18.2 µs at 512 tokens against 15.4-15.5, and 37.6-38.0
+/// The `bf16` dispatches through registers (`TP`: throughput mode, a copy of the function
+/// each), where the build or the launch has no bulk copies ([`send_held`]). The block takes
+/// its tokens (`block_idx_x()` and on by `grid_dim_x()`) [`group_len`] at a time. In
+/// low-latency mode its warps send the group's metadata ([`send`], a warp per (token,
+/// destination)), while the threads load the first batch of the group's first row
+/// (`fetch(t, 0, tid, bs)`; a warp that sends loads after it: held across the metadata, the
+/// chunks would not fit the kernel's registers), and the block synchronises once (`send`
+/// writes the slots). In throughput mode, launched as the layout's dependent, the block's
+/// first warp waits for the layout to have placed the rows ([`wait_slots`]) and the block
+/// meets, before its first group. (With every warp polling the one word, 32 a block and four
+/// blocks an SM, the layout's adds to it came later: on one H200 at 1 PE, held, the FP8
+/// rounds of this function took 18.0-18.2 µs at 512 tokens against 15.4-15.5, and 37.6-38.0
 /// at 4096 against 36.5-36.9; BENCHMARKS.md, fiftieth session.) The block sends the metadata
 /// of all its tokens after its last row, once the whole layout is out
 /// ([`shmem_device::pdl::wait`]), each warp's first token's choices and weights ([`pick`])
-/// loaded before that wait. Then it stores the
-/// group's rows batch by batch (`store(t, first, v, Placed::Slots, tid, bs)` with
-/// `v = prep.prepare(fetch(t, first, tid, bs))`, [`HELD`] chunks a thread a batch) into every
-/// PE they go to whose memory is mapped here. With `AHEAD` the next batch's loads are issued
-/// before the barrier and before each batch is stored, so that they are in flight meanwhile
-/// (a batch past the last is fetched at the row's end, which loads nothing). `store` returns
-/// whether some destination of `t` is not mapped; then, after a barrier, the group's (token,
-/// destination) warps call `put(t, d, at)` to send the row to `at` on `d`.
+/// loaded before that wait. Then it stores the group's rows batch by batch
+/// (`store(t, first, v, Placed::Slots, tid, bs)` with `v = fetch(t, first, tid, bs)`,
+/// [`HELD`] chunks a thread a batch) into every PE they go to whose memory is mapped here.
+/// `store` returns whether some destination of `t` is not mapped; then, after a barrier, the
+/// group's (token, destination) warps call `put(t, d, at)` to send the row to `at` on `d`.
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it; in throughput mode after
 /// [`moe_layout()`] of the round, which wrote `send_slot`. `fetch` (with `t < T`, and
-/// `first` a batch of the row or the row's end), `prep` and `store` are called by every
-/// thread of the block, `put` by whole warps, with `t < T` (`put` after `send_slot[t]` is
-/// complete); `store`'s result is the same in every thread.
+/// `first` a batch of the row) and `store` are called by every thread of the block, `put` by
+/// whole warps, with `t < T` (`put` after `send_slot[t]` is complete); `store`'s result is
+/// the same in every thread.
 #[inline(always)]
-unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
+unsafe fn send_grouped<const TP: bool>(
     b: Bufs,
     s: Shape,
     mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
-    prep: P,
-    mut store: impl FnMut(usize, u32, &P::V, Placed, u32, u32) -> bool,
+    mut store: impl FnMut(usize, u32, &[Chunk; HELD], Placed, u32, u32) -> bool,
     mut put: impl FnMut(usize, u32, Sym<u16>),
 ) {
     let (n, t_n, tp) = (s.n_pes, s.tokens as usize, TP);
     let (w, nw, lane) = (warp_id(), warps_per_block(), lane_id());
     let (tid, bs) = (thread_idx_x(), block_dim_x());
     let mut fetch = |t, first| fetch(t, first, tid, bs);
-    let mut store = |t, first, v: &P::V| store(t, first, v, Placed::Slots, tid, bs);
+    let mut store = |t, first, v: &[Chunk; HELD]| store(t, first, v, Placed::Slots, tid, bs);
     let (g_n, stride) = (group_len(s), grid_dim_x() as usize);
     let units = g_n * n;
     let batch = HELD as u32 * block_dim_x();
@@ -1654,7 +1606,7 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
     let mut t0 = block_idx_x() as usize;
     while t0 < t_n {
         // SAFETY: every thread of the block runs the same groups, so it calls `sync_threads`,
-        // `fetch`, `prep` and `store` together, and each warp `send` and `put` whole; `t < T`,
+        // `fetch` and `store` together, and each warp `send` and `put` whole; `t < T`,
         // `d < n`; `send_slot[t]` is complete after the barrier before `put` (the caller's
         // contract in throughput mode, `send` in low-latency mode).
         unsafe {
@@ -1662,8 +1614,7 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
                 send_group(t0);
             }
             // In throughput mode the rows' slots, once, before the first group's first batch
-            // is loaded: one warp polls, the others meet it. (With the batch in flight, or
-            // before the loop, the FP8 kernel spilled 24 bytes on sm_90.)
+            // is loaded: one warp polls, the others meet it.
             if tp && t0 == block_idx_x() as usize {
                 if w == 0 {
                     wait_slots(b, s);
@@ -1673,16 +1624,7 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
             // Step `j` is batch `j % nb` of the group's row `j / nb`.
             let steps = (g_n as usize).min((t_n - t0).div_ceil(stride)) as u32 * nb;
             let at = |j: u32| (t0 + (j / nb) as usize * stride, j % nb * batch);
-            // Past the last step: a batch past the row's end, which loads nothing.
-            let ahead = |j: u32| if j < steps { at(j) } else { (t0, chunks) };
-            let mut v = prep.prepare(fetch(t0, 0));
-            // With `AHEAD`, the next step's loads are in flight while this one is stored.
-            let mut next = if AHEAD {
-                let (t, first) = ahead(1);
-                fetch(t, first)
-            } else {
-                [Chunk([0; 4]); HELD]
-            };
+            let mut v = fetch(t0, 0);
             // In low-latency mode the rows wait for the group's `send`s, which write
             // `send_slot`. (Found from the routing instead, without the barrier, the `bf16`
             // dispatch took 1.02-1.03 of the time at 512 and 4096 tokens on one H100;
@@ -1701,16 +1643,8 @@ unsafe fn send_grouped<const AHEAD: bool, const TP: bool, P: Prepare>(
                 if j == steps {
                     break;
                 }
-                v = prep.prepare(if AHEAD {
-                    next
-                } else {
-                    let (t, first) = at(j);
-                    fetch(t, first)
-                });
-                if AHEAD {
-                    let (t, first) = ahead(j + 1);
-                    next = fetch(t, first);
-                }
+                let (t, first) = at(j);
+                v = fetch(t, first);
             }
             if unmapped {
                 sync_threads();
@@ -1950,9 +1884,9 @@ unsafe fn send_held(b: Bufs, s: Shape) -> bool {
             })
         };
         if s.mode == MODE_THROUGHPUT {
-            send_grouped::<false, true, _>(b, s, fetch, AsLoaded, store, put);
+            send_grouped::<true>(b, s, fetch, store, put);
         } else {
-            send_grouped::<false, false, _>(b, s, fetch, AsLoaded, store, put);
+            send_grouped::<false>(b, s, fetch, store, put);
         }
     }
     false
@@ -2212,56 +2146,6 @@ unsafe fn put_unmapped(
     }
 }
 
-/// The throughput FP8 dispatch ([`send_grouped`]): the block loads a row and quantises it
-/// in registers ([`quantize_held`]), then stores the `e4m3` row into each PE it goes to
-/// whose memory is mapped here. Only when a destination is not mapped does the block also
-/// write the row into its staging row (row `t` of `comb_stage`), which a warp then puts
-/// there. In throughput mode every warp copies, the rows first and the metadata after them:
-/// on two H200s at 4096 tokens 0.94 of the time of a warp sending the metadata beside the
-/// copying ones, once the layout is out, at 2 PEs, 1.05 at 1 PE; and 0.97 of the time of each
-/// group's metadata after its rows (BENCHMARKS.md, forty-seventh session).
-///
-/// # Safety
-/// See [`moe_dispatch_fp8_throughput()`]; every thread of the block calls it.
-#[inline(always)]
-unsafe fn send_quantised(b: Bufs, s: Shape) {
-    let h = s.hidden as usize;
-    let chunks = (h / 8) as u32;
-    let stage = |t: usize| b.comb_stage.as_ptr().wrapping_add(t * h);
-    // SAFETY: as `send_grouped` says: `t < T`, and `send_slot[t]` complete at `store`; every
-    // thread calls `load`, so the shuffles run in whole warps; the row's slot on `d` is this
-    // token's alone, and the peer address is in `recv_x`'s bounds there; row `t` of
-    // `comb_stage` is this block's until the dispatch's `quiet`, and complete at `put` (after
-    // `send_grouped`'s barrier) (module documentation).
-    unsafe {
-        let fetch = |t: usize, first, rank, threads| {
-            let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
-            load_held::<true>(from, first, chunks, rank, threads)
-        };
-        let store = |t: usize, first, q: &_, by, rank, threads| {
-            let staged = each_mapped(b, s, t, by, |peer| {
-                store_fp8(q, peer, h, first, rank, threads)
-            });
-            if staged {
-                store_fp8(q, stage(t), h, first, rank, threads);
-            }
-            staged
-        };
-        // Called only for a PE whose memory is not mapped here: NVSHMEM's put without the
-        // peer copy, whose registers made this kernel spill (4 bytes on sm_90).
-        let put = |t: usize, d: u32, at: Sym<u16>| {
-            let len = s.sent_row();
-            put_nbi_unmapped(
-                Warp,
-                SymSlice::from_raw_parts(at.as_ptr(), len),
-                DeviceSlice::from_raw_parts(stage(t), len),
-                d as i32,
-            )
-        };
-        send_grouped::<FP8_AHEAD, true, _>(b, s, fetch, Quantise, store, put);
-    }
-}
-
 /// Completes the block's puts, `p`s and AMOs, then adds the block's share of its PE's
 /// arrival to `sig` on every PE ([`arrive`]): after everything the block issued before it,
 /// on every PE. With `own` = `Some(k)`, only blocks `0..k` add to this PE's own copy, with
@@ -2432,33 +2316,26 @@ unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: imp
     }
 }
 
-/// A unit of [`send_by_role`]'s copying warps, row `t` from chunk `first` (1024 values),
-/// staged in the row's staging row (`comb_stage` row `t`): put by the warp to each PE of the
-/// row whose memory is not mapped here, its `e4m3` bytes and its scales. The block's arrival
-/// quiets the puts.
+/// A unit of [`copy_units`]' warps, row `t` from chunk `first` (1024 values), staged in the
+/// row's staging row (`comb_stage` row `t`): put by the warp to each PE of the row whose
+/// memory is not mapped here (low latency: found from the routing; `TP`: the layout's
+/// slots, [`target`]), its `e4m3` bytes and its scales. The block's arrival quiets the puts.
 ///
 /// # Safety
-/// The whole warp, after the unit is staged; `t < T`.
+/// The whole warp, after the unit is staged; `t < T`; with `TP`, `send_slot[t]` complete.
 #[inline(always)]
-unsafe fn put_unit(b: Bufs, s: Shape, t: usize, first: u32) {
+unsafe fn put_unit<const TP: bool>(b: Bufs, s: Shape, t: usize, first: u32) {
     let h = s.hidden as usize;
     let stage = b.comb_stage.as_ptr().wrapping_add(t * h);
     // SAFETY: row `t` of `comb_stage` is this token's alone this round, and complete for
-    // this unit; the unit's bytes and scales lie within the sent row on `d` (`row_at`),
-    // which no other unit writes.
+    // this unit; the unit's bytes and scales lie within the sent row on `d` (`row_at`, or
+    // with `TP` the layout's slot, `target`), which no other unit writes.
     unsafe {
-        let mask = routed(s, choice(b, s, t, lane_id()));
-        let Some(at) = row_at(b, s, t as i32) else {
-            return;
-        };
         let f = first as usize;
         let bytes = (h / 2).min(4 * f + 512) - 4 * f;
         let groups = (h / 128).min(f / 16 + 8) - f / 16;
         let scales = h / 2 + 2 * (f / 16);
-        for d in 0..s.n_pes {
-            if mask >> d & 1 == 0 || ptr(at, d as i32).is_some() {
-                continue;
-            }
+        let put = |at: Sym<u16>, d: u32| {
             let put = |off: usize, len: usize| {
                 put_nbi_unmapped(
                     Warp,
@@ -2469,6 +2346,24 @@ unsafe fn put_unit(b: Bufs, s: Shape, t: usize, first: u32) {
             };
             put(4 * f, bytes);
             put(scales, 2 * groups);
+        };
+        if TP {
+            for d in 0..s.n_pes {
+                if let Some((at, None)) = target(b, s, t, d) {
+                    put(at, d);
+                }
+            }
+            return;
+        }
+        let mask = routed(s, choice(b, s, t, lane_id()));
+        let Some(at) = row_at(b, s, t as i32) else {
+            return;
+        };
+        for d in 0..s.n_pes {
+            if mask >> d & 1 == 0 || ptr(at, d as i32).is_some() {
+                continue;
+            }
+            put(at, d);
         }
     }
 }
@@ -2514,8 +2409,7 @@ fn role_meta_blocks() -> u32 {
 /// See [`moe_dispatch_fp8()`]; every thread of the block calls it.
 #[inline(always)]
 unsafe fn send_by_role(b: Bufs, s: Shape) {
-    let (n, h) = (s.n_pes, s.hidden as usize);
-    let chunks = (h / 8) as u32;
+    let n = s.n_pes;
     let lane = lane_id();
     let g = grid_dim_x();
     let meta_blocks = role_meta_blocks();
@@ -2559,38 +2453,118 @@ unsafe fn send_by_role(b: Bufs, s: Shape) {
             }
             count_rows(b, lane, rows);
         } else {
-            let per_row = chunks.div_ceil(128);
-            let units = s.tokens * per_row;
-            let (gw, nrw) = (
+            copy_units::<false>(
+                b,
+                s,
                 (block_idx_x() - meta_blocks) * wpb + warp_id(),
                 (g - meta_blocks) * wpb,
+                || {},
             );
-            let mut staged = false;
+        }
+    }
+}
+
+/// The FP8 dispatches' copying warps, warp `gw` of `nrw`: they take the rows' units of 1024
+/// values in turn, load a unit, quantise it in registers ([`quantize_held`]) and store the
+/// `e4m3` values and their scales into every PE the row goes to whose memory is mapped here
+/// ([`each_mapped`]): in low-latency mode row `t` of this PE's region there, which the
+/// routing gives; with `TP` the layout's slot ([`Placed::Slots`]). `meet` runs once in each
+/// thread, after its first unit's loads are issued (or at once, without a unit): there the
+/// throughput dispatch waits for the rows' slots, its loads on their way. A unit towards a PE
+/// that is not mapped is staged too, and put there after the warp's last unit
+/// ([`put_unit`]), out of the copying loop, whose registers NVSHMEM's put would crowd.
+///
+/// # Safety
+/// Whole warps; with `TP`, `send_slot` complete once `meet` has returned; the buffers as in
+/// [`moe_dispatch()`]; `meet` may hold a block barrier (every thread calls it once).
+#[inline(always)]
+unsafe fn copy_units<const TP: bool>(b: Bufs, s: Shape, gw: u32, nrw: u32, mut meet: impl FnMut()) {
+    let h = s.hidden as usize;
+    let chunks = (h / 8) as u32;
+    let lane = lane_id();
+    let per_row = chunks.div_ceil(128);
+    let units = s.tokens * per_row;
+    // SAFETY: `t < T` for every `choice`, `each_mapped` and `put_unit`; each warp calls
+    // `routed` (whose ballots need whole warps), `store_fp8` and `put_unit` whole; row `t`
+    // of `comb_stage` is this token's alone until the dispatch's `quiet` (module
+    // documentation).
+    unsafe {
+        let mut staged = false;
+        let mut met = false;
+        let mut u = gw;
+        while u < units {
+            let (t, first) = ((u / per_row) as usize, u % per_row * 128);
+            let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
+            let raw = load_held::<true>(from, first, chunks, lane, 32);
+            if !met {
+                meet();
+                met = true;
+            }
+            let e = if TP { -1 } else { choice(b, s, t, lane) };
+            let q = quantize_held(&raw);
+            let stage = b.comb_stage.as_ptr().wrapping_add(t * h);
+            let by = if TP {
+                Placed::Slots
+            } else {
+                Placed::Routed(routed(s, e))
+            };
+            let unmapped = each_mapped(b, s, t, by, |peer| store_fp8(&q, peer, h, first, lane, 32));
+            if unmapped {
+                store_fp8(&q, stage, h, first, lane, 32);
+                staged = true;
+            }
+            u += nrw;
+        }
+        if !met {
+            meet();
+        }
+        if staged {
+            sync_warp(u32::MAX);
             let mut u = gw;
             while u < units {
-                let (t, first) = ((u / per_row) as usize, u % per_row * 128);
-                let from = b.x.as_ptr().add(t * h).cast::<Chunk>().cast_const();
-                let raw = load_held::<true>(from, first, chunks, lane, 32);
-                let e = choice(b, s, t, lane);
-                let q = quantize_held(&raw);
-                let stage = b.comb_stage.as_ptr().wrapping_add(t * h);
-                let unmapped = each_mapped(b, s, t, Placed::Routed(routed(s, e)), |peer| {
-                    store_fp8(&q, peer, h, first, lane, 32)
-                });
-                if unmapped {
-                    store_fp8(&q, stage, h, first, lane, 32);
-                    staged = true;
-                }
+                put_unit::<TP>(b, s, (u / per_row) as usize, u % per_row * 128);
                 u += nrw;
             }
-            if staged {
-                sync_warp(u32::MAX);
-                let mut u = gw;
-                while u < units {
-                    put_unit(b, s, (u / per_row) as usize, u % per_row * 128);
-                    u += nrw;
-                }
+        }
+    }
+}
+
+/// The throughput FP8 dispatch: its warps copy the rows' units of 1024 values among the
+/// grid's ([`copy_units`]), as the low-latency one's copying warps do. Each issues its first
+/// unit's loads; then the block's first warp waits for the layout to have placed this PE's
+/// rows ([`wait_slots`]) and the block meets, so that the loads are in flight meanwhile. The
+/// block then sends the metadata of its tokens (`block_idx_x()` and on by `grid_dim_x()`, a
+/// warp per (token, PE)) once the whole layout is out ([`shmem_device::pdl::wait`]). On one
+/// H200 at 1 PE, held, against a block per token whose rows waited for their slots before
+/// their first loads: 0.966-0.981 of the time at 2048 and 4096 tokens, 0.992-0.995 at 128 and
+/// 512; the units alone, their loads after the wait, 0.982 and 0.997 at 2048 and 4096, 1.012-1.015
+/// at 128 and 512 (BENCHMARKS.md, seventy-sixth session).
+///
+/// # Safety
+/// See [`moe_dispatch_fp8_throughput()`]; every thread of the block calls it.
+#[inline(always)]
+unsafe fn send_units_throughput(b: Bufs, s: Shape) {
+    let (n, w, nw, lane) = (s.n_pes, warp_id(), warps_per_block(), lane_id());
+    let g = grid_dim_x();
+    // SAFETY: the caller's contract; `t < T` and `d < n` for every `pick` and `send`, whole
+    // warps.
+    unsafe {
+        copy_units::<true>(b, s, block_idx_x() * nw + w, g * nw, || {
+            if w == 0 {
+                wait_slots(b, s);
             }
+            sync_threads();
+        });
+        let mb = block_idx_x() as usize;
+        let count = tokens_from(s.tokens, mb as u32, g);
+        let token = |i: u32| mb + i as usize * g as usize;
+        shmem_device::pdl::wait();
+        let mut u = shmem_device::hint::opaque(w);
+        while u < count * n {
+            let (i, d) = (u / n, u % n);
+            let pk = pick(b, s, token(i), lane);
+            send::<true>(b, s, token(i), d, lane, PairSlot::Atomic, pk);
+            u += nw;
         }
     }
 }
@@ -2622,7 +2596,7 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
             send_by_role(b, s);
             false
         } else if path.fp8() {
-            send_quantised(b, s);
+            send_units_throughput(b, s);
             false
         } else {
             send_held(b, s)
@@ -3393,7 +3367,7 @@ kernels! {
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_fp8_throughput(max_registers = 80, sm_90(max_registers = 64)) => dispatch(DispatchPath::Fp8Throughput);
+    moe_dispatch_fp8_throughput(max_registers = 64) => dispatch(DispatchPath::Fp8Throughput);
 
     /// The stand-in expert layer: each kept pair's output row (local, no communication).
     ///
