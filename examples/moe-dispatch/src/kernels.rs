@@ -3359,11 +3359,11 @@ kernels! {
     moe_dispatch_fp8(max_registers = 64) => dispatch(DispatchPath::Fp8LowLatency);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8Throughput`], after [`moe_layout()`] of the
-    /// same round. From sm_90 64 registers, four blocks of 256 threads an SM: on one H200 at
-    /// 1 PE, held, 4096 tokens, 37.7-38.1 µs against 39.5-39.9 for the FP8 kernel of both
-    /// modes at 80 (three blocks), and 40.5 in blocks of 224 threads (seven warps, so that a
-    /// 7168-value row is one batch of four chunks a thread); at 2 PEs 0.4-0.7 µs longer than
-    /// at 80 registers (BENCHMARKS.md, forty-eighth session). 80 below (76 used on sm_80).
+    /// same round: its warps copy units of 1024 values among the grid's
+    /// (`send_units_throughput`). 64 registers on every arch, four blocks of 256 threads an
+    /// SM, without spills. Its units loaded one ahead, which needs 80 registers (three
+    /// blocks), took 1.13 of the time at 4096 tokens on one H200 at 1 PE, held (BENCHMARKS.md,
+    /// seventy-sixth session).
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
