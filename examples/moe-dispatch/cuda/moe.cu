@@ -1113,8 +1113,7 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
 // its first unit, the block's first warp then waits for the layout to have placed the rows
 // (wait_slots) and the block meets it; the warps copy the rows' units among the grid's, into
 // the layout's slots, and the block sends its tokens' metadata (a warp per (token, PE)) once
-// the whole layout is out, each warp's first token's choices and weights loaded before that
-// wait.
+// the whole layout is out.
 __device__ __forceinline__ void send_units_throughput(const Bufs &b, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32, g = gridDim.x;
   copy_units<true>(b, s, blockIdx.x * nw + w, g * nw, [&] {
@@ -1170,13 +1169,13 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   pull_counts<false>(b, s, threadIdx.x, blockDim.x);
 }
 
-// Register budgets: the throughput bf16 kernel takes 56 under 64 (four blocks of 256 threads
-// an SM, as the Rust kernel from sm_90), the low-latency FP8 one 64 as in Rust (four). The
-// throughput FP8 kernel takes 80 (three blocks) where the Rust one takes 64 (four): at 72
-// this one spilled 36 bytes (16 with the mode fixed). The low-latency bf16 kernel takes
-// 64 as in Rust, without spills: with its bulk copies it took 0.99 of its time at 80 (three
-// blocks an SM) at 4096 tokens on one H200, held (BENCHMARKS.md, forty-second session).
-// (Before them it spilled 44 bytes at 64 and was fastest at 80: seventeenth session.)
+// Register budgets: the throughput bf16 kernel takes 56 under 64 (four blocks of 256
+// threads an SM, as the Rust kernel from sm_90), the FP8 ones 64 as in Rust (four; the
+// throughput one, by units since the seventy-sixth session, without spills). The
+// low-latency bf16 kernel takes 64 as in Rust, without spills: with its bulk copies it took
+// 0.99 of its time at 80 (three blocks an SM) at 4096 tokens on one H200, held
+// (BENCHMARKS.md, forty-second session). (Before them it spilled 44 bytes at 64 and was
+// fastest at 80: seventeenth session.)
 extern "C" __global__ void __maxnreg__(64) moe_dispatch(Bufs b, Shape s) {
   dispatch<LOW_LATENCY_PATH>(b, s);
 }
