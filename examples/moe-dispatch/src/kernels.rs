@@ -2487,7 +2487,9 @@ unsafe fn copy_units<const TP: bool>(b: Bufs, s: Shape, gw: u32, nrw: u32, mut m
     // SAFETY: `t < T` for every `choice`, `each_mapped` and `put_unit`; each warp calls
     // `routed` (whose ballots need whole warps), `store_fp8` and `put_unit` whole; row `t`
     // of `comb_stage` is this token's alone until the dispatch's `quiet` (module
-    // documentation).
+    // documentation); with `TP` every store and `put_unit` reads `send_slot` after `meet`
+    // has returned (the caller's contract: complete by then), and each thread calls `meet`
+    // once.
     unsafe {
         let mut staged = false;
         let mut met = false;
