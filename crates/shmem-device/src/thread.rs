@@ -491,12 +491,12 @@ shuffle64!(u64, i64, f64);
 /// # Performance
 /// The warp functions here ([`shfl_xor`], [`shfl_idx`], [`ballot`], [`warp_sum`],
 /// [`warp_prefix_sum`], [`warp_or`]) take one instruction a shuffle when the compiler can see
-/// that the warp is converged. After a branch on something that differs between lanes (`if e >= 0 { .. }`
-/// on a lane's own value), the warp may still be diverged where the call is, and `ptxas`
-/// runs a slow path for a divergent warp around every shuffle (`WARPSYNC.COLLECTIVE`,
-/// `ENDCOLLECTIVE` in the SASS). Compute a lane's operand without a branch (a select,
-/// `u32::from(cond) << n`). The MoE combine lost 2–5 % to one such branch before a
-/// [`warp_or`].
+/// that the warp is converged. After a branch on something that differs between lanes
+/// (`if e >= 0 { .. }` on a lane's own value), the warp may still be diverged where the call
+/// is, and `ptxas` runs a slow path for a divergent warp around every shuffle
+/// (`WARPSYNC.COLLECTIVE`, `ENDCOLLECTIVE` in the SASS). Compute a lane's operand without
+/// a branch (a select, `u32::from(cond) << n`). The MoE combine lost 2–5 % to one such
+/// branch before a [`warp_or`].
 #[inline(always)]
 pub fn shfl_xor<T: Shuffle>(v: T, lane_mask: u32) -> T {
     v.shfl_bfly(lane_mask)
