@@ -806,6 +806,9 @@ constexpr uint32_t RESERVE_PAIRS = 512;
 constexpr uint32_t FP8_RESERVE_PAIRS = 2048;
 constexpr uint32_t ROLE_META_SHARE = 6;
 constexpr uint32_t ROLE_RESERVE_FROM = 9;
+// The throughput FP8 dispatch's metadata blocks (send_units_throughput): the last n in
+// TP_META_SHARE at n PEs, at most half the grid (as in Rust).
+constexpr uint32_t TP_META_SHARE = 8;
 // The blocks of the low-latency FP8 dispatch that send the metadata (role_meta_blocks in Rust).
 __device__ __forceinline__ uint32_t role_meta_blocks() { return max(gridDim.x / ROLE_META_SHARE, 1u); }
 // Whether the low-latency bf16 dispatch by bulk copies sends its counts early: with at least
@@ -1109,23 +1112,35 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
   copy_units<false>(b, s, (blockIdx.x - meta_blocks) * wpb + w, (g - meta_blocks) * wpb, [] {});
 }
 
-// The throughput FP8 dispatch by units (kernels.rs, send_units_throughput): every warp loads
-// its first unit, the block's first warp then waits for the layout to have placed the rows
-// (wait_slots) and the block meets it; the warps copy the rows' units among the grid's, into
-// the layout's slots, and the block sends its tokens' metadata (a warp per (token, PE)) once
-// the whole layout is out.
+// The throughput FP8 dispatch, its blocks split by role (kernels.rs, send_units_throughput):
+// the grid's last n of every TP_META_SHARE blocks at n PEs (M, at least one, at most half)
+// send the metadata, block g - M + mb the tokens mb, mb + M, ..., a warp per (token, PE), once
+// the whole layout is out, each warp's next token's choices and weights loaded while it sends
+// the one before. The other blocks' warps copy the rows' units among theirs: each loads its
+// first unit, the block's first warp then waits for the layout to have placed the rows
+// (wait_slots) and the block meets it. It takes two blocks at least (DispatchPath::min_blocks).
 __device__ __forceinline__ void send_units_throughput(const Bufs &b, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32, g = gridDim.x;
-  copy_units<true>(b, s, blockIdx.x * nw + w, g * nw, [&] {
-    if (w == 0) wait_slots(b, s);
-    __syncthreads();
-  });
-  size_t mb = blockIdx.x, t_n = s.tokens;
-  uint32_t count = mb < t_n ? (uint32_t)((t_n - mb + g - 1) / g) : 0u;
+  uint32_t meta = max(min(g * n / TP_META_SHARE, g / 2), 1u), copying = g - meta;
+  if (blockIdx.x < copying) {
+    copy_units<true>(b, s, blockIdx.x * nw + w, copying * nw, [&] {
+      if (w == 0) wait_slots(b, s);
+      __syncthreads();
+    });
+    return;
+  }
+  size_t mb = blockIdx.x - copying, t_n = s.tokens;
+  uint32_t stride = meta;
+  uint32_t count = mb < t_n ? (uint32_t)((t_n - mb + stride - 1) / stride) : 0u;
+  uint32_t u = w;
+  Pick next = u < count * n ? pick(b, s, mb + (size_t)(u / n) * stride, lane) : Pick{-1, 0.0f};
   pdl_wait();
-  for (uint32_t u = w; u < count * n; u += nw) {
-    size_t t = mb + (size_t)(u / n) * g;
-    send<true>(b, s, t, u % n, lane, pick(b, s, t, lane));
+  for (; u < count * n; u += nw) {
+    size_t t = mb + (size_t)(u / n) * stride;
+    Pick pk = next;
+    uint32_t later = u + nw;
+    if (later < count * n) next = pick(b, s, mb + (size_t)(later / n) * stride, lane);
+    send<true>(b, s, t, u % n, lane, pk);
   }
 }
 

@@ -1088,13 +1088,13 @@ pub fn eager_then_replays(
 mod tests {
     use super::{Dtype, Mode, Options};
 
-    /// The low-latency FP8 dispatch splits its blocks by role: `--blocks 1` is refused there,
-    /// and taken by the other paths.
+    /// The FP8 dispatches split their blocks by role: `--blocks 1` is refused there, and taken
+    /// by the `bf16` ones.
     #[test]
     fn one_block_is_refused_only_where_the_dispatch_needs_two() {
         for (mode, dtype, ok) in [
             (Mode::LowLatency, Dtype::Fp8, false),
-            (Mode::Throughput, Dtype::Fp8, true),
+            (Mode::Throughput, Dtype::Fp8, false),
             (Mode::LowLatency, Dtype::Bf16, true),
             (Mode::Throughput, Dtype::Bf16, true),
         ] {

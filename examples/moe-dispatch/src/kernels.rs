@@ -56,10 +56,10 @@
 //!   stores the `e4m3` values straight into every PE they go to. In low-latency mode the
 //!   grid's blocks are split by role: one in [`ROLE_META_SHARE`] sends the metadata, the
 //!   others' warps take the rows 1024 values at a time, waiting for none of it. In
-//!   throughput mode every warp takes the rows 1024 values at a time, its first loads
+//!   throughput mode too: the last `n` in [`TP_META_SHARE`] at `n` PEs send the metadata
+//!   once the layout is out; the others' warps take the rows 1024 values at a time, their first loads
 //!   issued before the rows' slots are waited for (once the layout's destination columns are
-//!   done, as the `bf16` rows), and the block sends the metadata of its tokens after its
-//!   last row.
+//!   done, as the `bf16` rows).
 //!
 //! # Completion
 //! A block's puts are complete before it signals: when every PE's memory is mapped (the
@@ -243,11 +243,12 @@ impl DispatchPath {
         )
     }
 
-    /// The fewest blocks a grid of its kernel may have: the low-latency FP8 dispatch's first
-    /// block sends the metadata while the others copy ([`moe_dispatch_fp8()`]).
+    /// The fewest blocks a grid of its kernel may have: the FP8 dispatches split their blocks
+    /// by role, some sending the metadata while the others copy ([`moe_dispatch_fp8()`],
+    /// [`moe_dispatch_fp8_throughput()`]).
     pub fn min_blocks(self) -> u32 {
         match self {
-            DispatchPath::Fp8LowLatency => 2,
+            DispatchPath::Fp8LowLatency | DispatchPath::Fp8Throughput => 2,
             _ => 1,
         }
     }
@@ -2368,6 +2369,16 @@ unsafe fn put_unit<const TP: bool>(b: Bufs, s: Shape, t: usize, first: u32) {
     }
 }
 
+/// `n` blocks in `TP_META_SHARE` of the throughput FP8 dispatch's grid at `n` PEs, its last
+/// ones (at most half the grid, at least one block), send the metadata
+/// ([`send_units_throughput`]), a warp per (token, PE); the others copy the rows. Measured
+/// (BENCHMARKS.md, seventy-seventh session): on one H200 at 1 PE, one in 8 against one in 6
+/// (with 12-28 bytes of spills in both) took 0.97 of the time at 128 and 512 tokens and the
+/// same from 2048; one in 12 or 24 set the round's pace with its metadata (1.14-1.71 of
+/// the time at 4096 tokens). On two H200s at 2 PEs one in 8 took 1.02 and 1.08 of the
+/// previous kernel's time at 512 and 2048 tokens, two in 8 0.98 and 1.01.
+pub const TP_META_SHARE: u32 = 8;
+
 /// The blocks of the low-latency FP8 dispatch that send the metadata ([`send_by_role`]):
 /// the first of every [`ROLE_META_SHARE`], at least one.
 #[inline(always)]
@@ -2531,42 +2542,67 @@ unsafe fn copy_units<const TP: bool>(b: Bufs, s: Shape, gw: u32, nrw: u32, mut m
     }
 }
 
-/// The throughput FP8 dispatch: its warps copy the rows' units of 1024 values among the
-/// grid's ([`copy_units`]), as the low-latency one's copying warps do. Each issues its first
-/// unit's loads; then the block's first warp waits for the layout to have placed this PE's
-/// rows ([`wait_slots`]) and the block meets, so that the loads are in flight meanwhile. The
-/// block then sends the metadata of its tokens (`block_idx_x()` and on by `grid_dim_x()`, a
-/// warp per (token, PE)) once the whole layout is out ([`shmem_device::pdl::wait`]). On one
-/// H200 at 1 PE, held, against a block per token whose rows waited for their slots before
-/// their first loads: 0.966-0.981 of the time at 2048 and 4096 tokens, 0.992-0.995 at 128 and
-/// 512; the units alone, their loads after the wait, 0.982 and 0.997 at 2048 and 4096, 1.012-1.015
-/// at 128 and 512 (BENCHMARKS.md, seventy-sixth session).
+/// The throughput FP8 dispatch, its blocks split by role. The grid's last `n` of every
+/// [`TP_META_SHARE`] blocks at `n` PEs (`M` of them, at least one, at most half) send the
+/// metadata:
+/// block `g - M + mb` the tokens `mb, mb + M, ...`, a warp per (token, PE), once the whole
+/// layout is out ([`shmem_device::pdl::wait`]), each warp's next token's choices and
+/// weights ([`pick`]) loaded while it sends the one before. The other blocks' warps copy the
+/// rows' units of 1024 values among theirs ([`copy_units`]), as the low-latency copying warps
+/// do: each issues its first unit's loads, then the block's first warp waits for the layout
+/// to have placed this PE's rows ([`wait_slots`]) and the block meets, so that the loads are
+/// in flight meanwhile. The metadata blocks come last because they wait for the layout: a
+/// grid's last blocks start last, where the layout's blocks held their SMs.
+///
+/// Against every block copying and then sending its tokens' metadata (3999659), held
+/// (BENCHMARKS.md, seventy-seventh session): on one H200 at 1 PE 0.87-0.89 of the time at
+/// 128 tokens, 0.89-0.91 at 512, 0.97-0.98 at 2048, 0.96-0.99 at 3072 and 1.00-1.01 at 4096;
+/// on two H200s at 2 PEs 0.96, 0.98, 1.01 and 1.00 at 128, 512, 2048 and 4096. The same with the
+/// metadata blocks first (they then take the SMs that start at once and idle there until
+/// the layout ends): 1.03 at 4096 tokens; one block in 6 last, without the choices loaded
+/// ahead: 0.92-0.96 at 128-2048 tokens, 1.01 at 4096; one in 12 or 24: 1.14-1.71 at 4096, the
+/// metadata then the round's longest path.
 ///
 /// # Safety
-/// See [`moe_dispatch_fp8_throughput()`]; every thread of the block calls it.
+/// See [`moe_dispatch_fp8_throughput()`] (a grid of two blocks at least); every thread of the
+/// block calls it.
 #[inline(always)]
 unsafe fn send_units_throughput(b: Bufs, s: Shape) {
     let (n, w, nw, lane) = (s.n_pes, warp_id(), warps_per_block(), lane_id());
     let g = grid_dim_x();
+    let meta = (g * n / TP_META_SHARE).min(g / 2).max(1);
+    let copying = g - meta;
     // SAFETY: the caller's contract; `t < T` and `d < n` for every `pick` and `send`, whole
-    // warps.
+    // warps; each thread of a copying block calls `meet` once (`copy_units`), after which
+    // the layout has placed this PE's rows (`wait_slots`, then the block's barrier).
     unsafe {
-        copy_units::<true>(b, s, block_idx_x() * nw + w, g * nw, || {
-            if w == 0 {
-                wait_slots(b, s);
-            }
-            sync_threads();
-        });
-        let mb = block_idx_x() as usize;
-        let count = tokens_from(s.tokens, mb as u32, g);
-        let token = |i: u32| mb + i as usize * g as usize;
-        shmem_device::pdl::wait();
+        if block_idx_x() < copying {
+            copy_units::<true>(b, s, block_idx_x() * nw + w, copying * nw, || {
+                if w == 0 {
+                    wait_slots(b, s);
+                }
+                sync_threads();
+            });
+            return;
+        }
+        let mb = (block_idx_x() - copying) as usize;
+        let count = tokens_from(s.tokens, mb as u32, meta);
+        let token = |i: u32| mb + i as usize * meta as usize;
         let mut u = shmem_device::hint::opaque(w);
+        let mut next = (u < count * n).then(|| pick(b, s, token(u / n), lane));
+        shmem_device::pdl::wait();
         while u < count * n {
             let (i, d) = (u / n, u % n);
-            let pk = pick(b, s, token(i), lane);
+            let pk = match next.take() {
+                Some(pk) => pk,
+                None => pick(b, s, token(i), lane),
+            };
+            let later = u + nw;
+            if later < count * n {
+                next = Some(pick(b, s, token(later / n), lane));
+            }
             send::<true>(b, s, token(i), d, lane, PairSlot::Atomic, pk);
-            u += nw;
+            u = later;
         }
     }
 }
@@ -3361,15 +3397,18 @@ kernels! {
     moe_dispatch_fp8(max_registers = 64) => dispatch(DispatchPath::Fp8LowLatency);
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8Throughput`], after [`moe_layout()`] of the
-    /// same round: its warps copy units of 1024 values among the grid's
-    /// (`send_units_throughput`). 64 registers on every arch, four blocks of 256 threads an
-    /// SM, without spills. Its units loaded one ahead, which needs 80 registers (three
-    /// blocks), took 1.13 of the time at 4096 tokens on one H200 at 1 PE, held (BENCHMARKS.md,
-    /// seventy-sixth session).
+    /// same round, its blocks split by role: the last `n` in [`TP_META_SHARE`] at `n` PEs send
+    /// the metadata, the others' warps copy units of 1024 values among theirs
+    /// (`send_units_throughput`). 64 registers from sm_90, four blocks of 256 threads an SM,
+    /// without spills; 72 on sm_80, where at 64 ptxas spilled 4 bytes (the copying loop's
+    /// bound) once the blocks were split by role (sm_80 not measured). Its units loaded one
+    /// ahead, which needs 80 registers (three blocks), took 1.13 of the time at 4096 tokens on
+    /// one H200 at 1 PE, held (BENCHMARKS.md, seventy-sixth session).
     ///
     /// # Safety
-    /// As [`moe_dispatch()`].
-    moe_dispatch_fp8_throughput(max_registers = 64) => dispatch(DispatchPath::Fp8Throughput);
+    /// As [`moe_dispatch()`], on a grid of at least two blocks
+    /// ([`DispatchPath::min_blocks`]).
+    moe_dispatch_fp8_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::Fp8Throughput);
 
     /// The stand-in expert layer: each kept pair's output row (local, no communication).
     ///

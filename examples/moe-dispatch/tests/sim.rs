@@ -143,6 +143,7 @@ fn the_cuda_twin_uses_the_same_constants() {
         ("FP8_RESERVE_PAIRS", k::FP8_RESERVE_PAIRS),
         ("ROLE_META_SHARE", k::ROLE_META_SHARE),
         ("ROLE_RESERVE_FROM", k::ROLE_RESERVE_FROM),
+        ("TP_META_SHARE", k::TP_META_SHARE),
     ] {
         let twin = twin_between(&format!("constexpr uint32_t {name} = "), ";");
         assert_eq!(twin.trim(), v.to_string(), "{name}");
@@ -470,6 +471,35 @@ fn fp8_low_latency_on_one_block_and_on_many() {
         ..c
     };
     run_case_on(&c, MODE_LOW_LATENCY, 23, 2, (17, 32));
+}
+
+/// The throughput FP8 dispatch on other grids: two blocks of one warp, the least it takes
+/// ([`DispatchPath::min_blocks`]), the first copying, the last sending the metadata once the
+/// layout is out; and 17, the last four of which send the metadata at 2 PEs (tokens `0, 4, 8,
+/// ...` to `3, 7, 11, ...`, each warp's next token's choices loaded ahead), while 13 copy;
+/// there also with peers unmapped.
+#[test]
+fn fp8_throughput_split_by_role_on_two_blocks_and_on_many() {
+    let c = Case {
+        n: 2,
+        tokens: 19,
+        hidden: 384,
+        experts: 8,
+        top_k: 3,
+        dist: Distribution::Skewed,
+        capacity: None,
+        dtype: DTYPE_FP8,
+        peers_mapped: true,
+    };
+    assert_eq!(DispatchPath::Fp8Throughput.min_blocks(), 2);
+    run_case_on(&c, MODE_THROUGHPUT, 31, 2, (2, 32));
+    assert_eq!(17 * c.n / k::TP_META_SHARE, 4);
+    run_case_on(&c, MODE_THROUGHPUT, 32, 2, (17, 64));
+    let c = Case {
+        peers_mapped: false,
+        ..c
+    };
+    run_case_on(&c, MODE_THROUGHPUT, 33, 2, (17, 64));
 }
 
 /// Peers' memory unmapped (PEs on different nodes: `nvshmem_ptr` null): the FP8 dispatch
