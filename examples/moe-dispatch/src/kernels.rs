@@ -56,10 +56,10 @@
 //!   stores the `e4m3` values straight into every PE they go to. In low-latency mode the
 //!   grid's blocks are split by role: one in [`ROLE_META_SHARE`] sends the metadata, the
 //!   others' warps take the rows 1024 values at a time, waiting for none of it. In
-//!   throughput mode too: the last `n` in [`TP_META_SHARE`] at `n` PEs send the metadata
-//!   once the layout is out; the others' warps take the rows 1024 values at a time, their first loads
-//!   issued before the rows' slots are waited for (once the layout's destination columns are
-//!   done, as the `bf16` rows).
+//!   throughput mode too: the last `n` in [`TP_META_SHARE`] at `n` PEs send the metadata once the
+//!   layout is out; the others' warps take the rows 1024 values at a time, their first loads issued
+//!   before the rows' slots are waited for (once the layout's destination columns are done, as the
+//!   `bf16` rows).
 //!
 //! # Completion
 //! A block's puts are complete before it signals: when every PE's memory is mapped (the
@@ -2544,24 +2544,24 @@ unsafe fn copy_units<const TP: bool>(b: Bufs, s: Shape, gw: u32, nrw: u32, mut m
 
 /// The throughput FP8 dispatch, its blocks split by role. The grid's last `n` of every
 /// [`TP_META_SHARE`] blocks at `n` PEs (`M` of them, at least one, at most half) send the
-/// metadata:
-/// block `g - M + mb` the tokens `mb, mb + M, ...`, a warp per (token, PE), once the whole
-/// layout is out ([`shmem_device::pdl::wait`]), each warp's next token's choices and
-/// weights ([`pick`]) loaded while it sends the one before. The other blocks' warps copy the
-/// rows' units of 1024 values among theirs ([`copy_units`]), as the low-latency copying warps
-/// do: each issues its first unit's loads, then the block's first warp waits for the layout
-/// to have placed this PE's rows ([`wait_slots`]) and the block meets, so that the loads are
-/// in flight meanwhile. The metadata blocks come last because they wait for the layout: a
-/// grid's last blocks start last, where the layout's blocks held their SMs.
+/// metadata: block `g - M + mb` the tokens `mb, mb + M, ...`, a warp per (token, PE), once
+/// the whole layout is out ([`shmem_device::pdl::wait`]), each warp's next token's choices
+/// and weights ([`pick`]) loaded while it sends the one before. The other blocks' warps
+/// copy the rows' units of 1024 values among theirs ([`copy_units`]), as the low-latency
+/// copying warps do: each issues its first unit's loads, then the block's first warp waits
+/// for the layout to have placed this PE's rows ([`wait_slots`]) and the block meets, so
+/// that the loads are in flight meanwhile. The metadata blocks come last because they wait
+/// for the layout: a grid's last blocks start last, where the layout's blocks held their
+/// SMs.
 ///
 /// Against every block copying and then sending its tokens' metadata (3999659), held
-/// (BENCHMARKS.md, seventy-seventh session): on one H200 at 1 PE 0.87-0.89 of the time at
-/// 128 tokens, 0.89-0.91 at 512, 0.97-0.98 at 2048, 0.96-0.99 at 3072 and 1.00-1.01 at 4096;
-/// on two H200s at 2 PEs 0.96, 0.98, 1.01 and 1.00 at 128, 512, 2048 and 4096. The same with the
-/// metadata blocks first (they then take the SMs that start at once and idle there until
-/// the layout ends): 1.03 at 4096 tokens; one block in 6 last, without the choices loaded
-/// ahead: 0.92-0.96 at 128-2048 tokens, 1.01 at 4096; one in 12 or 24: 1.14-1.71 at 4096, the
-/// metadata then the round's longest path.
+/// (BENCHMARKS.md, seventy-seventh session): on one H200 at 1 PE 0.87-0.89 of the time at 128
+/// tokens, 0.89-0.91 at 512, 0.97-0.98 at 2048, 0.96-0.99 at 3072 and 1.00-1.01 at 4096; on two
+/// H200s at 2 PEs 0.96, 0.98, 1.01 and 1.00 at 128, 512, 2048 and 4096. The same with the metadata
+/// blocks first (they then take the SMs that start at once and idle there until the layout ends):
+/// 1.03 at 4096 tokens; one block in 6 last, without the choices loaded ahead: 0.92-0.96 at
+/// 128-2048 tokens, 1.01 at 4096; one in 12 or 24: 1.14-1.71 at 4096, the metadata then the round's
+/// longest path.
 ///
 /// # Safety
 /// See [`moe_dispatch_fp8_throughput()`] (a grid of two blocks at least); every thread of the
