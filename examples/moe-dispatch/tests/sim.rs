@@ -445,12 +445,11 @@ fn fp8_dispatch_sends_the_quantised_rows() {
     run_case(&c, MODE_THROUGHPUT, 18, 1);
 }
 
-/// The low-latency FP8 dispatch on other grids: two blocks of one warp, the least it takes
-/// ([`DispatchPath::min_blocks`]), one sending the metadata, one copying; and 17, two of
-/// which send the metadata (tokens `0, 2, 4, ...` and `1, 3, 5, ...`, 10 and 9 of them,
-/// reserved at once in odd rounds), while 15 copy; there also with peers unmapped.
-#[test]
-fn fp8_low_latency_on_one_block_and_on_many() {
+/// The FP8 dispatch of `mode`, split by role, on other grids: two blocks of one warp, the
+/// least it takes ([`DispatchPath::min_blocks`]), one sending the metadata, one copying; and
+/// 17 (seeds `seed`, `seed + 1`); there also with peers unmapped (`seed + 2`). 19 tokens over
+/// 2 PEs.
+fn fp8_on_two_blocks_and_on_many(mode: u32, seed: u64) {
     let c = Case {
         n: 2,
         tokens: 19,
@@ -462,44 +461,34 @@ fn fp8_low_latency_on_one_block_and_on_many() {
         dtype: DTYPE_FP8,
         peers_mapped: true,
     };
-    assert_eq!(DispatchPath::Fp8LowLatency.min_blocks(), 2);
-    run_case_on(&c, MODE_LOW_LATENCY, 21, 2, (2, 32));
-    assert_eq!(17 / k::ROLE_META_SHARE, 2);
-    run_case_on(&c, MODE_LOW_LATENCY, 22, 2, (17, 32));
+    run_case_on(&c, mode, seed, 2, (2, 32));
+    run_case_on(&c, mode, seed + 1, 2, (17, 32));
     let c = Case {
         peers_mapped: false,
         ..c
     };
-    run_case_on(&c, MODE_LOW_LATENCY, 23, 2, (17, 32));
+    run_case_on(&c, mode, seed + 2, 2, (17, 32));
 }
 
-/// The throughput FP8 dispatch on other grids: two blocks of one warp, the least it takes
-/// ([`DispatchPath::min_blocks`]), the first copying, the last sending the metadata once the
-/// layout is out; and 17, the last four of which send the metadata at 2 PEs (tokens `0, 4, 8,
-/// ...` to `3, 7, 11, ...`, each warp's next token's choices loaded ahead), while 13 copy;
-/// there also with peers unmapped.
+/// The low-latency FP8 dispatch on other grids ([`fp8_on_two_blocks_and_on_many`]): of 17
+/// blocks the first two send the metadata (tokens `0, 2, 4, ...` and `1, 3, 5, ...`, 10 and
+/// 9 of them, reserved at once in odd rounds), while 15 copy.
+#[test]
+fn fp8_low_latency_on_one_block_and_on_many() {
+    assert_eq!(DispatchPath::Fp8LowLatency.min_blocks(), 2);
+    assert_eq!(17 / k::ROLE_META_SHARE, 2);
+    fp8_on_two_blocks_and_on_many(MODE_LOW_LATENCY, 21);
+}
+
+/// The throughput FP8 dispatch on other grids ([`fp8_on_two_blocks_and_on_many`]): of two
+/// blocks the first copies and the last sends the metadata once the layout is out; of 17 the
+/// last four send it at 2 PEs (tokens `0, 4, 8, ...` to `3, 7, 11, ...`, each warp's next
+/// token's choices loaded ahead), while 13 copy.
 #[test]
 fn fp8_throughput_split_by_role_on_two_blocks_and_on_many() {
-    let c = Case {
-        n: 2,
-        tokens: 19,
-        hidden: 384,
-        experts: 8,
-        top_k: 3,
-        dist: Distribution::Skewed,
-        capacity: None,
-        dtype: DTYPE_FP8,
-        peers_mapped: true,
-    };
     assert_eq!(DispatchPath::Fp8Throughput.min_blocks(), 2);
-    run_case_on(&c, MODE_THROUGHPUT, 31, 2, (2, 32));
-    assert_eq!(17 * c.n / k::TP_META_SHARE, 4);
-    run_case_on(&c, MODE_THROUGHPUT, 32, 2, (17, 64));
-    let c = Case {
-        peers_mapped: false,
-        ..c
-    };
-    run_case_on(&c, MODE_THROUGHPUT, 33, 2, (17, 64));
+    assert_eq!(17 * 2 / k::TP_META_SHARE, 4);
+    fp8_on_two_blocks_and_on_many(MODE_THROUGHPUT, 31);
 }
 
 /// Peers' memory unmapped (PEs on different nodes: `nvshmem_ptr` null): the FP8 dispatch
