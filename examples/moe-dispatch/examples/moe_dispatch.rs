@@ -67,8 +67,8 @@ struct Cli {
     /// Threads per block [default: 256; 64 on the simulator]
     #[arg(long, value_name = "T")]
     threads: Option<u32>,
-    /// Blocks of dispatch and combine [default: one warp per unit of work, at most what
-    /// fits on the GPU]
+    /// Blocks of dispatch and combine, 2 at least for the FP8 dispatches, which split their
+    /// blocks by role [default: one warp per unit of work, at most what fits on the GPU]
     #[arg(long, value_name = "B")]
     blocks: Option<u32>,
     /// Also launch N rounds back to back and replay a round captured into a CUDA graph N

@@ -115,8 +115,9 @@ pub struct Options {
     pub seed: u64,
     /// Threads per block (a multiple of 32).
     pub threads: u32,
-    /// Blocks of the dispatch and combine grids; `None`: one warp per unit of work, at most
-    /// as many blocks as fit on the GPU at once.
+    /// Blocks of the dispatch and combine grids (the FP8 dispatches take two at least:
+    /// [`crate::kernels::DispatchPath::min_blocks`]); `None`: one warp per unit of work, at most as
+    /// many blocks as fit on the GPU at once.
     pub blocks: Option<u32>,
     /// Timed rounds.
     pub rounds: u32,

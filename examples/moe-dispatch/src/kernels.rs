@@ -2371,7 +2371,7 @@ unsafe fn put_unit<const TP: bool>(b: Bufs, s: Shape, t: usize, first: u32) {
 
 /// `n` blocks in `TP_META_SHARE` of the throughput FP8 dispatch's grid at `n` PEs, its last
 /// ones (at most half the grid, at least one block), send the metadata
-/// ([`send_units_throughput`]), a warp per (token, PE); the others copy the rows. Measured
+/// (`send_units_throughput`), a warp per (token, PE); the others copy the rows. Measured
 /// (BENCHMARKS.md, seventy-seventh session): on one H200 at 1 PE, one in 8 against one in 6
 /// (with 12-28 bytes of spills in both) took 0.97 of the time at 128 and 512 tokens and the
 /// same from 2048; one in 12 or 24 set the round's pace with its metadata (1.14-1.71 of
