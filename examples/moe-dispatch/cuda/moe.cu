@@ -1130,16 +1130,15 @@ __device__ __forceinline__ void send_units_throughput(const Bufs &b, const Shape
     return;
   }
   size_t mb = blockIdx.x - copying, t_n = s.tokens;
-  uint32_t stride = meta;
-  uint32_t count = mb < t_n ? (uint32_t)((t_n - mb + stride - 1) / stride) : 0u;
+  uint32_t count = mb < t_n ? (uint32_t)((t_n - mb + meta - 1) / meta) : 0u;
   uint32_t u = w;
-  Pick next = u < count * n ? pick(b, s, mb + (size_t)(u / n) * stride, lane) : Pick{-1, 0.0f};
+  Pick next = u < count * n ? pick(b, s, mb + (size_t)(u / n) * meta, lane) : Pick{-1, 0.0f};
   pdl_wait();
   for (; u < count * n; u += nw) {
-    size_t t = mb + (size_t)(u / n) * stride;
+    size_t t = mb + (size_t)(u / n) * meta;
     Pick pk = next;
     uint32_t later = u + nw;
-    if (later < count * n) next = pick(b, s, mb + (size_t)(later / n) * stride, lane);
+    if (later < count * n) next = pick(b, s, mb + (size_t)(later / n) * meta, lane);
     send<true>(b, s, t, u % n, lane, pk);
   }
 }
