@@ -104,9 +104,12 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
         if let Some(n) = f.value("nvshmem") {
             b = b.nvshmem_dir(n);
         }
-        if let Some(o) = f.value("out") {
-            b = b.out_dir(o);
-        }
+        // By default into `target/ptx` of this checkout, where every reader here looks (the
+        // examples and tests, `sass`, `gpu-bundle`), whatever `CARGO_TARGET_DIR` says.
+        let out = f
+            .value("out")
+            .map_or_else(|| root.join("target/ptx"), std::path::PathBuf::from);
+        b = b.out_dir(out);
         let t = Instant::now();
         let artifacts = b.build().map_err(|e| e.to_string())?;
         for a in artifacts {
