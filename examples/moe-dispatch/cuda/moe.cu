@@ -983,18 +983,21 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
 }
 #endif
 
-// The bf16 dispatches: by bulk copies (send_bulk) where the build has them (sm_90
-// and up) and the launch gave the shared memory, else through registers (send_grouped), the
-// block loading each row once for all its destinations.
+// The bf16 dispatches: by bulk copies (send_bulk) where the build has them (sm_90 and up),
+// else, and in the register kernels (REGISTERS), through registers (send_grouped), the block
+// loading each row once for all its destinations. From sm_90 each way is a kernel of its own
+// (send_held in Rust); the bulk one stops (Rust: a panic) where launched without its shared
+// memory or with one warp a block (Shape::dispatch_by_registers picks the kernel).
 // Returns whether the block's metadata warps sent the counts on their own (counts_early).
-__device__ __forceinline__ bool send_held(const Bufs &b, const Shape &s) {
+template <bool REGISTERS> __device__ __forceinline__ bool send_held(const Bufs &b, const Shape &s) {
   size_t h = s.hidden;
   uint32_t chunks = h / 8;
   auto put = [&](size_t t, uint32_t d, uint16_t *target) {
     nvshmemx_putmem_nbi_warp(target, b.x + t * h, h * sizeof(uint16_t), d);
   };
 #if __CUDA_ARCH__ >= 900
-  if (blockDim.x > 32 && dynamic_smem_bytes() >= bulk_shared_bytes(s)) {
+  if (!REGISTERS) {
+    if (blockDim.x <= 32 || dynamic_smem_bytes() < bulk_shared_bytes(s)) __trap();
     send_bulk(b, s, put);
     return early_counts(s);
   }
@@ -1151,7 +1154,7 @@ enum DispatchPath {
   FP8_THROUGHPUT_PATH
 };
 
-template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Shape s) {
+template <DispatchPath PATH, bool REGISTERS = false> __device__ __forceinline__ void dispatch(Bufs b, Shape s) {
   // The bf16 paths and the low-latency FP8 one fix the mode and the type, as in Rust, so that
   // every test of them folds. The throughput FP8 one reads the mode at run time (fixed, ptxas
   // spilled 8 bytes at 80 registers); this file's dispatch never reads the type.
@@ -1169,7 +1172,7 @@ template <DispatchPath PATH> __device__ __forceinline__ void dispatch(Bufs b, Sh
   else if (fp8)
     send_units_throughput(b, s);
   else
-    early = send_held(b, s);
+    early = send_held<REGISTERS>(b, s);
   // Whether block 0 reads the counts after the wait (as in Rust): then the blocks that took
   // this PE's cursors signal it too, and only they; else block 0 alone.
   bool pulls = !tp && !(early && all_mapped(b, n));
@@ -1195,6 +1198,12 @@ extern "C" __global__ void __maxnreg__(64) moe_dispatch(Bufs b, Shape s) {
 }
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput(Bufs b, Shape s) {
   dispatch<THROUGHPUT_PATH>(b, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_registers(Bufs b, Shape s) {
+  dispatch<LOW_LATENCY_PATH, true>(b, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput_registers(Bufs b, Shape s) {
+  dispatch<THROUGHPUT_PATH, true>(b, s);
 }
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8(Bufs b, Shape s) {
   dispatch<FP8_LOW_LATENCY_PATH>(b, s);

@@ -282,7 +282,9 @@ pub struct Kernels<'m> {
     layout: KernelFn<'m, kernels::moe_layout>,
     layout_segments: KernelFn<'m, kernels::moe_layout_segments>,
     dispatch: KernelFn<'m, kernels::moe_dispatch>,
+    dispatch_registers: KernelFn<'m, kernels::moe_dispatch_registers>,
     dispatch_throughput: KernelFn<'m, kernels::moe_dispatch_throughput>,
+    dispatch_throughput_registers: KernelFn<'m, kernels::moe_dispatch_throughput_registers>,
     dispatch_fp8: KernelFn<'m, kernels::moe_dispatch_fp8>,
     dispatch_fp8_throughput: KernelFn<'m, kernels::moe_dispatch_fp8_throughput>,
     experts: KernelFn<'m, kernels::moe_experts>,
@@ -305,24 +307,36 @@ macro_rules! with_layout {
     };
 }
 
-/// Runs `$body` with `$f` bound to the dispatch kernel of `$path` in `$k` (a [`Kernels`]):
-/// the one place that maps a [`DispatchPath`] to its kernel.
+/// Runs `$body` with `$f` bound to the dispatch kernel in `$k` (a [`Kernels`]) of shape
+/// `$s` launched as `$cfg` says: the one place that maps a [`DispatchPath`], and
+/// [`Shape::dispatch_by_registers`], to its kernel.
 macro_rules! with_dispatch {
-    ($k:expr, $path:expr, $f:ident => $body:expr) => {
-        match $path {
-            DispatchPath::LowLatency => {
+    ($k:expr, $s:expr, $cfg:expr, $f:ident => $body:expr) => {
+        match (
+            $s.dispatch_path(),
+            $s.dispatch_by_registers($cfg.threads(), $cfg.shared_mem_bytes),
+        ) {
+            (DispatchPath::LowLatency, false) => {
                 let $f = &$k.dispatch;
                 $body
             }
-            DispatchPath::Throughput => {
+            (DispatchPath::LowLatency, true) => {
+                let $f = &$k.dispatch_registers;
+                $body
+            }
+            (DispatchPath::Throughput, false) => {
                 let $f = &$k.dispatch_throughput;
                 $body
             }
-            DispatchPath::Fp8LowLatency => {
+            (DispatchPath::Throughput, true) => {
+                let $f = &$k.dispatch_throughput_registers;
+                $body
+            }
+            (DispatchPath::Fp8LowLatency, _) => {
                 let $f = &$k.dispatch_fp8;
                 $body
             }
-            DispatchPath::Fp8Throughput => {
+            (DispatchPath::Fp8Throughput, _) => {
                 let $f = &$k.dispatch_fp8_throughput;
                 $body
             }
@@ -344,7 +358,9 @@ impl<'m> Kernels<'m> {
             layout: module.kernel()?,
             layout_segments: module.kernel()?,
             dispatch: module.kernel()?,
+            dispatch_registers: module.kernel()?,
             dispatch_throughput: module.kernel()?,
+            dispatch_throughput_registers: module.kernel()?,
             dispatch_fp8: module.kernel()?,
             dispatch_fp8_throughput: module.kernel()?,
             experts: module.kernel()?,
@@ -362,7 +378,7 @@ impl<'m> Kernels<'m> {
     /// Blocks of the dispatch kernel of `shape` that fit on the GPU at once with `cfg`'s
     /// block.
     fn dispatch_fit(&self, shape: Shape, cfg: &LaunchConfig<'_>) -> Result<u32> {
-        with_dispatch!(self, shape.dispatch_path(), f => f.max_coresident_blocks(cfg))
+        with_dispatch!(self, shape, cfg, f => f.max_coresident_blocks(cfg))
     }
 
     /// Enqueues the dispatch of `s` into `to`: in throughput mode the layout (`g[0]`), then
@@ -384,7 +400,7 @@ impl<'m> Kernels<'m> {
             if s.mode == MODE_THROUGHPUT {
                 with_layout!(self, s, f => to.launch(f, g[0], (b, s)))?;
             }
-            with_dispatch!(self, s.dispatch_path(), f => to.launch(f, g[1], (b, s)))
+            with_dispatch!(self, s, g[1], f => to.launch(f, g[1], (b, s)))
         }
     }
 }

@@ -224,9 +224,11 @@ pub const READ_ONCE_L2S: u64 = 3;
 /// forty-eighth session.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DispatchPath {
-    /// `bf16`, low-latency mode: [`moe_dispatch()`].
+    /// `bf16`, low-latency mode: [`moe_dispatch()`] (or [`moe_dispatch_registers()`]:
+    /// [`Shape::dispatch_by_registers`]).
     LowLatency,
-    /// `bf16`, throughput mode: [`moe_dispatch_throughput()`].
+    /// `bf16`, throughput mode: [`moe_dispatch_throughput()`] (or
+    /// [`moe_dispatch_throughput_registers()`]).
     Throughput,
     /// FP8, low-latency mode: [`moe_dispatch_fp8()`].
     Fp8LowLatency,
@@ -293,6 +295,16 @@ impl Shape {
         }
     }
 
+    /// Whether a launch of this shape's dispatch in blocks of `threads` with `shared` bytes
+    /// of dynamic shared memory takes the register kernel of its path
+    /// ([`moe_dispatch_registers()`], [`moe_dispatch_throughput_registers()`]): the `bf16`
+    /// kernels by bulk copies need more than one warp a block and
+    /// [`Shape::dispatch_shared_bytes`]. The host and the simulator's tests launch the kernel
+    /// this names; the kernels by bulk copies stop with a panic if launched otherwise.
+    pub fn dispatch_by_registers(&self, threads: u32, shared: u32) -> bool {
+        !self.fp8() && (threads <= 32 || shared < self.dispatch_shared_bytes())
+    }
+
     /// The dispatch kernel this shape takes.
     pub fn dispatch_path(&self) -> DispatchPath {
         match (self.fp8(), self.mode == MODE_THROUGHPUT) {
@@ -309,9 +321,9 @@ impl Shape {
     /// block at a time, then the bulk copies' [`BULK_SLOTS`] slots of a piece of a row each;
     /// for the low-latency FP8 dispatch the line and the table of its metadata blocks'
     /// reserved pair slots ([`FP8_RESERVE_PAIRS`]), with at most [`RESERVE_EXPERTS`]
-    /// experts; 0 for the throughput FP8 dispatch. Given fewer, or built for a GPU without
-    /// bulk copies, the `bf16` kernels copy through registers instead, and the FP8 one takes
-    /// an atomic a pair.
+    /// experts; 0 for the throughput FP8 dispatch. Given fewer, a `bf16` dispatch takes its
+    /// register kernel ([`Shape::dispatch_by_registers`]), as it does on a GPU without bulk
+    /// copies, and the FP8 one takes an atomic a pair.
     pub fn dispatch_shared_bytes(&self) -> u32 {
         if !self.dispatch_path().fp8() {
             self.bulk_slots_offset() + BULK_SLOTS as u32 * self.bulk_slot_bytes()
@@ -1837,15 +1849,21 @@ unsafe fn reserve_pairs(
     }
 }
 
-/// The `bf16` dispatches: by bulk copies ([`send_bulk`]) where the build has them
-/// ([`shmem_device::bulk::AVAILABLE`]) and the launch gave the shared memory
-/// ([`Shape::dispatch_shared_bytes`]), else through registers ([`send_grouped`]), the
-/// block loading each row once for all its destinations.
+/// The `bf16` dispatches: unless `registers`, by bulk copies ([`send_bulk`]) where the
+/// build has them ([`shmem_device::bulk::AVAILABLE`]), the launch having given the shared
+/// memory ([`Shape::dispatch_shared_bytes`]) to blocks of more than one warp
+/// ([`Shape::dispatch_by_registers`]); else through registers ([`send_grouped`]), the block
+/// loading each row once for all its destinations. Each way is a kernel of its own from
+/// sm_90, so that the kernel by bulk copies carries no code of the other. On one H200 at
+/// 1 PE, held, `moe_dispatch` (5,440 instructions, 6,744 before) took 0.970 / 0.969 / 0.996
+/// of its time at 128 / 512 / 4096 tokens, `moe_dispatch_throughput` 0.990 / 0.992 / 0.991;
+/// a twin padded with 33 KB of code it never ran had taken about 1 % more at 4096 tokens
+/// (BENCHMARKS.md, seventy-eighth session).
 ///
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
-unsafe fn send_held(b: Bufs, s: Shape) -> bool {
+unsafe fn send_held(b: Bufs, s: Shape, registers: bool) -> bool {
     let h = s.hidden as usize;
     let chunks = (h / 8) as u32;
     let row = |t: usize| b.x.as_ptr().wrapping_add(t * h);
@@ -1862,12 +1880,12 @@ unsafe fn send_held(b: Bufs, s: Shape) -> bool {
             )
         }
     };
-    let need = s.dispatch_shared_bytes();
-    if shmem_device::bulk::AVAILABLE
-        && warps_per_block() > 1
-        && need > 0
-        && shmem_device::shared::dynamic_bytes() >= need
-    {
+    if shmem_device::bulk::AVAILABLE && !registers {
+        let (threads, shared) = (block_dim_x(), shmem_device::shared::dynamic_bytes());
+        assert!(
+            !s.dispatch_by_registers(threads, shared),
+            "a bf16 dispatch by bulk copies needs more than one warp a block and its shared memory"
+        );
         // SAFETY: the kernel's contract; the launch gave the shared memory, the block has a
         // copying warp and metadata warps.
         unsafe { send_bulk(b, s, put) };
@@ -2607,12 +2625,13 @@ unsafe fn send_units_throughput(b: Bufs, s: Shape) {
     }
 }
 
-/// The dispatch (module documentation) of `path`, which is `s.dispatch_path()`.
+/// The dispatch (module documentation) of `path`, which is `s.dispatch_path()`; `registers`
+/// in the `bf16` paths' register kernels ([`send_held`]).
 ///
 /// # Safety
 /// See [`moe_dispatch()`].
 #[inline(always)]
-unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
+unsafe fn dispatch(b: Bufs, s: Shape, (path, registers): (DispatchPath, bool)) {
     // Each path fixes the mode and the type (the kernel's contract), so that every test of
     // them below folds away: the `bf16` paths, on one H200, at 1 PE, held, took 0.991-0.992
     // of the time at 128 and 4096 tokens; the twin, changed alike, 0.948 at 4096 tokens in
@@ -2637,7 +2656,7 @@ unsafe fn dispatch(b: Bufs, s: Shape, path: DispatchPath) {
             send_units_throughput(b, s);
             false
         } else {
-            send_held(b, s)
+            send_held(b, s, registers)
         }
     };
     // Which blocks add to this PE's own arrival ([`arrive_block`]). What this grid sends
@@ -3360,10 +3379,13 @@ kernels! {
     /// [`Shape::dispatch_path`] is [`DispatchPath::LowLatency`]. Returns once every PE's
     /// tokens for this PE are here. 64 registers from sm_90 up (four blocks of 256 threads an
     /// SM; 1-2 % faster than 72 on an H100), 72 below: at 64 ptxas spills 12 bytes for sm_80.
-    /// Launched with [`Shape::dispatch_shared_bytes`] of dynamic shared memory, it moves the
-    /// rows by bulk copies from sm_90 up (warp 0; the other warps send the metadata), else
-    /// through registers: on one H200 at 1 PE, held, 0.95-0.96 of the time at 128-4096
-    /// tokens (BENCHMARKS.md, forty-second session).
+    /// From sm_90 it moves the rows by bulk copies (warp 0; the other warps send the
+    /// metadata): on one H200 at 1 PE, held, 0.95-0.96 of the time at 128-4096 tokens
+    /// against copying through registers (BENCHMARKS.md, forty-second session). It must then
+    /// be launched with [`Shape::dispatch_shared_bytes`] of dynamic shared memory, in blocks
+    /// of more than one warp; other launches take [`moe_dispatch_registers()`]
+    /// ([`Shape::dispatch_by_registers`]), and this kernel panics if given one. Built for an
+    /// older GPU it copies through registers.
     ///
     /// # Safety
     /// As [`moe_layout()`] (any grid size; block 0 waits for the rest of the grid to arrive,
@@ -3371,7 +3393,14 @@ kernels! {
     /// `hidden` a multiple of 8; the previous round's combine has finished on every PE; `s`
     /// takes this kernel ([`Shape::dispatch_path`]); the launch's dynamic shared memory, if
     /// any, is this kernel's alone.
-    moe_dispatch(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::LowLatency);
+    moe_dispatch(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::LowLatency, false));
+
+    /// [`moe_dispatch()`] through registers, on any GPU and launch: for the launches that
+    /// [`Shape::dispatch_by_registers`] names.
+    ///
+    /// # Safety
+    /// As [`moe_dispatch()`].
+    moe_dispatch_registers(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::LowLatency, true));
 
     /// [`moe_dispatch()`] for [`DispatchPath::Throughput`], after [`moe_layout()`] of the
     /// same round: its rows by bulk copies as there, into the layout's slots. On one H200 at
@@ -3382,8 +3411,16 @@ kernels! {
     /// path spilled 4 bytes at 64.
     ///
     /// # Safety
-    /// As [`moe_dispatch()`].
-    moe_dispatch_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::Throughput);
+    /// As [`moe_dispatch()`], with its launch as there (else
+    /// [`moe_dispatch_throughput_registers()`]).
+    moe_dispatch_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::Throughput, false));
+
+    /// [`moe_dispatch_throughput()`] through registers, on any GPU and launch: for the
+    /// launches that [`Shape::dispatch_by_registers`] names.
+    ///
+    /// # Safety
+    /// As [`moe_dispatch_throughput()`].
+    moe_dispatch_throughput_registers(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::Throughput, true));
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8LowLatency`], its blocks split by role: one
     /// in [`ROLE_META_SHARE`] sends the metadata, the others quantise and store the rows, 1024
@@ -3394,7 +3431,7 @@ kernels! {
     /// # Safety
     /// As [`moe_dispatch()`], on a grid of at least two blocks
     /// ([`DispatchPath::min_blocks`]).
-    moe_dispatch_fp8(max_registers = 64) => dispatch(DispatchPath::Fp8LowLatency);
+    moe_dispatch_fp8(max_registers = 64) => dispatch((DispatchPath::Fp8LowLatency, false));
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8Throughput`], after [`moe_layout()`] of the
     /// same round, its blocks split by role: the last `n` in [`TP_META_SHARE`] at `n` PEs send
@@ -3408,7 +3445,7 @@ kernels! {
     /// # Safety
     /// As [`moe_dispatch()`], on a grid of at least two blocks
     /// ([`DispatchPath::min_blocks`]).
-    moe_dispatch_fp8_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch(DispatchPath::Fp8Throughput);
+    moe_dispatch_fp8_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::Fp8Throughput, false));
 
     /// The stand-in expert layer: each kept pair's output row (local, no communication).
     ///

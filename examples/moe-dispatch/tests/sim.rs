@@ -255,11 +255,13 @@ fn run_case_on(c: &Case, mode: u32, seed: u64, rounds: u32, grid: (u32, u32)) {
         }
         launch(
             "dispatch",
-            match s.dispatch_path() {
-                DispatchPath::LowLatency => k::moe_dispatch,
-                DispatchPath::Throughput => k::moe_dispatch_throughput,
-                DispatchPath::Fp8LowLatency => k::moe_dispatch_fp8,
-                DispatchPath::Fp8Throughput => k::moe_dispatch_fp8_throughput,
+            match (s.dispatch_path(), s.dispatch_by_registers(grid.1, shared)) {
+                (DispatchPath::LowLatency, false) => k::moe_dispatch,
+                (DispatchPath::LowLatency, true) => k::moe_dispatch_registers,
+                (DispatchPath::Throughput, false) => k::moe_dispatch_throughput,
+                (DispatchPath::Throughput, true) => k::moe_dispatch_throughput_registers,
+                (DispatchPath::Fp8LowLatency, _) => k::moe_dispatch_fp8,
+                (DispatchPath::Fp8Throughput, _) => k::moe_dispatch_fp8_throughput,
             },
             shared,
         );
@@ -509,6 +511,71 @@ fn unmapped_peers_take_the_put_paths() {
         };
         run_case(&c, MODE_LOW_LATENCY, 15, 2);
         run_case(&c, MODE_THROUGHPUT, 16, 1);
+    }
+}
+
+/// The `bf16` dispatch kernels by bulk copies stop with a clear panic when launched as their
+/// register kernels should be ([`Shape::dispatch_by_registers`]: one warp a block, or less
+/// than their shared memory); both register kernels run such launches (the other tests'
+/// even rounds, and [`run_case_on`] on blocks of 32 threads here).
+#[test]
+fn bulk_kernels_refuse_the_register_kernels_launches() {
+    let c = Case {
+        n: 2,
+        tokens: 9,
+        hidden: 64,
+        experts: 4,
+        top_k: 2,
+        dist: Distribution::Uniform,
+        capacity: None,
+        dtype: DTYPE_BF16,
+        peers_mapped: true,
+    };
+    for mode in [MODE_LOW_LATENCY, MODE_THROUGHPUT] {
+        run_case_on(&c, mode, 21, 2, (3, 32));
+    }
+    let s = Shape {
+        tokens: c.tokens,
+        hidden: c.hidden,
+        experts: c.experts,
+        top_k: c.top_k,
+        n_pes: 1,
+        capacity: c.tokens,
+        round: 1,
+        mode: MODE_LOW_LATENCY,
+        dtype: DTYPE_BF16,
+        read_once: 0,
+    };
+    let need = s.dispatch_shared_bytes();
+    assert!(s.dispatch_by_registers(32, need) && s.dispatch_by_registers(64, need - 16));
+    assert!(!s.dispatch_by_registers(64, need));
+    let fp8 = Shape {
+        dtype: DTYPE_FP8,
+        ..s
+    };
+    assert!(!fp8.dispatch_by_registers(32, 0));
+    let w = World::new(1, 16 << 20);
+    let hd = Held::alloc(&w, &s.lens());
+    for (kernel, mode, grid) in [
+        (
+            k::moe_dispatch as unsafe fn(Bufs, Shape),
+            MODE_LOW_LATENCY,
+            (2, 32, need),
+        ),
+        (k::moe_dispatch, MODE_LOW_LATENCY, (2, 64, 0)),
+        (k::moe_dispatch_throughput, MODE_THROUGHPUT, (2, 32, need)),
+    ] {
+        let s = Shape { mode, ..s };
+        let shape = shmem_device::sim::Shape::linear(grid.0, grid.1).with_shared(grid.2);
+        // SAFETY: the buffers are sized for `s`; the launch is refused before it touches them.
+        let err = w
+            .run_shape(shape, 1, || unsafe { kernel(hd.bufs(), s) })
+            .expect_err("a bulk kernel launched as a register kernel should panic");
+        assert!(
+            err.to_string()
+                .contains("needs more than one warp a block and its shared memory"),
+            "{err}"
+        );
     }
 }
 
