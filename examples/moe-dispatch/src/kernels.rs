@@ -1,5 +1,6 @@
 //! The MoE kernels: [`moe_layout()`], the dispatch ([`moe_dispatch()`],
-//! [`moe_dispatch_throughput()`], [`moe_dispatch_fp8()`]: a kernel per [`DispatchPath`]),
+//! [`moe_dispatch_throughput()`], [`moe_dispatch_fp8()`]: a kernel per [`DispatchPath`], the
+//! `bf16` ones with register kernels beside them, [`Shape::dispatch_by_registers`]),
 //! [`moe_experts()`], [`moe_combine()`]; and for the front ([`crate::host::front`]),
 //! [`moe_stage()`] and [`moe_gather()`].
 //!
