@@ -19,6 +19,7 @@
 struct Shape {
   uint32_t tokens, hidden, experts, top_k, n_pes, capacity, round, mode, dtype;
   uint32_t read_once;  // 1: the combine reads the expert rows not kept in L1 (as in Rust)
+  uint32_t mapped;     // 1: every PE's memory is mapped here; the host launches the _mapped kernels
 };
 
 struct Bufs {
@@ -517,6 +518,23 @@ __device__ __forceinline__ void store_fp8(const uint4 q[PAIRS], const float scal
   }
 }
 
+// How a kernel reaches the other PEs' memory, fixed when it is compiled (kernels.rs, Reach):
+// Probed asks NVSHMEM for each PE's address and puts where it has none; Mapped, for the
+// _mapped kernels the host launches where every PE's memory is mapped here, has no code for
+// that and traps where Rust panics.
+struct Probed {
+  static constexpr bool ALL = false;
+  __device__ __forceinline__ void *ptr(const void *p, int pe) const { return nvshmem_ptr(p, pe); }
+};
+struct Mapped {
+  static constexpr bool ALL = true;
+  __device__ __forceinline__ void *ptr(const void *p, int pe) const {
+    void *q = nvshmem_ptr(p, pe);
+    if (!q) __trap();
+    return q;
+  }
+};
+
 // Row `row` of this PE's region of recv_x (kernels.rs, row_at).
 __device__ __forceinline__ uint16_t *row_at(const Bufs &b, const Shape &s, size_t row) {
   return b.recv_x + ((size_t)nvshmem_my_pe() * s.tokens + row) * s.hidden;
@@ -524,11 +542,12 @@ __device__ __forceinline__ uint16_t *row_at(const Bufs &b, const Shape &s, size_
 
 // Where token t's row goes on PE d (its row of recv_x there), nullptr if it is not sent
 // there; peer is that row's address here when d's memory is mapped, else nullptr.
-__device__ __forceinline__ uint16_t *target(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint16_t *&peer) {
+template <class R>
+__device__ __forceinline__ uint16_t *target(const Bufs &b, R reach, const Shape &s, size_t t, uint32_t d, uint16_t *&peer) {
   int32_t slot = b.send_slot[t * s.n_pes + d];
   if (slot < 0) return peer = nullptr;
   uint16_t *at = row_at(b, s, slot);
-  peer = (uint16_t *)nvshmem_ptr(at, d);
+  peer = (uint16_t *)reach.ptr(at, d);
   return at;
 }
 
@@ -563,16 +582,16 @@ struct Placed {
 // mapped here; returns whether it goes to some PE whose memory is not. With slots, where
 // send_slot says (target); else row t of this PE's region on every PE its experts are on,
 // from the routing, so that the row waits for none of the metadata.
-template <class F>
-__device__ __forceinline__ bool each_mapped(const Bufs &b, const Shape &s, size_t t, Placed by, F f) {
+template <class F, class R>
+__device__ __forceinline__ bool each_mapped(const Bufs &b, R reach, const Shape &s, size_t t, Placed by, F f) {
   bool unmapped = false;
   for (uint32_t d = 0; d < s.n_pes; d++) {
     uint16_t *peer;
     if (by.slots) {
-      if (!target(b, s, t, d, peer)) continue;
+      if (!target(b, reach, s, t, d, peer)) continue;
     } else {
       if (!(by.mask >> d & 1)) continue;
-      peer = (uint16_t *)nvshmem_ptr(row_at(b, s, t), d);
+      peer = (uint16_t *)reach.ptr(row_at(b, s, t), d);
     }
     if (peer)
       f(peer);
@@ -604,8 +623,8 @@ __device__ __forceinline__ uint32_t group_len(const Shape &s) {
 // they go to whose memory is mapped here, where send_slot says; in low-latency mode after a
 // barrier, as send writes send_slot there. store returns whether some destination of t is not
 // mapped; then, after a barrier, the group's (token, destination) warps call put(t, d, target).
-template <class Fetch, class Store, class Put>
-__device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetch fetch, Store store, Put put) {
+template <class Fetch, class Store, class Put, class R>
+__device__ __forceinline__ void send_grouped(const Bufs &b, R reach, const Shape &s, Fetch fetch, Store store, Put put) {
   uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
   size_t t_n = s.tokens, h = s.hidden, stride = gridDim.x;
   uint32_t g_n = group_len(s), units = g_n * n, batch = HELD * blockDim.x;
@@ -643,7 +662,7 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, const Shape &s, Fetc
         size_t t = t0 + u / n * stride;
         uint32_t d = u % n;
         if (t >= t_n) continue;
-        uint16_t *peer, *at = target(b, s, t, d, peer);
+        uint16_t *peer, *at = target(b, reach, s, t, d, peer);
         if (at && !peer) put(t, d, at);
       }
     }
@@ -677,9 +696,9 @@ constexpr uint64_t ARRIVAL = 1ull << 32;
 // pe's copy of the counter cur, left at zero: through the mapped address, else g and p
 // (then put is set: the p needs this thread's quiet).
 // (MAPPED: pe is mapped.)
-template <bool MAPPED>
-__device__ __forceinline__ uint32_t take(uint32_t *cur, uint32_t pe, bool &put) {
-  volatile uint32_t *q = (volatile uint32_t *)nvshmem_ptr(cur, pe);
+template <bool MAPPED, class R>
+__device__ __forceinline__ uint32_t take(uint32_t *cur, R reach, uint32_t pe, bool &put) {
+  volatile uint32_t *q = (volatile uint32_t *)reach.ptr(cur, pe);
   if (q) {
     uint32_t c = *q;
     *q = 0;
@@ -710,11 +729,16 @@ __device__ __forceinline__ void wait_arrivals(uint64_t *sig, uint32_t round, uin
 }
 
 // Whether every PE's memory is mapped here; at one PE without the lookup (all_mapped in Rust).
-__device__ __forceinline__ bool all_mapped(const Bufs &b, uint32_t n) {
-  bool mapped = true;
-  if (n == 1) return true;
-  for (uint32_t d = 0; d < n; d++) mapped = mapped && nvshmem_ptr(b.signals, d) != nullptr;
-  return mapped;
+template <class R>
+__device__ __forceinline__ bool all_mapped(const Bufs &b, R reach, uint32_t n) {
+  if constexpr (R::ALL) {
+    return true;
+  } else {
+    bool mapped = true;
+    if (n == 1) return true;
+    for (uint32_t d = 0; d < n; d++) mapped = mapped && reach.ptr(b.signals, d) != nullptr;
+    return mapped;
+  }
 }
 // The group's puts complete, then the block's arrival at sig on every PE (arrive_group in
 // Rust; the group: whole warps meeting at `meet`, this thread the rank-th): with every PE
@@ -722,13 +746,13 @@ __device__ __forceinline__ bool all_mapped(const Bufs &b, uint32_t n) {
 // adds the block's share there; else every thread's quiet first, then rank 0 fences and
 // signals. Only blocks 0..own add to this PE's own copy; a block with nothing to add (one PE,
 // the block not below own) returns at once.
-template <class Meet>
-__device__ __forceinline__ void arrive_group(const Bufs &b, uint64_t *sig, uint32_t n, uint32_t own, uint32_t rank,
+template <class Meet, class R>
+__device__ __forceinline__ void arrive_group(const Bufs &b, R reach, uint64_t *sig, uint32_t n, uint32_t own, uint32_t rank,
                                              Meet meet) {
   if (n == 1 && blockIdx.x >= own) return;
   bool first = rank < 32;
-  unsigned long long *peer = first && rank < n ? (unsigned long long *)nvshmem_ptr(sig, rank) : nullptr;
-  bool mapped = all_mapped(b, n);
+  unsigned long long *peer = first && rank < n ? (unsigned long long *)reach.ptr(sig, rank) : nullptr;
+  bool mapped = all_mapped(b, reach, n);
   if (!mapped) nvshmem_quiet();
   meet();
   if (mapped) {
@@ -742,26 +766,27 @@ __device__ __forceinline__ void arrive_group(const Bufs &b, uint64_t *sig, uint3
     arrive(sig, n, own);
   }
 }
-__device__ __forceinline__ void arrive_block(const Bufs &b, uint64_t *sig, uint32_t n, uint32_t own) {
-  arrive_group(b, sig, n, own, threadIdx.x, [] { __syncthreads(); });
+template <class R>
+__device__ __forceinline__ void arrive_block(const Bufs &b, R reach, uint64_t *sig, uint32_t n, uint32_t own) {
+  arrive_group(b, reach, sig, n, own, threadIdx.x, [] { __syncthreads(); });
 }
 // Low latency: what each source sent here, from its cursors towards this PE, then reset; a
 // thread a counter, threads 0..bs of the block (pull_counts in Rust). MAPPED: every source
 // is mapped (counts_early).
-template <bool MAPPED>
-__device__ __forceinline__ void pull_counts(const Bufs &b, const Shape &s, uint32_t tid, uint32_t bs) {
+template <bool MAPPED, class R>
+__device__ __forceinline__ void pull_counts(const Bufs &b, R reach, const Shape &s, uint32_t tid, uint32_t bs) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, cap = s.capacity, l_n = s.experts / n;
   size_t pair_cursors = ROW_CURSORS + n;
   bool put = false;
   for (uint32_t i = tid; i < n * l_n; i += bs) {
     uint32_t src = i / l_n, l = i % l_n;
-    uint32_t c = take<MAPPED>(counter(b, pair_cursors + me * l_n + l), src, put);
+    uint32_t c = take<MAPPED>(counter(b, pair_cursors + me * l_n + l), reach, src, put);
     size_t at = l * n + src;
     b.expert_count[at] = min(c, cap);
     b.expert_offset[at] = (l * n + src) * cap;
   }
   uint32_t r = (tid + bs - (n * l_n) % bs) % bs;
-  if (r < n) b.recv_count[r] = take<MAPPED>(counter(b, ROW_CURSORS + me), r, put);
+  if (r < n) b.recv_count[r] = take<MAPPED>(counter(b, ROW_CURSORS + me), reach, r, put);
   if (put) nvshmem_quiet();
 }
 // Low latency, in a block's metadata warps (threads of them meeting at `meet`, this thread
@@ -769,13 +794,13 @@ __device__ __forceinline__ void pull_counts(const Bufs &b, const Shape &s, uint3
 // mapped, the block's arrival at signals[SIG_RESERVED] on every PE; in block 0, then every
 // PE's grid's, the word back to zero, and the counts read while the copying warps still move
 // rows.
-template <class Meet>
-__device__ __forceinline__ void counts_early(const Bufs &b, const Shape &s, uint32_t rank, uint32_t threads,
+template <class Meet, class R>
+__device__ __forceinline__ void counts_early(const Bufs &b, R reach, const Shape &s, uint32_t rank, uint32_t threads,
                                              Meet meet) {
   uint32_t n = s.n_pes;
   uint64_t *sig = b.signals + SIG_RESERVED;
-  if (!all_mapped(b, n)) return;
-  arrive_group(b, sig, n, gridDim.x, rank, meet);
+  if (!all_mapped(b, reach, n)) return;
+  arrive_group(b, reach, sig, n, gridDim.x, rank, meet);
   if (blockIdx.x != 0) return;
   if (rank == 0) {
     uint64_t all = (uint64_t)n * ARRIVAL;
@@ -783,7 +808,7 @@ __device__ __forceinline__ void counts_early(const Bufs &b, const Shape &s, uint
     atomicAdd_system((unsigned long long *)sig, (unsigned long long)(0 - all));
   }
   meet();
-  pull_counts<true>(b, s, rank, threads);
+  pull_counts<true>(b, reach, s, rank, threads);
 }
 
 // The bf16 dispatches by bulk copies (send_bulk in Rust): BULK_SLOTS slots of
@@ -886,8 +911,8 @@ __device__ __forceinline__ void copy_to_global(void *dst, const void *src, uint3
 // then out to every mapped PE the token goes to: low latency, found from the routing;
 // throughput, into the layout's slots); the other warps send the metadata; rows to unmapped
 // PEs go afterwards (kernels.rs, send_bulk).
-template <class Put>
-__device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put) {
+template <class Put, class R>
+__device__ __forceinline__ void send_bulk(const Bufs &b, R reach, const Shape &s, Put put) {
   uint32_t n = s.n_pes, w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32;
   size_t t_n = s.tokens, h = s.hidden, stride = gridDim.x, t0 = blockIdx.x;
   uint32_t count = t0 < t_n ? (uint32_t)((t_n - t0 + stride - 1) / stride) : 0;
@@ -932,7 +957,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
         if (off == 0) rows += mask >> lane & 1;
         by = Placed{false, mask};
       }
-      unmapped |= each_mapped(b, s, t, by, [&](uint16_t *peer) {
+      unmapped |= each_mapped(b, reach, s, t, by, [&](uint16_t *peer) {
         if (lane == 0) copy_to_global(reinterpret_cast<uint8_t *>(peer) + off, slots + i * slot_bytes, len);
       });
       if (lane == 0) asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -969,14 +994,14 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
       auto meet = [&] { asm volatile("bar.sync 1, %0;" ::"r"(mts) : "memory"); };
       meet();
       if (mt < n && tally[mt]) atomicAdd(counter(b, ROW_CURSORS + mt), tally[mt]);
-      counts_early(b, s, mt, mts, meet);
+      counts_early(b, reach, s, mt, mts, meet);
     }
   }
   if (__syncthreads_or(unmapped)) {
     for (uint32_t u = w; u < count * n; u += nw) {
       size_t t = t0 + u / n * stride;
       uint32_t d = u % n;
-      uint16_t *peer, *at = target(b, s, t, d, peer);
+      uint16_t *peer, *at = target(b, reach, s, t, d, peer);
       if (at && !peer) put(t, d, at);
     }
   }
@@ -989,7 +1014,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, const Shape &s, Put put
 // (send_held in Rust); the bulk one stops (Rust: a panic) where launched without its shared
 // memory or with one warp a block (Shape::dispatch_by_registers picks the kernel).
 // Returns whether the block's metadata warps sent the counts on their own (counts_early).
-template <bool REGISTERS> __device__ __forceinline__ bool send_held(const Bufs &b, const Shape &s) {
+template <bool REGISTERS, class R> __device__ __forceinline__ bool send_held(const Bufs &b, R reach, const Shape &s) {
   size_t h = s.hidden;
   uint32_t chunks = h / 8;
   auto put = [&](size_t t, uint32_t d, uint16_t *target) {
@@ -998,17 +1023,17 @@ template <bool REGISTERS> __device__ __forceinline__ bool send_held(const Bufs &
 #if __CUDA_ARCH__ >= 900
   if (!REGISTERS) {
     if (blockDim.x <= 32 || dynamic_smem_bytes() < bulk_shared_bytes(s)) __trap();
-    send_bulk(b, s, put);
+    send_bulk(b, reach, s, put);
     return early_counts(s);
   }
 #endif
   send_grouped(
-      b, s,
+      b, reach, s,
       [&](uint4 raw[HELD], size_t t, uint32_t first, uint32_t tid, uint32_t bs) {
         load_held<false>(raw, reinterpret_cast<const uint4 *>(b.x + t * h), first, chunks, tid, bs);
       },
       [&](size_t t, uint32_t first, const uint4 v[HELD], Placed by, uint32_t tid, uint32_t bs) {
-        return each_mapped(b, s, t, by,
+        return each_mapped(b, reach, s, t, by,
                            [&](uint16_t *peer) { store_held(v, (uint4 *)peer, first, chunks, tid, bs); });
       },
       put);
@@ -1026,8 +1051,8 @@ struct Quantised {
 // the routing; TP, the layout's slot. meet() runs once, after the first unit's loads are
 // issued. A unit towards a PE that is not mapped is staged, and put there after the warp's
 // last unit, out of the copying loop, whose registers NVSHMEM's put would crowd.
-template <bool TP, class Meet>
-__device__ __forceinline__ void copy_units(const Bufs &b, const Shape &s, uint32_t gw, uint32_t nrw, Meet meet) {
+template <bool TP, class Meet, class R>
+__device__ __forceinline__ void copy_units(const Bufs &b, R reach, const Shape &s, uint32_t gw, uint32_t nrw, Meet meet) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32;
   size_t h = s.hidden, t_n = s.tokens;
   uint32_t chunks = (uint32_t)(h / 8), per_row = (chunks + 127) / 128, units = (uint32_t)t_n * per_row;
@@ -1046,7 +1071,7 @@ __device__ __forceinline__ void copy_units(const Bufs &b, const Shape &s, uint32
     quantize_held(raw, v.q, v.scale);
     Placed by = TP ? Placed{true, 0} : Placed{false, routed(s, e)};
     bool unmapped =
-        each_mapped(b, s, t, by, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first, lane, 32); });
+        each_mapped(b, reach, s, t, by, [&](uint16_t *peer) { store_fp8(v.q, v.scale, peer, h, first, lane, 32); });
     if (unmapped) {
       store_fp8(v.q, v.scale, b.comb_stage + t * h, h, first, lane, 32);
       staged = true;
@@ -1066,7 +1091,7 @@ __device__ __forceinline__ void copy_units(const Bufs &b, const Shape &s, uint32
       };
       if (TP) {
         for (uint32_t d = 0; d < n; d++) {
-          uint16_t *peer, *at = target(b, s, t, d, peer);
+          uint16_t *peer, *at = target(b, reach, s, t, d, peer);
           if (at && !peer) put(at, d);
         }
         continue;
@@ -1074,7 +1099,7 @@ __device__ __forceinline__ void copy_units(const Bufs &b, const Shape &s, uint32
       uint32_t mask = routed(s, choice(b, s, t, lane));
       uint16_t *at = row_at(b, s, t);
       for (uint32_t d = 0; d < n; d++) {
-        if (!(mask >> d & 1) || nvshmem_ptr(at, d)) continue;
+        if (!(mask >> d & 1) || reach.ptr(at, d)) continue;
         put(at, d);
       }
     }
@@ -1088,7 +1113,8 @@ __device__ __forceinline__ void copy_units(const Bufs &b, const Shape &s, uint32
 // rows' units of 1024 values in turn, quantise them in registers and store them into every PE
 // they go to whose memory is mapped here; a unit towards a PE that is not is staged, and put
 // there after the warp's last unit. It takes two blocks at least (DispatchPath::min_blocks).
-__device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
+template <class R>
+__device__ __forceinline__ void send_by_role(const Bufs &b, R reach, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, wpb = blockDim.x / 32;
   uint32_t g = gridDim.x, meta_blocks = role_meta_blocks();
   size_t t_n = s.tokens;
@@ -1112,7 +1138,7 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
     if (rows) atomicAdd(counter(b, ROW_CURSORS + lane), rows);
     return;
   }
-  copy_units<false>(b, s, (blockIdx.x - meta_blocks) * wpb + w, (g - meta_blocks) * wpb, [] {});
+  copy_units<false>(b, reach, s, (blockIdx.x - meta_blocks) * wpb + w, (g - meta_blocks) * wpb, [] {});
 }
 
 // The throughput FP8 dispatch, its blocks split by role (kernels.rs, send_units_throughput):
@@ -1122,11 +1148,12 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, const Shape &s) {
 // the one before. The other blocks' warps copy the rows' units among theirs: each loads its
 // first unit, the block's first warp then waits for the layout to have placed the rows
 // (wait_slots) and the block meets it. It takes two blocks at least (DispatchPath::min_blocks).
-__device__ __forceinline__ void send_units_throughput(const Bufs &b, const Shape &s) {
+template <class R>
+__device__ __forceinline__ void send_units_throughput(const Bufs &b, R reach, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32, g = gridDim.x;
   uint32_t meta = max(min(g * n / TP_META_SHARE, g / 2), 1u), copying = g - meta;
   if (blockIdx.x < copying) {
-    copy_units<true>(b, s, blockIdx.x * nw + w, copying * nw, [&] {
+    copy_units<true>(b, reach, s, blockIdx.x * nw + w, copying * nw, [&] {
       if (w == 0) wait_slots(b, s);
       __syncthreads();
     });
@@ -1154,7 +1181,7 @@ enum DispatchPath {
   FP8_THROUGHPUT_PATH
 };
 
-template <DispatchPath PATH, bool REGISTERS = false> __device__ __forceinline__ void dispatch(Bufs b, Shape s) {
+template <DispatchPath PATH, bool REGISTERS = false, class R> __device__ __forceinline__ void dispatch(Bufs b, R reach, Shape s) {
   // The bf16 paths and the low-latency FP8 one fix the mode and the type, as in Rust, so that
   // every test of them folds. The throughput FP8 one reads the mode at run time (fixed, ptxas
   // spilled 8 bytes at 80 registers); this file's dispatch never reads the type.
@@ -1168,22 +1195,22 @@ template <DispatchPath PATH, bool REGISTERS = false> __device__ __forceinline__ 
   // every PE is mapped (counts_early).
   bool early = false;
   if (PATH == FP8_LOW_LATENCY_PATH)
-    send_by_role(b, s);
+    send_by_role(b, reach, s);
   else if (fp8)
-    send_units_throughput(b, s);
+    send_units_throughput(b, reach, s);
   else
-    early = send_held<REGISTERS>(b, s);
+    early = send_held<REGISTERS>(b, reach, s);
   // Whether block 0 reads the counts after the wait (as in Rust): then the blocks that took
   // this PE's cursors signal it too, and only they; else block 0 alone.
-  bool pulls = !tp && !(early && all_mapped(b, n));
+  bool pulls = !tp && !(early && all_mapped(b, reach, n));
   uint32_t own = !pulls ? 1 : PATH == FP8_LOW_LATENCY_PATH ? role_meta_blocks() : gridDim.x;
   uint64_t *sig = b.signals + SIG_DISPATCH;
-  arrive_block(b, sig, n, own);
+  arrive_block(b, reach, sig, n, own);
   if (threadIdx.x == 0 && blockIdx.x == 0) wait_arrivals(sig, s.round, n);
   if (blockIdx.x != 0 || !pulls) return;
   // Low latency, block 0 once every PE's grid has arrived.
   __syncthreads();
-  pull_counts<false>(b, s, threadIdx.x, blockDim.x);
+  pull_counts<false>(b, reach, s, threadIdx.x, blockDim.x);
 }
 
 // Register budgets: the throughput bf16 kernel takes 56 under 64 (four blocks of 256
@@ -1194,22 +1221,40 @@ template <DispatchPath PATH, bool REGISTERS = false> __device__ __forceinline__ 
 // (BENCHMARKS.md, forty-second session). (Before them it spilled 44 bytes at 64 and was
 // fastest at 80: seventeenth session.)
 extern "C" __global__ void __maxnreg__(64) moe_dispatch(Bufs b, Shape s) {
-  dispatch<LOW_LATENCY_PATH>(b, s);
+  dispatch<LOW_LATENCY_PATH>(b, Probed{}, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_mapped(Bufs b, Shape s) {
+  dispatch<LOW_LATENCY_PATH>(b, Mapped{}, s);
 }
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput(Bufs b, Shape s) {
-  dispatch<THROUGHPUT_PATH>(b, s);
+  dispatch<THROUGHPUT_PATH>(b, Probed{}, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput_mapped(Bufs b, Shape s) {
+  dispatch<THROUGHPUT_PATH>(b, Mapped{}, s);
 }
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_registers(Bufs b, Shape s) {
-  dispatch<LOW_LATENCY_PATH, true>(b, s);
+  dispatch<LOW_LATENCY_PATH, true>(b, Probed{}, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_registers_mapped(Bufs b, Shape s) {
+  dispatch<LOW_LATENCY_PATH, true>(b, Mapped{}, s);
 }
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput_registers(Bufs b, Shape s) {
-  dispatch<THROUGHPUT_PATH, true>(b, s);
+  dispatch<THROUGHPUT_PATH, true>(b, Probed{}, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_throughput_registers_mapped(Bufs b, Shape s) {
+  dispatch<THROUGHPUT_PATH, true>(b, Mapped{}, s);
 }
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8(Bufs b, Shape s) {
-  dispatch<FP8_LOW_LATENCY_PATH>(b, s);
+  dispatch<FP8_LOW_LATENCY_PATH>(b, Probed{}, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8_mapped(Bufs b, Shape s) {
+  dispatch<FP8_LOW_LATENCY_PATH>(b, Mapped{}, s);
 }
 extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8_throughput(Bufs b, Shape s) {
-  dispatch<FP8_THROUGHPUT_PATH>(b, s);
+  dispatch<FP8_THROUGHPUT_PATH>(b, Probed{}, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8_throughput_mapped(Bufs b, Shape s) {
+  dispatch<FP8_THROUGHPUT_PATH>(b, Mapped{}, s);
 }
 
 extern "C" __global__ void moe_experts(Bufs b, Shape s) {
@@ -1308,7 +1353,7 @@ __device__ __forceinline__ void store_segment(float acc[SEGMENT_CHUNKS][8], uint
 }
 
 // The combine, reading the expert rows with accumulate<ONCE> (s.read_once picks it).
-template <bool ONCE> __device__ __forceinline__ void combine_reading(Bufs b, Shape s) {
+template <bool ONCE, class R> __device__ __forceinline__ void combine_reading(Bufs b, R reach, Shape s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t k_n = s.top_k, t_n = s.tokens, h = s.hidden;
   uint32_t l_n = s.experts / n;
@@ -1339,7 +1384,7 @@ template <bool ONCE> __device__ __forceinline__ void combine_reading(Bufs b, Sha
     if (src == me) {
       dst = b.out + t * h;
     } else {
-      dst = (uint16_t *)nvshmem_ptr(target, src);
+      dst = (uint16_t *)reach.ptr(target, src);
       if (!dst) {
         dst = b.comb_stage + r * h;
         staged = true;
@@ -1364,7 +1409,7 @@ template <bool ONCE> __device__ __forceinline__ void combine_reading(Bufs b, Sha
       nvshmemx_putmem_nbi_warp(target + c0 * 8, b.comb_stage + r * h + c0 * 8, len * sizeof(uint16_t), src);
     }
   }
-  arrive_block(b, b.signals + SIG_COMBINE, n, gridDim.x);
+  arrive_block(b, reach, b.signals + SIG_COMBINE, n, gridDim.x);
   if (threadIdx.x == 0) wait_arrivals(b.signals + SIG_COMBINE, s.round, n);
   __syncthreads();
   // 3. Each token: its destinations' sums in PE order, the first as it is (its own PE's from
@@ -1400,7 +1445,13 @@ template <bool ONCE> __device__ __forceinline__ void combine_reading(Bufs b, Sha
 // 64 registers: four blocks of 256 threads an SM (as the Rust kernel's max_registers).
 extern "C" __global__ void __maxnreg__(64) moe_combine(Bufs b, Shape s) {
   if (s.read_once)
-    combine_reading<true>(b, s);
+    combine_reading<true>(b, Probed{}, s);
   else
-    combine_reading<false>(b, s);
+    combine_reading<false>(b, Probed{}, s);
+}
+extern "C" __global__ void __maxnreg__(64) moe_combine_mapped(Bufs b, Shape s) {
+  if (s.read_once)
+    combine_reading<true>(b, Mapped{}, s);
+  else
+    combine_reading<false>(b, Mapped{}, s);
 }

@@ -88,6 +88,11 @@ struct Cli {
     /// programmatic dependent (which starts while the layout runs, from sm_90)
     #[arg(long)]
     no_dependent_launch: bool,
+    /// Launch the kernels that look each PE up and put through NVSHMEM where one is not
+    /// mapped, even where every PE's memory is mapped here (which otherwise takes the kernels
+    /// without that code)
+    #[arg(long)]
+    probe_peers: bool,
     /// Seed of tokens and routing
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -185,6 +190,7 @@ impl Cli {
         o.verify = !self.no_verify;
         o.hold_stream = self.hold_stream;
         o.dependent_launch = !self.no_dependent_launch;
+        o.probe_peers = self.probe_peers;
         o.graph_replays = self.graph.unwrap_or(0);
         o.dist = Distribution::parse(&self.routing).expect("clap checked the value");
         if let Some(cubin) = &self.cuda {
@@ -206,6 +212,12 @@ impl Cli {
     }
 }
 
+/// Which kernel set ran: `mapped` where every PE's memory is mapped here, else `probed`
+/// (`--probe-peers`, or some PE not mapped).
+fn kernel_set(mapped: bool) -> &'static str {
+    if mapped { "mapped" } else { "probed" }
+}
+
 fn gbps(bytes: u64, us: f64) -> f64 {
     bytes as f64 / (us * 1e-6) / 1e9
 }
@@ -216,7 +228,7 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
     let me = rt.my_pe();
     if me == 0 {
         println!(
-            "{:<11} {:<4} T {:>5} H {} E {:>3} top-{} {:<7}  dispatch {:>9.2} us ({:>6.1} GB/s)  combine {:>9.2} us ({:>6.1} GB/s)  grids {:?}",
+            "{:<11} {:<4} T {:>5} H {} E {:>3} top-{} {:<7}  dispatch {:>9.2} us ({:>6.1} GB/s)  combine {:>9.2} us ({:>6.1} GB/s)  grids {:?}  kernels {}",
             o.mode.name(),
             o.dtype.name(),
             o.tokens,
@@ -228,7 +240,8 @@ fn report(rt: &Shmem, o: &Options, out: &Outcome) -> bool {
             gbps(out.cross_bytes.0, d),
             c,
             gbps(out.cross_bytes.1, c),
-            out.launch
+            out.launch,
+            kernel_set(out.mapped)
         );
     }
     if out.dropped_per_round > 0 {
@@ -400,7 +413,7 @@ fn compare(
                 gbps(ac, rc)
             );
             println!(
-                "RESULT {{\"mode\": \"{}\", \"dtype\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"hidden\": {}, \"top_k\": {}, \"n_pes\": {}, \"dispatch_bytes\": {bd}, \"combine_bytes\": {bc}, \"dispatch_received_bytes\": {ad}, \"combine_received_bytes\": {ac}, \"rust_dispatch_us\": {rd:.3}, \"cuda_dispatch_us\": {cd:.3}, \"rust_combine_us\": {rc:.3}, \"cuda_combine_us\": {cc:.3}, \"rounds\": {}, \"check_ok\": {}, \"grids\": \"{:?}\", \"order\": \"{}\"}}",
+                "RESULT {{\"mode\": \"{}\", \"dtype\": \"{}\", \"tokens\": {tokens}, \"experts\": {experts}, \"hidden\": {}, \"top_k\": {}, \"n_pes\": {}, \"dispatch_bytes\": {bd}, \"combine_bytes\": {bc}, \"dispatch_received_bytes\": {ad}, \"combine_received_bytes\": {ac}, \"rust_dispatch_us\": {rd:.3}, \"cuda_dispatch_us\": {cd:.3}, \"rust_combine_us\": {rc:.3}, \"cuda_combine_us\": {cc:.3}, \"rounds\": {}, \"check_ok\": {}, \"grids\": \"{:?}\", \"kernels\": \"{}\", \"order\": \"{}\"}}",
                 mode.name(),
                 o.dtype.name(),
                 o.hidden,
@@ -409,6 +422,7 @@ fn compare(
                 times[0][0].len(),
                 check.ok(),
                 moe.launch,
+                kernel_set(moe.mapped()),
                 if cuda_first {
                     "cuda-first"
                 } else {

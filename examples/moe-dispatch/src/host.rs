@@ -137,6 +137,10 @@ pub struct Options {
     /// ([`LaunchConfig::dependent`]): it starts while the layout runs (from sm_90, where no
     /// other PE shares the GPU). Off: after the layout has completed.
     pub dependent_launch: bool,
+    /// Launch the kernels that look each PE up ([`kernels::Probed`]) even where every PE's
+    /// memory is mapped here, which otherwise takes the [`kernels::Mapped`] ones
+    /// ([`Shape::mapped`]).
+    pub probe_peers: bool,
     /// Which kernels.
     pub implementation: Implementation,
 }
@@ -163,6 +167,7 @@ impl Options {
             graph_replays: 0,
             hold_stream: false,
             dependent_launch: true,
+            probe_peers: false,
             implementation: Implementation::Rust { ptx_dir },
         }
     }
@@ -273,6 +278,7 @@ impl Options {
             mode: self.mode.code(),
             dtype: self.dtype.code(),
             read_once: 0,
+            mapped: 0,
         }
     }
 }
@@ -287,8 +293,16 @@ pub struct Kernels<'m> {
     dispatch_throughput_registers: KernelFn<'m, kernels::moe_dispatch_throughput_registers>,
     dispatch_fp8: KernelFn<'m, kernels::moe_dispatch_fp8>,
     dispatch_fp8_throughput: KernelFn<'m, kernels::moe_dispatch_fp8_throughput>,
+    dispatch_mapped: KernelFn<'m, kernels::moe_dispatch_mapped>,
+    dispatch_registers_mapped: KernelFn<'m, kernels::moe_dispatch_registers_mapped>,
+    dispatch_throughput_mapped: KernelFn<'m, kernels::moe_dispatch_throughput_mapped>,
+    dispatch_throughput_registers_mapped:
+        KernelFn<'m, kernels::moe_dispatch_throughput_registers_mapped>,
+    dispatch_fp8_mapped: KernelFn<'m, kernels::moe_dispatch_fp8_mapped>,
+    dispatch_fp8_throughput_mapped: KernelFn<'m, kernels::moe_dispatch_fp8_throughput_mapped>,
     experts: KernelFn<'m, kernels::moe_experts>,
     combine: KernelFn<'m, kernels::moe_combine>,
+    combine_mapped: KernelFn<'m, kernels::moe_combine_mapped>,
     /// Streaming multiprocessors of the GPU.
     sms: u32,
 }
@@ -308,38 +322,67 @@ macro_rules! with_layout {
 }
 
 /// Runs `$body` with `$f` bound to the dispatch kernel in `$k` (a [`Kernels`]) of shape
-/// `$s` launched as `$cfg` says: the one place that maps a [`DispatchPath`], and
-/// [`Shape::dispatch_by_registers`], to its kernel.
+/// `$s` launched as `$cfg` says: the one place that maps a [`DispatchPath`],
+/// [`Shape::dispatch_by_registers`] and [`Shape::mapped`] to its kernel.
 macro_rules! with_dispatch {
     ($k:expr, $s:expr, $cfg:expr, $f:ident => $body:expr) => {
         match (
             $s.dispatch_path(),
             $s.dispatch_by_registers($cfg.threads(), $cfg.shared_mem_bytes),
+            $s.mapped(),
         ) {
-            (DispatchPath::LowLatency, false) => {
-                let $f = &$k.dispatch;
-                $body
+            (DispatchPath::LowLatency, false, false) => with_dispatch!(@ $k.dispatch, $f => $body),
+            (DispatchPath::LowLatency, true, false) => {
+                with_dispatch!(@ $k.dispatch_registers, $f => $body)
             }
-            (DispatchPath::LowLatency, true) => {
-                let $f = &$k.dispatch_registers;
-                $body
+            (DispatchPath::Throughput, false, false) => {
+                with_dispatch!(@ $k.dispatch_throughput, $f => $body)
             }
-            (DispatchPath::Throughput, false) => {
-                let $f = &$k.dispatch_throughput;
-                $body
+            (DispatchPath::Throughput, true, false) => {
+                with_dispatch!(@ $k.dispatch_throughput_registers, $f => $body)
             }
-            (DispatchPath::Throughput, true) => {
-                let $f = &$k.dispatch_throughput_registers;
-                $body
+            (DispatchPath::Fp8LowLatency, _, false) => {
+                with_dispatch!(@ $k.dispatch_fp8, $f => $body)
             }
-            (DispatchPath::Fp8LowLatency, _) => {
-                let $f = &$k.dispatch_fp8;
-                $body
+            (DispatchPath::Fp8Throughput, _, false) => {
+                with_dispatch!(@ $k.dispatch_fp8_throughput, $f => $body)
             }
-            (DispatchPath::Fp8Throughput, _) => {
-                let $f = &$k.dispatch_fp8_throughput;
-                $body
+            (DispatchPath::LowLatency, false, true) => {
+                with_dispatch!(@ $k.dispatch_mapped, $f => $body)
             }
+            (DispatchPath::LowLatency, true, true) => {
+                with_dispatch!(@ $k.dispatch_registers_mapped, $f => $body)
+            }
+            (DispatchPath::Throughput, false, true) => {
+                with_dispatch!(@ $k.dispatch_throughput_mapped, $f => $body)
+            }
+            (DispatchPath::Throughput, true, true) => {
+                with_dispatch!(@ $k.dispatch_throughput_registers_mapped, $f => $body)
+            }
+            (DispatchPath::Fp8LowLatency, _, true) => {
+                with_dispatch!(@ $k.dispatch_fp8_mapped, $f => $body)
+            }
+            (DispatchPath::Fp8Throughput, _, true) => {
+                with_dispatch!(@ $k.dispatch_fp8_throughput_mapped, $f => $body)
+            }
+        }
+    };
+    (@ $kernel:expr, $f:ident => $body:expr) => {{
+        let $f = &$kernel;
+        $body
+    }};
+}
+
+/// Runs `$body` with `$f` bound to the combine kernel in `$k` (a [`Kernels`]) of shape `$s`
+/// ([`Shape::mapped`]).
+macro_rules! with_combine {
+    ($k:expr, $s:expr, $f:ident => $body:expr) => {
+        if $s.mapped() {
+            let $f = &$k.combine_mapped;
+            $body
+        } else {
+            let $f = &$k.combine;
+            $body
         }
     };
 }
@@ -363,8 +406,15 @@ impl<'m> Kernels<'m> {
             dispatch_throughput_registers: module.kernel()?,
             dispatch_fp8: module.kernel()?,
             dispatch_fp8_throughput: module.kernel()?,
+            dispatch_mapped: module.kernel()?,
+            dispatch_registers_mapped: module.kernel()?,
+            dispatch_throughput_mapped: module.kernel()?,
+            dispatch_throughput_registers_mapped: module.kernel()?,
+            dispatch_fp8_mapped: module.kernel()?,
+            dispatch_fp8_throughput_mapped: module.kernel()?,
             experts: module.kernel()?,
             combine: module.kernel()?,
+            combine_mapped: module.kernel()?,
             sms: module.runtime().multiprocessors()?,
         })
     }
@@ -402,6 +452,23 @@ impl<'m> Kernels<'m> {
             }
             with_dispatch!(self, s, g[1], f => to.launch(f, g[1], (b, s)))
         }
+    }
+
+    /// Enqueues the combine of `s` into `to` on `g[3]`'s grid.
+    ///
+    /// # Safety
+    /// As the kernel's contract says: `b` holds the buffers sized for `s`, every PE enqueues
+    /// the same rounds with the same shape and grids, and the combine follows the experts
+    /// of the same round on the stream.
+    unsafe fn enqueue_combine<'b>(
+        &'b self,
+        to: &Enqueue<'_, 'b>,
+        g: &[LaunchConfig<'static>; 4],
+        b: Bufs,
+        s: Shape,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { with_combine!(self, s, f => to.launch(f, g[3], (b, s))) }
     }
 }
 
@@ -448,6 +515,20 @@ macro_rules! held {
 crate::moe_buffers!(held);
 
 impl Held<'_> {
+    /// `s` with [`Shape::mapped`] set: whether every PE's copy of these buffers is mapped
+    /// here (`nvshmem_ptr`; the whole symmetric heap is mapped alike), unless `probe` asks
+    /// for the kernels that look each PE up.
+    pub(crate) fn reach(&self, s: Shape, probe: bool) -> Result<Shape> {
+        let mut mapped = !probe;
+        for pe in 0..s.n_pes as i32 {
+            mapped &= self.signals.peer_device_ptr(pe)?.is_some();
+        }
+        Ok(Shape {
+            mapped: u32::from(mapped),
+            ..s
+        })
+    }
+
     /// Zeroes the kernels' counters, counts and layout words: where they start, and where
     /// every round leaves them.
     pub(crate) fn zero_counters(&self) -> Result<()> {
@@ -518,7 +599,10 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
         k.dispatch_fit(shape, &probe.with_shared_mem(shared)),
     )?;
     let ef = resident("experts", k.experts.max_coresident_blocks(&probe))?;
-    let cf = resident("combine", k.combine.max_coresident_blocks(&probe))?;
+    let cf = resident(
+        "combine",
+        with_combine!(k, shape, f => f.max_coresident_blocks(&probe)),
+    )?;
     let fit = |f: u32, units: u32| opts.blocks.unwrap_or(units.div_ceil(wpb)).clamp(1, f);
     let t = shape.tokens;
     let dependent = opts.dependent_launch && shape.mode == MODE_THROUGHPUT;
@@ -615,6 +699,7 @@ impl<'rt> Moe<'rt> {
         };
         let lens = shape.lens();
         let held = Held::alloc(rt, &lens, true)?;
+        let shape = held.reach(shape, opts.probe_peers)?;
         held.x.copy_from(&inputs.x)?;
         held.topk.copy_from(&inputs.routing.topk_buffer())?;
         held.weights.copy_from(&inputs.routing.weights)?;
@@ -636,6 +721,12 @@ impl<'rt> Moe<'rt> {
             rounds_run: Cell::new(0),
             launch: [(0, 0); 4],
         })
+    }
+
+    /// Whether this buffer's rounds take the [`kernels::Mapped`] kernels
+    /// ([`Shape::mapped`]).
+    pub fn mapped(&self) -> bool {
+        self.shape.mapped()
     }
 
     /// The shapes of the four launches for `k`.
@@ -668,7 +759,7 @@ impl<'rt> Moe<'rt> {
         to.barrier_all()?;
         at(2)?;
         // SAFETY: as above.
-        unsafe { to.launch(&k.combine, g[3], (b, s))? };
+        unsafe { k.enqueue_combine(&to, g, b, s)? };
         at(3)
     }
 
@@ -981,6 +1072,9 @@ pub struct Outcome {
     pub dropped_per_round: u64,
     /// Launch shapes: layout, dispatch, experts, combine.
     pub launch: [(u32, u32); 4],
+    /// Whether the dispatch and combine kernels were the [`kernels::Mapped`] ones
+    /// ([`Shape::mapped`]).
+    pub mapped: bool,
     /// With `verify`: the comparison with the CPU.
     pub check: Option<Check>,
     /// With `graph_replays`: eager and graph rounds compared.
@@ -1055,6 +1149,7 @@ pub fn run(rt: &Shmem, opts: &Options) -> Result<Outcome> {
         cross_bytes: moe.cross_bytes(),
         dropped_per_round: moe.dropped_per_round()?,
         launch: moe.launch,
+        mapped: moe.shape.mapped(),
         check,
         graph,
     })

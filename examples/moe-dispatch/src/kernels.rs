@@ -204,6 +204,10 @@ pub struct Shape {
     /// in L1); 0: with plain loads. The host sets it when the rows take at most
     /// [`READ_ONCE_L2S`] times the GPU's L2 cache ([`Shape::for_l2`]).
     pub read_once: u32,
+    /// 1: every PE's memory is mapped here (`nvshmem_ptr` gives every PE's address), and the
+    /// host launches the kernels for that, [`Mapped`]; 0: those that look each PE up,
+    /// [`Probed`] ([`Shape::mapped`]). The kernels do not read it.
+    pub mapped: u32,
 }
 
 /// Up to how many L2 caches' worth of expert rows ([`Shape::expert_row_bytes`]) the combine
@@ -214,6 +218,56 @@ pub struct Shape {
 /// (4.5) and 1.02 at 4096 (9.0), where the combine took the same time and the dispatch
 /// after it 4 µs more.
 pub const READ_ONCE_L2S: u64 = 3;
+
+/// How a kernel reaches the other PEs' memory, fixed when it was compiled: the dispatch and
+/// combine kernels come in two sets. [`Probed`] kernels ask NVSHMEM for each PE's address
+/// and send through NVSHMEM's puts and signals where it has none (another node, no P2P).
+/// [`Mapped`] kernels (named `…_mapped`), for where every PE's memory is mapped here, have
+/// no code for that: on one H200 at 1 PE, held, the low-latency `bf16` dispatch by bulk
+/// copies was 2,848 instructions instead of 5,440, and a round took about 0.98 of the time
+/// at 128 tokens and 0.997 at 4096 (BENCHMARKS.md, seventy-ninth session). The host picks
+/// the set once, from whether `nvshmem_ptr` maps every PE ([`Shape::mapped`]).
+pub trait Reach: Copy {
+    /// Every PE's memory is mapped here.
+    const ALL: bool;
+    /// `pe`'s copy of `sym`, mapped here, or `None` (for [`Mapped`], never).
+    fn ptr<T>(self, sym: Sym<T>, pe: i32) -> Option<PeerPtr<T>>;
+}
+
+/// [`Reach`] for kernels that look each PE up ([`shmem_device::mem::ptr`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Probed;
+
+impl Reach for Probed {
+    const ALL: bool = false;
+    #[inline(always)]
+    fn ptr<T>(self, sym: Sym<T>, pe: i32) -> Option<PeerPtr<T>> {
+        ptr(sym, pe)
+    }
+}
+
+/// [`Reach`] for kernels launched only where every PE's memory is mapped here
+/// ([`Shape::mapped`]). A PE found not mapped after all is a panic, not a put.
+#[derive(Clone, Copy, Debug)]
+pub struct Mapped;
+
+impl Reach for Mapped {
+    const ALL: bool = true;
+    #[inline(always)]
+    fn ptr<T>(self, sym: Sym<T>, pe: i32) -> Option<PeerPtr<T>> {
+        match ptr(sym, pe) {
+            Some(p) => Some(p),
+            None => not_mapped(),
+        }
+    }
+}
+
+/// A [`Mapped`] kernel's stop where a PE's memory is not mapped here.
+#[cold]
+#[inline(never)]
+fn not_mapped() -> ! {
+    panic!("a `_mapped` MoE kernel was launched where some PE's memory is not mapped here")
+}
 
 /// Which dispatch kernel a shape takes ([`Shape::dispatch_path`]). Each path is a kernel of
 /// its own, so that its own registers set its occupancy: from sm_90 each fits in 64
@@ -294,6 +348,12 @@ impl Shape {
             read_once: u32::from(once),
             ..self
         }
+    }
+
+    /// Whether the host launches this shape's [`Mapped`] kernels ([`Shape::mapped`]), else
+    /// the [`Probed`] ones.
+    pub fn mapped(&self) -> bool {
+        self.mapped != 0
     }
 
     /// Whether a launch of this shape's dispatch in blocks of `threads` with `shared` bytes
@@ -1444,10 +1504,16 @@ unsafe fn store_fp8(
 /// # Safety
 /// `t < T`, `d < n`; `send_slot[t][d]` is written (the block synchronised after [`send`]).
 #[inline(always)]
-unsafe fn target(b: Bufs, s: Shape, t: usize, d: u32) -> Option<(Sym<u16>, Option<PeerPtr<u16>>)> {
+unsafe fn target<R: Reach>(
+    b: Bufs,
+    reach: R,
+    s: Shape,
+    t: usize,
+    d: u32,
+) -> Option<(Sym<u16>, Option<PeerPtr<u16>>)> {
     // SAFETY: the caller's contract.
     let slot = unsafe { ld(b.send_slot, t * s.n_pes as usize + d as usize) };
-    row_at(b, s, slot).map(|at| (at, ptr(at, d as i32)))
+    row_at(b, s, slot).map(|at| (at, reach.ptr(at, d as i32)))
 }
 
 /// This lane's choice of token `t` (its expert; -1 from lane `K` on), from which
@@ -1509,8 +1575,9 @@ enum Placed {
 /// As [`target`] with [`Placed::Slots`]; with [`Placed::Routed`] in low-latency mode, `t < T`
 /// and the mask [`routed`]'s for `t`.
 #[inline(always)]
-unsafe fn each_mapped(
+unsafe fn each_mapped<R: Reach>(
     b: Bufs,
+    reach: R,
     s: Shape,
     t: usize,
     by: Placed,
@@ -1520,11 +1587,11 @@ unsafe fn each_mapped(
     for d in 0..s.n_pes {
         let to = match by {
             // SAFETY: the caller's contract.
-            Placed::Slots => unsafe { target(b, s, t, d) },
+            Placed::Slots => unsafe { target(b, reach, s, t, d) },
             Placed::Routed(mask) => (mask >> d & 1 != 0)
                 .then(|| row_at(b, s, t as i32))
                 .flatten()
-                .map(|at| (at, ptr(at, d as i32))),
+                .map(|at| (at, reach.ptr(at, d as i32))),
         };
         match to {
             Some((_, Some(peer))) => f(peer.as_ptr()),
@@ -1582,8 +1649,9 @@ const LOW_LATENCY_GROUP: u32 = 2;
 /// whole warps, with `t < T` (`put` after `send_slot[t]` is complete); `store`'s result is
 /// the same in every thread.
 #[inline(always)]
-unsafe fn send_grouped<const TP: bool>(
+unsafe fn send_grouped<const TP: bool, R: Reach>(
     b: Bufs,
+    reach: R,
     s: Shape,
     mut fetch: impl FnMut(usize, u32, u32, u32) -> [Chunk; HELD],
     mut store: impl FnMut(usize, u32, &[Chunk; HELD], Placed, u32, u32) -> bool,
@@ -1665,7 +1733,7 @@ unsafe fn send_grouped<const TP: bool>(
                 let mut u = w;
                 while u < units {
                     if let Some((t, d)) = unit(t0, u)
-                        && let Some((at, None)) = target(b, s, t, d)
+                        && let Some((at, None)) = target(b, reach, s, t, d)
                     {
                         put(t, d, at);
                     }
@@ -1864,7 +1932,7 @@ unsafe fn reserve_pairs(
 /// # Safety
 /// See [`moe_dispatch()`]; every thread of the block calls it.
 #[inline(always)]
-unsafe fn send_held(b: Bufs, s: Shape, registers: bool) -> bool {
+unsafe fn send_held<R: Reach>(b: Bufs, reach: R, s: Shape, registers: bool) -> bool {
     let h = s.hidden as usize;
     let chunks = (h / 8) as u32;
     let row = |t: usize| b.x.as_ptr().wrapping_add(t * h);
@@ -1889,7 +1957,7 @@ unsafe fn send_held(b: Bufs, s: Shape, registers: bool) -> bool {
         );
         // SAFETY: the kernel's contract; the launch gave the shared memory, the block has a
         // copying warp and metadata warps.
-        unsafe { send_bulk(b, s, put) };
+        unsafe { send_bulk(b, reach, s, put) };
         return early_counts(s);
     }
     // SAFETY: as `send_grouped` says: `t < T`, and `send_slot[t]` complete at `store`; the
@@ -1899,14 +1967,14 @@ unsafe fn send_held(b: Bufs, s: Shape, registers: bool) -> bool {
         let fetch =
             |t, first, tid, bs| load_held::<false>(row(t).cast::<Chunk>(), first, chunks, tid, bs);
         let store = |t, first, held: &_, by, tid, bs| {
-            each_mapped(b, s, t, by, |peer| {
+            each_mapped(b, reach, s, t, by, |peer| {
                 store_held(held, peer.cast(), first, chunks, tid, bs)
             })
         };
         if s.mode == MODE_THROUGHPUT {
-            send_grouped::<true>(b, s, fetch, store, put);
+            send_grouped::<true, _>(b, reach, s, fetch, store, put);
         } else {
-            send_grouped::<false>(b, s, fetch, store, put);
+            send_grouped::<false, _>(b, reach, s, fetch, store, put);
         }
     }
     false
@@ -1966,7 +2034,7 @@ unsafe fn wait_slots(b: Bufs, s: Shape) {
 /// [`shmem_device::bulk::AVAILABLE`]. `put` is called by whole warps, with `t < T`, after
 /// `send_slot[t]` is complete.
 #[inline(always)]
-unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
+unsafe fn send_bulk<R: Reach>(b: Bufs, reach: R, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
     use shmem_device::bulk::{self, Barrier};
     use shmem_device::shared::SharedPtr;
     let (n, h, tp) = (s.n_pes, s.hidden as usize, s.mode == MODE_THROUGHPUT);
@@ -2058,7 +2126,7 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                     }
                     Placed::Routed(mask)
                 };
-                unmapped |= each_mapped(b, s, t, by, |peer| {
+                unmapped |= each_mapped(b, reach, s, t, by, |peer| {
                     if lane == 0 {
                         bulk::copy_to_global(
                             peer.cast::<u8>().add(off as usize),
@@ -2129,11 +2197,11 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
                     _ => 0,
                 };
                 count_rows(b, rank, rows);
-                counts_early(b, s, (rank, meta.threads()), || meta.sync());
+                counts_early(b, reach, s, (rank, meta.threads()), || meta.sync());
             }
         }
         if sync_threads_or(unmapped) {
-            put_unmapped(b, s, (w, nw), count, token, put);
+            put_unmapped(b, reach, s, (w, nw), count, token, put);
         }
     }
 }
@@ -2146,8 +2214,9 @@ unsafe fn send_bulk(b: Bufs, s: Shape, put: impl FnMut(usize, u32, Sym<u16>)) {
 /// Every warp of the block calls it whole, after a barrier that follows every `send` of the
 /// block's tokens (so `send_slot` is complete); `token(i) < T` for `i < count`.
 #[inline(always)]
-unsafe fn put_unmapped(
+unsafe fn put_unmapped<R: Reach>(
     b: Bufs,
+    reach: R,
     s: Shape,
     (w, nw): (u32, u32),
     count: u32,
@@ -2159,7 +2228,7 @@ unsafe fn put_unmapped(
     while u < count * n {
         let (t, d) = (token(u / n), u % n);
         // SAFETY: `t < T`, `d < n`, and `send_slot[t]` complete (the caller's contract).
-        if let Some((at, None)) = unsafe { target(b, s, t, d) } {
+        if let Some((at, None)) = unsafe { target(b, reach, s, t, d) } {
             put(t, d, at);
         }
         u += nw;
@@ -2196,9 +2265,9 @@ unsafe fn put_unmapped(
 /// `sig` is a signal word of [`Bufs::signals`]; `n` is the PE count, at most 32 (the
 /// kernels' contract); `own` is the same in every block of the grid, and at least 1.
 #[inline(always)]
-unsafe fn arrive_block(b: Bufs, sig: Sym<u64>, n: u32, own: Option<u32>) {
+unsafe fn arrive_block<R: Reach>(b: Bufs, reach: R, sig: Sym<u64>, n: u32, own: Option<u32>) {
     // SAFETY: the caller's contract; the whole block meets.
-    unsafe { arrive_group(b, sig, n, own, thread_idx_x(), sync_threads) };
+    unsafe { arrive_group(b, reach, sig, n, own, thread_idx_x(), sync_threads) };
 }
 
 /// [`arrive_block`] for a group of whole warps of the block that meet at `meet`, this
@@ -2209,8 +2278,9 @@ unsafe fn arrive_block(b: Bufs, sig: Sym<u64>, n: u32, own: Option<u32>) {
 /// As [`arrive_block`]; every thread of the group calls it, and `meet` is the group's
 /// barrier.
 #[inline(always)]
-unsafe fn arrive_group(
+unsafe fn arrive_group<R: Reach>(
     b: Bufs,
+    reach: R,
     sig: Sym<u64>,
     n: u32,
     own: Option<u32>,
@@ -2222,11 +2292,11 @@ unsafe fn arrive_group(
     }
     let first = rank < 32;
     let peer = if first && rank < n {
-        ptr(sig, rank as i32)
+        reach.ptr(sig, rank as i32)
     } else {
         None
     };
-    let mapped = all_mapped(b, n);
+    let mapped = all_mapped(b, reach, n);
     if !mapped {
         quiet();
     }
@@ -2252,8 +2322,8 @@ unsafe fn arrive_group(
 /// symmetric heap): the same in every thread of the grid. At one PE, without the lookup's
 /// load from NVSHMEM's table.
 #[inline(always)]
-fn all_mapped(b: Bufs, n: u32) -> bool {
-    n == 1 || (0..n).all(|d| ptr(b.signals, d as i32).is_some())
+fn all_mapped<R: Reach>(b: Bufs, reach: R, n: u32) -> bool {
+    R::ALL || n == 1 || (0..n).all(|d| reach.ptr(b.signals, d as i32).is_some())
 }
 
 /// Adds `rows`, the block's rows towards PE `d` (zero unless `d < n`), to this PE's row
@@ -2309,16 +2379,22 @@ fn early_counts(s: Shape) -> bool {
 /// every cursor of the block's pairs and rows is taken, and every block of every PE's grid
 /// does so in this round.
 #[inline(always)]
-unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: impl Fn()) {
+unsafe fn counts_early<R: Reach>(
+    b: Bufs,
+    reach: R,
+    s: Shape,
+    (rank, threads): (u32, u32),
+    meet: impl Fn(),
+) {
     let n = s.n_pes;
     let sig = b.signals.wrapping_add(SIG_RESERVED);
     // SAFETY: the signal word, which only this function touches; the caller's contract.
     unsafe {
         // Mapping is mutual: where some PE is not mapped, no PE waits here.
-        if !all_mapped(b, n) {
+        if !all_mapped(b, reach, n) {
             return;
         }
-        arrive_group(b, sig, n, None, rank, &meet);
+        arrive_group(b, reach, sig, n, None, rank, &meet);
         if block_idx_x() == 0 {
             if rank == 0 {
                 // Every PE's grid, then the word back to zero: it waits for one round's
@@ -2331,7 +2407,7 @@ unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: imp
                 scoped::add_relaxed(scoped::Sys, sig, all.wrapping_neg());
             }
             meet();
-            pull_counts::<true>(b, s, (rank, threads));
+            pull_counts::<true, _>(b, reach, s, (rank, threads));
         }
     }
 }
@@ -2344,7 +2420,7 @@ unsafe fn counts_early(b: Bufs, s: Shape, (rank, threads): (u32, u32), meet: imp
 /// # Safety
 /// The whole warp, after the unit is staged; `t < T`; with `TP`, `send_slot[t]` complete.
 #[inline(always)]
-unsafe fn put_unit<const TP: bool>(b: Bufs, s: Shape, t: usize, first: u32) {
+unsafe fn put_unit<const TP: bool, R: Reach>(b: Bufs, reach: R, s: Shape, t: usize, first: u32) {
     let h = s.hidden as usize;
     let stage = b.comb_stage.as_ptr().wrapping_add(t * h);
     // SAFETY: row `t` of `comb_stage` is this token's alone this round, and complete for
@@ -2369,7 +2445,7 @@ unsafe fn put_unit<const TP: bool>(b: Bufs, s: Shape, t: usize, first: u32) {
         };
         if TP {
             for d in 0..s.n_pes {
-                if let Some((at, None)) = target(b, s, t, d) {
+                if let Some((at, None)) = target(b, reach, s, t, d) {
                     put(at, d);
                 }
             }
@@ -2380,7 +2456,7 @@ unsafe fn put_unit<const TP: bool>(b: Bufs, s: Shape, t: usize, first: u32) {
             return;
         };
         for d in 0..s.n_pes {
-            if mask >> d & 1 == 0 || ptr(at, d as i32).is_some() {
+            if mask >> d & 1 == 0 || reach.ptr(at, d as i32).is_some() {
                 continue;
             }
             put(at, d);
@@ -2438,7 +2514,7 @@ fn role_meta_blocks() -> u32 {
 /// # Safety
 /// See [`moe_dispatch_fp8()`]; every thread of the block calls it.
 #[inline(always)]
-unsafe fn send_by_role(b: Bufs, s: Shape) {
+unsafe fn send_by_role<R: Reach>(b: Bufs, reach: R, s: Shape) {
     let n = s.n_pes;
     let lane = lane_id();
     let g = grid_dim_x();
@@ -2483,8 +2559,9 @@ unsafe fn send_by_role(b: Bufs, s: Shape) {
             }
             count_rows(b, lane, rows);
         } else {
-            copy_units::<false>(
+            copy_units::<false, _>(
                 b,
+                reach,
                 s,
                 (block_idx_x() - meta_blocks) * wpb + warp_id(),
                 (g - meta_blocks) * wpb,
@@ -2508,7 +2585,14 @@ unsafe fn send_by_role(b: Bufs, s: Shape) {
 /// Whole warps; with `TP`, `send_slot` complete once `meet` has returned; the buffers as in
 /// [`moe_dispatch()`]; `meet` may hold a block barrier (every thread calls it once).
 #[inline(always)]
-unsafe fn copy_units<const TP: bool>(b: Bufs, s: Shape, gw: u32, nrw: u32, mut meet: impl FnMut()) {
+unsafe fn copy_units<const TP: bool, R: Reach>(
+    b: Bufs,
+    reach: R,
+    s: Shape,
+    gw: u32,
+    nrw: u32,
+    mut meet: impl FnMut(),
+) {
     let h = s.hidden as usize;
     let chunks = (h / 8) as u32;
     let lane = lane_id();
@@ -2540,7 +2624,9 @@ unsafe fn copy_units<const TP: bool>(b: Bufs, s: Shape, gw: u32, nrw: u32, mut m
             } else {
                 Placed::Routed(routed(s, e))
             };
-            let unmapped = each_mapped(b, s, t, by, |peer| store_fp8(&q, peer, h, first, lane, 32));
+            let unmapped = each_mapped(b, reach, s, t, by, |peer| {
+                store_fp8(&q, peer, h, first, lane, 32)
+            });
             if unmapped {
                 store_fp8(&q, stage, h, first, lane, 32);
                 staged = true;
@@ -2554,7 +2640,7 @@ unsafe fn copy_units<const TP: bool>(b: Bufs, s: Shape, gw: u32, nrw: u32, mut m
             sync_warp(u32::MAX);
             let mut u = gw;
             while u < units {
-                put_unit::<TP>(b, s, (u / per_row) as usize, u % per_row * 128);
+                put_unit::<TP, _>(b, reach, s, (u / per_row) as usize, u % per_row * 128);
                 u += nrw;
             }
         }
@@ -2586,7 +2672,7 @@ unsafe fn copy_units<const TP: bool>(b: Bufs, s: Shape, gw: u32, nrw: u32, mut m
 /// See [`moe_dispatch_fp8_throughput()`] (a grid of two blocks at least); every thread of the
 /// block calls it.
 #[inline(always)]
-unsafe fn send_units_throughput(b: Bufs, s: Shape) {
+unsafe fn send_units_throughput<R: Reach>(b: Bufs, reach: R, s: Shape) {
     let (n, w, nw, lane) = (s.n_pes, warp_id(), warps_per_block(), lane_id());
     let g = grid_dim_x();
     let meta = (g * n / TP_META_SHARE).min(g / 2).max(1);
@@ -2596,7 +2682,7 @@ unsafe fn send_units_throughput(b: Bufs, s: Shape) {
     // the layout has placed this PE's rows (`wait_slots`, then the block's barrier).
     unsafe {
         if block_idx_x() < copying {
-            copy_units::<true>(b, s, block_idx_x() * nw + w, copying * nw, || {
+            copy_units::<true, _>(b, reach, s, block_idx_x() * nw + w, copying * nw, || {
                 if w == 0 {
                     wait_slots(b, s);
                 }
@@ -2632,7 +2718,7 @@ unsafe fn send_units_throughput(b: Bufs, s: Shape) {
 /// # Safety
 /// See [`moe_dispatch()`].
 #[inline(always)]
-unsafe fn dispatch(b: Bufs, s: Shape, (path, registers): (DispatchPath, bool)) {
+unsafe fn dispatch<R: Reach>(b: Bufs, reach: R, s: Shape, (path, registers): (DispatchPath, bool)) {
     // Each path fixes the mode and the type (the kernel's contract), so that every test of
     // them below folds away: the `bf16` paths, on one H200, at 1 PE, held, took 0.991-0.992
     // of the time at 128 and 4096 tokens; the twin, changed alike, 0.948 at 4096 tokens in
@@ -2651,13 +2737,13 @@ unsafe fn dispatch(b: Bufs, s: Shape, (path, registers): (DispatchPath, bool)) {
     // SAFETY: the kernel's contract; every thread of the block calls them.
     let early = unsafe {
         if path.fp8() && !tp {
-            send_by_role(b, s);
+            send_by_role(b, reach, s);
             false
         } else if path.fp8() {
-            send_units_throughput(b, s);
+            send_units_throughput(b, reach, s);
             false
         } else {
-            send_held(b, s, registers)
+            send_held(b, reach, s, registers)
         }
     };
     // Which blocks add to this PE's own arrival ([`arrive_block`]). What this grid sends
@@ -2665,7 +2751,7 @@ unsafe fn dispatch(b: Bufs, s: Shape, (path, registers): (DispatchPath, bool)) {
     // reads after its wait, the counts ([`pull_counts`]), needs the blocks that took this
     // PE's cursors: every block, or the FP8 dispatch's metadata blocks. Where block 0 reads
     // nothing (throughput; the counts read early), block 0 alone adds it.
-    let pulls = !(tp || early && all_mapped(b, n));
+    let pulls = !(tp || early && all_mapped(b, reach, n));
     let own = match path {
         _ if !pulls => Some(1),
         DispatchPath::Fp8LowLatency => Some(role_meta_blocks()),
@@ -2674,7 +2760,7 @@ unsafe fn dispatch(b: Bufs, s: Shape, (path, registers): (DispatchPath, bool)) {
     let sig = b.signals.wrapping_add(SIG_DISPATCH);
     // SAFETY: a signal word, counting rounds (module documentation); the whole block calls
     // it; the kernel's contract bounds `n`; `own` is the same in every block, at least 1.
-    unsafe { arrive_block(b, sig, n, own) };
+    unsafe { arrive_block(b, reach, sig, n, own) };
     if thread_idx_x() == 0 && block_idx_x() == 0 {
         // SAFETY: as above.
         unsafe { wait_arrivals(sig, s.round, n) };
@@ -2685,7 +2771,7 @@ unsafe fn dispatch(b: Bufs, s: Shape, (path, registers): (DispatchPath, bool)) {
     // Block 0, once thread 0 has seen every PE's grid arrive.
     sync_threads();
     // SAFETY: the kernel's contract; the whole block, after every PE's grid has arrived.
-    unsafe { pull_counts::<false>(b, s, (thread_idx_x(), block_dim_x())) };
+    unsafe { pull_counts::<false, _>(b, reach, s, (thread_idx_x(), block_dim_x())) };
 }
 
 /// Low latency, block 0 once every PE's grid has arrived: what each source sent here, from
@@ -2700,7 +2786,12 @@ unsafe fn dispatch(b: Bufs, s: Shape, (path, registers): (DispatchPath, bool)) {
 /// after every PE's whole grid has counted its pairs and rows here ([`wait_arrivals`] of
 /// `SIG_DISPATCH`, or of `SIG_RESERVED` in [`counts_early`]).
 #[inline(always)]
-unsafe fn pull_counts<const MAPPED: bool>(b: Bufs, s: Shape, (tid, bs): (u32, u32)) {
+unsafe fn pull_counts<const MAPPED: bool, R: Reach>(
+    b: Bufs,
+    reach: R,
+    s: Shape,
+    (tid, bs): (u32, u32),
+) {
     let (me, n, cap) = (my_pe() as u32, s.n_pes, s.capacity);
     let l_n = s.experts / n;
     let pair_cursors = ROW_CURSORS + n as usize;
@@ -2713,8 +2804,11 @@ unsafe fn pull_counts<const MAPPED: bool>(b: Bufs, s: Shape, (tid, bs): (u32, u3
         let mut i = tid;
         while i < n * l_n {
             let (src, l) = (i / l_n, i % l_n);
-            let (c, by_put) =
-                take::<MAPPED>(counter(b, pair_cursors + (me * l_n + l) as usize), src);
+            let (c, by_put) = take::<MAPPED, _>(
+                counter(b, pair_cursors + (me * l_n + l) as usize),
+                reach,
+                src,
+            );
             put |= by_put;
             let at = (l * n + src) as usize;
             st(b.expert_count, at, c.min(cap));
@@ -2724,7 +2818,7 @@ unsafe fn pull_counts<const MAPPED: bool>(b: Bufs, s: Shape, (tid, bs): (u32, u3
         // The row counts on the threads after the pairs' (the first ones when `n L >= bs`).
         let r = (tid + bs - (n * l_n) % bs) % bs;
         if r < n {
-            let (rows, by_put) = take::<MAPPED>(counter(b, ROW_CURSORS + me as usize), r);
+            let (rows, by_put) = take::<MAPPED, _>(counter(b, ROW_CURSORS + me as usize), reach, r);
             put |= by_put;
             st(b.recv_count, r as usize, rows);
         }
@@ -2742,10 +2836,10 @@ unsafe fn pull_counts<const MAPPED: bool>(b: Bufs, s: Shape, (tid, bs): (u32, u3
 /// # Safety
 /// `cur` is a word of [`Bufs::work`]; nothing else touches `pe`'s copy meanwhile.
 #[inline(always)]
-unsafe fn take<const MAPPED: bool>(cur: Sym<u32>, pe: u32) -> (u32, bool) {
+unsafe fn take<const MAPPED: bool, R: Reach>(cur: Sym<u32>, reach: R, pe: u32) -> (u32, bool) {
     // SAFETY: the caller's contract; a mapped address is `pe`'s copy of `cur`.
     unsafe {
-        match ptr(cur, pe as i32) {
+        match reach.ptr(cur, pe as i32) {
             Some(q) => {
                 let c = q.as_ptr().read_volatile();
                 q.as_ptr().write_volatile(0);
@@ -3166,15 +3260,15 @@ fn segments(s: Shape) -> (u32, u32, u32) {
 /// # Safety
 /// See [`moe_combine()`].
 #[inline(always)]
-unsafe fn combine(b: Bufs, s: Shape) {
+unsafe fn combine<R: Reach>(b: Bufs, reach: R, s: Shape) {
     // SAFETY: the caller's contract.
     unsafe {
         if s.read_once != 0 {
-            send_sums::<true>(b, s)
+            send_sums::<true, _>(b, reach, s)
         } else {
-            send_sums::<false>(b, s)
+            send_sums::<false, _>(b, reach, s)
         }
-        combine_rest(b, s)
+        combine_rest(b, reach, s)
     }
 }
 
@@ -3184,7 +3278,7 @@ unsafe fn combine(b: Bufs, s: Shape) {
 /// # Safety
 /// See [`moe_combine()`].
 #[inline(always)]
-unsafe fn send_sums<const ONCE: bool>(b: Bufs, s: Shape) {
+unsafe fn send_sums<const ONCE: bool, R: Reach>(b: Bufs, reach: R, s: Shape) {
     let (me, n) = (my_pe() as u32, divisor(s.n_pes));
     let (k_n, t_n, h) = (s.top_k as usize, s.tokens as usize, s.hidden as usize);
     let (lane, gw, nw) = warps();
@@ -3232,7 +3326,7 @@ unsafe fn send_sums<const ONCE: bool>(b: Bufs, s: Shape) {
             let (out, staged) = if src == me {
                 (b.out.as_ptr().add(t * h), false)
             } else {
-                match ptr(target, src as i32) {
+                match reach.ptr(target, src as i32) {
                     Some(p) => (p.as_ptr(), false),
                     None => (b.comb_stage.as_ptr().add(r * h), true),
                 }
@@ -3273,7 +3367,7 @@ unsafe fn send_sums<const ONCE: bool>(b: Bufs, s: Shape) {
 /// # Safety
 /// See [`moe_combine()`]; after [`send_sums`].
 #[inline(always)]
-unsafe fn combine_rest(b: Bufs, s: Shape) {
+unsafe fn combine_rest<R: Reach>(b: Bufs, reach: R, s: Shape) {
     let (me, n) = (my_pe() as u32, divisor(s.n_pes));
     let (k_n, t_n, l_n, h) = (
         s.top_k as usize,
@@ -3290,7 +3384,7 @@ unsafe fn combine_rest(b: Bufs, s: Shape) {
     // SAFETY: a signal word, counting rounds (module documentation); the whole block calls
     // it; the kernel's contract bounds `n`. Every block: the sums in `out` are read back
     // below.
-    unsafe { arrive_block(b, sig, n, None) };
+    unsafe { arrive_block(b, reach, sig, n, None) };
     if thread_idx_x() == 0 {
         // SAFETY: as above.
         unsafe { wait_arrivals(sig, s.round, n) };
@@ -3346,14 +3440,15 @@ unsafe fn combine_rest(b: Bufs, s: Shape) {
 }
 
 /// Declares the kernels: each is `#[shmem_kernel] unsafe fn $name(b: Bufs, s: Shape)`
-/// calling `$body(b, s)`, or `$body(b, s, $arg)`, under its own contract.
+/// calling `$body(b, s)`, or `$body(b, s, $arg)`, with a [`Reach`] `$reach` as
+/// `$body(b, $reach, s…)`, under its own contract.
 macro_rules! kernels {
-    ($($(#[$doc:meta])* $name:ident $(($($bounds:tt)*))? => $body:ident $(($arg:expr))?;)*) => { $(
+    ($($(#[$doc:meta])* $name:ident $(($($bounds:tt)*))? => $body:ident $([$reach:ident])? $(($arg:expr))?;)*) => { $(
         $(#[$doc])*
         #[shmem_kernel($($($bounds)*)?)]
         pub unsafe fn $name(b: Bufs, s: Shape) {
             // SAFETY: this kernel's contract.
-            unsafe { $body(b, s $(, $arg)?) }
+            unsafe { $body(b, $($reach,)? s $(, $arg)?) }
         }
     )* };
 }
@@ -3394,14 +3489,28 @@ kernels! {
     /// `hidden` a multiple of 8; the previous round's combine has finished on every PE; `s`
     /// takes this kernel ([`Shape::dispatch_path`]); the launch's dynamic shared memory, if
     /// any, is this kernel's alone.
-    moe_dispatch(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::LowLatency, false));
+    moe_dispatch(max_registers = 72, sm_90(max_registers = 64)) => dispatch[Probed]((DispatchPath::LowLatency, false));
+
+    /// [`moe_dispatch()`] for where every PE's memory is mapped here ([`Mapped`]; the host
+    /// launches it where [`Shape::mapped`] says so).
+    ///
+    /// # Safety
+    /// As [`moe_dispatch()`]. Where some PE's memory is not mapped here it panics.
+    moe_dispatch_mapped(max_registers = 72, sm_90(max_registers = 64)) => dispatch[Mapped]((DispatchPath::LowLatency, false));
 
     /// [`moe_dispatch()`] through registers, on any GPU and launch: for the launches that
     /// [`Shape::dispatch_by_registers`] names.
     ///
     /// # Safety
     /// As [`moe_dispatch()`].
-    moe_dispatch_registers(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::LowLatency, true));
+    moe_dispatch_registers(max_registers = 72, sm_90(max_registers = 64)) => dispatch[Probed]((DispatchPath::LowLatency, true));
+
+    /// [`moe_dispatch_registers()`] for where every PE's memory is mapped here ([`Mapped`]; the host
+    /// launches it where [`Shape::mapped`] says so).
+    ///
+    /// # Safety
+    /// As [`moe_dispatch_registers()`]. Where some PE's memory is not mapped here it panics.
+    moe_dispatch_registers_mapped(max_registers = 72, sm_90(max_registers = 64)) => dispatch[Mapped]((DispatchPath::LowLatency, true));
 
     /// [`moe_dispatch()`] for [`DispatchPath::Throughput`], after [`moe_layout()`] of the
     /// same round: its rows by bulk copies as there, into the layout's slots. On one H200 at
@@ -3414,14 +3523,30 @@ kernels! {
     /// # Safety
     /// As [`moe_dispatch()`], with its launch as there (else
     /// [`moe_dispatch_throughput_registers()`]).
-    moe_dispatch_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::Throughput, false));
+    moe_dispatch_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch[Probed]((DispatchPath::Throughput, false));
+
+    /// [`moe_dispatch_throughput()`] for where every PE's memory is mapped here ([`Mapped`]; the host
+    /// launches it where [`Shape::mapped`] says so).
+    ///
+    /// # Safety
+    /// As [`moe_dispatch_throughput()`]. Where some PE's memory is not mapped here it panics.
+    moe_dispatch_throughput_mapped(max_registers = 72, sm_90(max_registers = 64)) => dispatch[Mapped]((DispatchPath::Throughput, false));
 
     /// [`moe_dispatch_throughput()`] through registers, on any GPU and launch: for the
     /// launches that [`Shape::dispatch_by_registers`] names.
     ///
     /// # Safety
     /// As [`moe_dispatch_throughput()`].
-    moe_dispatch_throughput_registers(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::Throughput, true));
+    moe_dispatch_throughput_registers(max_registers = 72, sm_90(max_registers = 64)) => dispatch[Probed]((DispatchPath::Throughput, true));
+
+    /// [`moe_dispatch_throughput_registers()`] for where every PE's memory is mapped here
+    /// ([`Mapped`]; the host launches it where [`Shape::mapped`] says so). 72 registers: at
+    /// 64 ptxas spilled 4 bytes for sm_90 and sm_100.
+    ///
+    /// # Safety
+    /// As [`moe_dispatch_throughput_registers()`]. Where some PE's memory is not mapped here
+    /// it panics.
+    moe_dispatch_throughput_registers_mapped(max_registers = 72) => dispatch[Mapped]((DispatchPath::Throughput, true));
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8LowLatency`], its blocks split by role: one
     /// in [`ROLE_META_SHARE`] sends the metadata, the others quantise and store the rows, 1024
@@ -3432,7 +3557,14 @@ kernels! {
     /// # Safety
     /// As [`moe_dispatch()`], on a grid of at least two blocks
     /// ([`DispatchPath::min_blocks`]).
-    moe_dispatch_fp8(max_registers = 64) => dispatch((DispatchPath::Fp8LowLatency, false));
+    moe_dispatch_fp8(max_registers = 64) => dispatch[Probed]((DispatchPath::Fp8LowLatency, false));
+
+    /// [`moe_dispatch_fp8()`] for where every PE's memory is mapped here ([`Mapped`]; the host
+    /// launches it where [`Shape::mapped`] says so).
+    ///
+    /// # Safety
+    /// As [`moe_dispatch_fp8()`]. Where some PE's memory is not mapped here it panics.
+    moe_dispatch_fp8_mapped(max_registers = 64) => dispatch[Mapped]((DispatchPath::Fp8LowLatency, false));
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8Throughput`], after [`moe_layout()`] of the
     /// same round, its blocks split by role: the last `n` in [`TP_META_SHARE`] at `n` PEs send
@@ -3446,7 +3578,14 @@ kernels! {
     /// # Safety
     /// As [`moe_dispatch()`], on a grid of at least two blocks
     /// ([`DispatchPath::min_blocks`]).
-    moe_dispatch_fp8_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch((DispatchPath::Fp8Throughput, false));
+    moe_dispatch_fp8_throughput(max_registers = 72, sm_90(max_registers = 64)) => dispatch[Probed]((DispatchPath::Fp8Throughput, false));
+
+    /// [`moe_dispatch_fp8_throughput()`] for where every PE's memory is mapped here ([`Mapped`]; the host
+    /// launches it where [`Shape::mapped`] says so).
+    ///
+    /// # Safety
+    /// As [`moe_dispatch_fp8_throughput()`]. Where some PE's memory is not mapped here it panics.
+    moe_dispatch_fp8_throughput_mapped(max_registers = 72, sm_90(max_registers = 64)) => dispatch[Mapped]((DispatchPath::Fp8Throughput, false));
 
     /// The stand-in expert layer: each kept pair's output row (local, no communication).
     ///
@@ -3462,7 +3601,14 @@ kernels! {
     /// After [`moe_experts()`] of the same round; every PE launches it with the same shape,
     /// cooperatively (every block waits for the other PEs), in 1-D blocks of a multiple of 32
     /// threads.
-    moe_combine(max_registers = 64) => combine;
+    moe_combine(max_registers = 64) => combine[Probed];
+
+    /// [`moe_combine()`] for where every PE's memory is mapped here ([`Mapped`]; the host
+    /// launches it where [`Shape::mapped`] says so).
+    ///
+    /// # Safety
+    /// As [`moe_combine()`]. Where some PE's memory is not mapped here it panics.
+    moe_combine_mapped(max_registers = 64) => combine[Mapped];
 }
 
 #[cfg(test)]

@@ -381,6 +381,7 @@ mod tests {
             mode,
             dtype: crate::kernels::DTYPE_BF16,
             read_once: 0,
+            mapped: 0,
         };
         let src = (0..3)
             .map(|pe| Inputs {

@@ -136,6 +136,7 @@ fn call(
             Dtype::Fp8 => moe_dispatch::kernels::DTYPE_FP8,
         },
         read_once: 0,
+        mapped: 0,
     };
     let kept: Vec<bool> = r.topk.iter().map(|&e| e >= 0).collect();
     let want = reference::combine(&Inputs { x, routing: r }, &kept, &shape);

@@ -59,9 +59,18 @@ fn check(rt: &Shmem, o: &Options, bit_exact: bool) -> [u64; 2] {
         if bit_exact {
             assert_eq!(ch.combine_diffs, 0, "{what}: combine not bit-exact");
         }
+        assert!(
+            !(o.probe_peers && out.mapped),
+            "{what}: --probe-peers ran the mapped kernels"
+        );
         println!(
-            "{what}: ok, {} rows {} pairs arrived, {} dropped here, {} combine values differ, grids {:?}",
-            ch.dispatch.rows, ch.dispatch.pairs, ch.dispatch.dropped, ch.combine_diffs, out.launch
+            "{what}: ok, {} rows {} pairs arrived, {} dropped here, {} combine values differ, grids {:?}, {} kernels",
+            ch.dispatch.rows,
+            ch.dispatch.pairs,
+            ch.dispatch.dropped,
+            ch.combine_diffs,
+            out.launch,
+            if out.mapped { "mapped" } else { "probed" }
         );
         dropped[i] = out.dropped_per_round;
     }
@@ -159,6 +168,20 @@ fn grid_shapes() {
     });
 }
 
+/// The kernels that look each PE up ([`Options::probe_peers`]) where every PE is mapped:
+/// the other tests run the `Mapped` kernels there; these must give the same results (one
+/// GPU, or PEs on one node, never take their put paths, which the simulator's tests run).
+#[test]
+fn probed_kernels_where_every_pe_is_mapped() {
+    gpu_test("probed_kernels_where_every_pe_is_mapped", None, |rt| {
+        for (dtype, threads) in [(Dtype::Bf16, 256), (Dtype::Bf16, 32), (Dtype::Fp8, 256)] {
+            let mut o = small(200, 256, 16, 4);
+            (o.dtype, o.threads, o.probe_peers) = (dtype, threads, true);
+            check(rt, &o, true);
+        }
+    });
+}
+
 #[test]
 fn bad_options_are_refused() {
     gpu_test("bad_options_are_refused", None, |rt| {
@@ -200,7 +223,11 @@ fn cuda_reference_matches_the_cpu() {
         (o.implementation, o.dtype) = (imp.clone(), Dtype::Fp8);
         check(rt, &o, false);
         let mut o = small(400, 64, 16, 4);
-        (o.implementation, o.dist, o.capacity) = (imp, Distribution::Skewed, Some(20));
+        (o.implementation, o.dist, o.capacity) = (imp.clone(), Distribution::Skewed, Some(20));
+        check(rt, &o, false);
+        // And its kernels that look each PE up.
+        let mut o = small(300, 128, 32, 8);
+        (o.implementation, o.probe_peers) = (imp, true);
         check(rt, &o, false);
     });
 }

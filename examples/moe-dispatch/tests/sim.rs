@@ -72,6 +72,7 @@ fn the_cuda_twin_shape_has_every_field_in_order() {
             mode: _,
             dtype: _,
             read_once: _,
+            mapped: _,
         } = s;
     };
     let rust = [
@@ -85,6 +86,7 @@ fn the_cuda_twin_shape_has_every_field_in_order() {
         "mode",
         "dtype",
         "read_once",
+        "mapped",
     ];
     assert_eq!(std::mem::size_of::<Shape>(), 4 * rust.len());
     let twin: Vec<&str> = twin_between("struct Shape {", "};")
@@ -194,6 +196,7 @@ fn run_case_on(c: &Case, mode: u32, seed: u64, rounds: u32, grid: (u32, u32)) {
         mode,
         dtype: c.dtype,
         read_once: 0,
+        mapped: 0,
     }
     .lens();
     let hd = Held::alloc(&w, &lens);
@@ -222,6 +225,10 @@ fn run_case_on(c: &Case, mode: u32, seed: u64, rounds: u32, grid: (u32, u32)) {
             dtype: c.dtype,
             // Both of the combine's loads, a round each.
             read_once: round % 2,
+            // Where every PE is mapped, both kernel sets: the `Mapped` ones in alternate
+            // rounds, starting in round 1 or 2 by the seed (so that each meets both the bulk
+            // and the register kernels across the tests).
+            mapped: u32::from(c.peers_mapped && (seed + u64::from(round)).is_multiple_of(2)),
         };
         // The `bf16` dispatches by bulk copies in odd rounds (given their shared memory),
         // through registers in even ones.
@@ -255,18 +262,35 @@ fn run_case_on(c: &Case, mode: u32, seed: u64, rounds: u32, grid: (u32, u32)) {
         }
         launch(
             "dispatch",
-            match (s.dispatch_path(), s.dispatch_by_registers(grid.1, shared)) {
-                (DispatchPath::LowLatency, false) => k::moe_dispatch,
-                (DispatchPath::LowLatency, true) => k::moe_dispatch_registers,
-                (DispatchPath::Throughput, false) => k::moe_dispatch_throughput,
-                (DispatchPath::Throughput, true) => k::moe_dispatch_throughput_registers,
-                (DispatchPath::Fp8LowLatency, _) => k::moe_dispatch_fp8,
-                (DispatchPath::Fp8Throughput, _) => k::moe_dispatch_fp8_throughput,
+            match (
+                s.dispatch_path(),
+                s.dispatch_by_registers(grid.1, shared),
+                s.mapped(),
+            ) {
+                (DispatchPath::LowLatency, false, false) => k::moe_dispatch,
+                (DispatchPath::LowLatency, true, false) => k::moe_dispatch_registers,
+                (DispatchPath::Throughput, false, false) => k::moe_dispatch_throughput,
+                (DispatchPath::Throughput, true, false) => k::moe_dispatch_throughput_registers,
+                (DispatchPath::Fp8LowLatency, _, false) => k::moe_dispatch_fp8,
+                (DispatchPath::Fp8Throughput, _, false) => k::moe_dispatch_fp8_throughput,
+                (DispatchPath::LowLatency, false, true) => k::moe_dispatch_mapped,
+                (DispatchPath::LowLatency, true, true) => k::moe_dispatch_registers_mapped,
+                (DispatchPath::Throughput, false, true) => k::moe_dispatch_throughput_mapped,
+                (DispatchPath::Throughput, true, true) => {
+                    k::moe_dispatch_throughput_registers_mapped
+                }
+                (DispatchPath::Fp8LowLatency, _, true) => k::moe_dispatch_fp8_mapped,
+                (DispatchPath::Fp8Throughput, _, true) => k::moe_dispatch_fp8_throughput_mapped,
             },
             shared,
         );
         launch("experts", k::moe_experts, 0);
-        launch("combine", k::moe_combine, 0);
+        let combine = if s.mapped() {
+            k::moe_combine_mapped
+        } else {
+            k::moe_combine
+        };
+        launch("combine", combine, 0);
         for pe in 0..n {
             // Every PE's grid has arrived at both signal words `ARRIVAL` a round, whichever of
             // its blocks added it (at its own PE the dispatch's blocks whose counts block 0
@@ -514,6 +538,55 @@ fn unmapped_peers_take_the_put_paths() {
     }
 }
 
+/// The [`k::Mapped`] kernels, launched where a peer is not mapped after all, stop with a
+/// clear panic instead of storing anywhere; the host reads `Shape::mapped` from the buffers
+/// (`the_host_driver_runs_on_simulated_pes` runs both sets through it).
+#[test]
+fn mapped_kernels_refuse_unmapped_peers() {
+    let s = Shape {
+        tokens: 8,
+        hidden: 128,
+        experts: 4,
+        top_k: 2,
+        n_pes: 2,
+        capacity: 16,
+        round: 1,
+        mode: MODE_LOW_LATENCY,
+        dtype: DTYPE_BF16,
+        read_once: 0,
+        mapped: 1,
+    };
+    let w = World::new(2, 16 << 20);
+    w.set_peers_mapped(false);
+    let hd = Held::alloc(&w, &s.lens());
+    for pe in 0..2 {
+        let r = route(5, pe, s.tokens, s.experts, s.top_k, Distribution::Uniform);
+        hd.topk.write(pe, &r.topk_buffer());
+    }
+    for (kernel, dtype, shared) in [
+        (
+            k::moe_dispatch_mapped as unsafe fn(Bufs, Shape),
+            DTYPE_BF16,
+            s.dispatch_shared_bytes(),
+        ),
+        (k::moe_dispatch_registers_mapped, DTYPE_BF16, 0),
+        (k::moe_dispatch_fp8_mapped, DTYPE_FP8, 0),
+        (k::moe_combine_mapped, DTYPE_BF16, 0),
+    ] {
+        let s = Shape { dtype, ..s };
+        let shape = shmem_device::sim::Shape::linear(2, 64).with_shared(shared);
+        // SAFETY: the buffers are sized for `s`; the kernel stops at its first peer address.
+        let err = w
+            .run_shape(shape, 1, || unsafe { kernel(hd.bufs(), s) })
+            .expect_err("a mapped kernel should stop at an unmapped peer");
+        assert!(
+            err.to_string()
+                .contains("launched where some PE's memory is not mapped here"),
+            "{err}"
+        );
+    }
+}
+
 /// The `bf16` dispatch kernels by bulk copies stop with a clear panic when launched as their
 /// register kernels should be ([`Shape::dispatch_by_registers`]: one warp a block, or less
 /// than their shared memory); both register kernels run such launches (the other tests'
@@ -545,6 +618,7 @@ fn bulk_kernels_refuse_the_register_kernels_launches() {
         mode: MODE_LOW_LATENCY,
         dtype: DTYPE_BF16,
         read_once: 0,
+        mapped: 0,
     };
     let need = s.dispatch_shared_bytes();
     assert!(s.dispatch_by_registers(32, need) && s.dispatch_by_registers(64, need - 16));
@@ -603,6 +677,9 @@ fn the_host_driver_runs_on_simulated_pes() {
             }
             (o.rounds, o.warmup, o.verify) = (1, 1, true);
             (o.mode, o.capacity) = (mode, capacity);
+            // The simulated PEs are mapped: the `Mapped` kernels, but at 4 PEs those that
+            // look each PE up, as asked.
+            o.probe_peers = n == 4;
             run(&rt, &o)
         })
         .unwrap_or_else(|e| panic!("{n} PEs {mode:?}: {e}"));
@@ -615,6 +692,11 @@ fn the_host_driver_runs_on_simulated_pes() {
                 check.dispatch.problems
             );
             assert_eq!(out.timings.len(), 1);
+            assert_eq!(
+                out.mapped,
+                n != 4,
+                "{n} PEs {mode:?} PE {pe}: the kernel set"
+            );
         }
         assert_eq!(
             dropped > 0,

@@ -135,6 +135,7 @@ impl<'rt> Front<'rt> {
             ..opts.gpu_shape(rt)?
         };
         let held = Held::alloc(rt, &shape.lens(), false)?;
+        let shape = held.reach(shape, opts.probe_peers)?;
         // The kernels' counters start at zero and return there by themselves.
         held.zero_counters()?;
         let bufs = held.bufs();
@@ -289,6 +290,6 @@ impl<'rt> Front<'rt> {
         // touches, and a source reads it only after every PE's combine has signalled it.
         // SAFETY: the caller's contract for `y` and `out`; the rest as in `dispatch`, whose
         // round this is.
-        unsafe { to.launch(&k.k.combine, g[3], (b, self.shape)) }
+        unsafe { k.k.enqueue_combine(&to, &g, b, self.shape) }
     }
 }
