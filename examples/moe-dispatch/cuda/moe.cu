@@ -363,8 +363,8 @@ __device__ __forceinline__ Pick pick(const Bufs &b, const Shape &s, size_t t, ui
 // counts it (send_bulk: its copying warp, or its metadata warps' tally).
 // A low-latency pair's slot: an atomic on its expert's counter, or with `base` reserved
 // already for the block (reserve_pairs): base[e] plus the pair's rank[k] (rank: the token's).
-template <bool ROWS>
-__device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t, uint32_t d, uint32_t lane, Pick pk,
+template <bool ROWS, class R>
+__device__ __forceinline__ int32_t send(const Bufs &b, R reach, const Shape &s, size_t t, uint32_t d, uint32_t lane, Pick pk,
                                         const uint32_t *base = nullptr, const uint16_t *rank = nullptr) {
   bool tp = s.mode == THROUGHPUT;
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts, cap = s.capacity;
@@ -379,7 +379,7 @@ __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t,
   if (__ballot_sync(0xffffffffu, dest == d) == 0) {
     if (!tp && lane == 0) {
       b.send_slot[t * n + d] = -1;
-      nvshmem_int_p(b.recv_src + (size_t)(me * (uint32_t)t_n + (uint32_t)t), -1, d);
+      reach.p(b.recv_src + (size_t)(me * (uint32_t)t_n + (uint32_t)t), -1, d);
     }
     return -1;
   }
@@ -411,15 +411,15 @@ __device__ __forceinline__ int32_t send(const Bufs &b, const Shape &s, size_t t,
     if (pair < 0)
       atomicAdd(b.dropped, 1u);
     else
-      nvshmem_int_p(b.expert_rows + pair, (int)row, d);
+      reach.p(b.expert_rows + pair, (int)row, d);
     b.send_pair[q] = pair;
   }
   if (mine) {
     size_t to = row * k_n + lane;
-    nvshmem_int_p(b.recv_pair + to, pair, d);
-    nvshmem_float_p(b.recv_w + to, w, d);
+    reach.p(b.recv_pair + to, pair, d);
+    reach.p(b.recv_w + to, w, d);
   }
-  if (lane == 31) nvshmem_int_p(b.recv_src + row, (int)t, d);
+  if (lane == 31) reach.p(b.recv_src + row, (int)t, d);
   return (int32_t)slot;
 }
 
@@ -522,9 +522,15 @@ __device__ __forceinline__ void store_fp8(const uint4 q[PAIRS], const float scal
 // Probed asks NVSHMEM for each PE's address and puts where it has none; Mapped, for the
 // _mapped kernels the host launches where every PE's memory is mapped here, has no code for
 // that: it assumes the address is there, as Rust does (shmem_device::hint::assume).
+// p: NVSHMEM's p, for Mapped a store through the peer address; quiet: NVSHMEM's quiet, for
+// Mapped (where everything sent was stores) a fence at system scope (kernels.rs, Reach::p and
+// Reach::quiet).
 struct Probed {
   static constexpr bool ALL = false;
   __device__ __forceinline__ void *ptr(const void *p, int pe) const { return nvshmem_ptr(p, pe); }
+  __device__ __forceinline__ void p(int *dest, int v, int pe) const { nvshmem_int_p(dest, v, pe); }
+  __device__ __forceinline__ void p(float *dest, float v, int pe) const { nvshmem_float_p(dest, v, pe); }
+  __device__ __forceinline__ void quiet() const { nvshmem_quiet(); }
 };
 struct Mapped {
   static constexpr bool ALL = true;
@@ -533,6 +539,8 @@ struct Mapped {
     __builtin_assume(q != nullptr);
     return q;
   }
+  template <class T> __device__ __forceinline__ void p(T *dest, T v, int pe) const { *(T *)ptr(dest, pe) = v; }
+  __device__ __forceinline__ void quiet() const { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 };
 
 // Row `row` of this PE's region of recv_x (kernels.rs, row_at).
@@ -642,7 +650,7 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, R reach, const Shape
     uint4 v[HELD];
     for (uint32_t u = w; u < units && !tp; u += nw) {
       size_t t = t0 + u / n * stride;
-      if (t < t_n) send<true>(b, s, t, u % n, lane, pick(b, s, t, lane));
+      if (t < t_n) send<true>(b, reach, s, t, u % n, lane, pick(b, s, t, lane));
     }
     size_t rows = (t_n - t0 + stride - 1) / stride;
     uint32_t steps = (uint32_t)(rows < g_n ? rows : g_n) * nb;
@@ -679,7 +687,7 @@ __device__ __forceinline__ void send_grouped(const Bufs &b, R reach, const Shape
       for (uint32_t u = w; u < units; u += nw) {
         size_t t = t0 + u / n * stride;
         if (t >= t_n) continue;
-        send<true>(b, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane));
+        send<true>(b, reach, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane));
         ahead = false;
       }
   }
@@ -753,11 +761,11 @@ __device__ __forceinline__ void arrive_group(const Bufs &b, R reach, uint64_t *s
   bool first = rank < 32;
   unsigned long long *peer = first && rank < n ? (unsigned long long *)reach.ptr(sig, rank) : nullptr;
   bool mapped = all_mapped(b, reach, n);
-  if (!mapped) nvshmem_quiet();
+  if (!mapped) reach.quiet();
   meet();
   if (mapped) {
     if (first) {
-      nvshmem_quiet();
+      reach.quiet();
       uint64_t v = arrival_share(rank, own);
       if (peer && v) atomicAdd_system(peer, (unsigned long long)v);
     }
@@ -985,7 +993,7 @@ __device__ __forceinline__ void send_bulk(const Bufs &b, R reach, const Shape &s
     }
     for (uint32_t u = w - 1; u < count * n; u += nw - 1) {
       size_t t = t0 + u / n * stride;
-      int32_t sent = send<false>(b, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane),
+      int32_t sent = send<false>(b, reach, s, t, u % n, lane, ahead ? first : pick(b, s, t, lane),
                                  reserved ? base : nullptr, reserved ? rank + u / n * k_n : nullptr);
       if (early && lane == 0 && sent >= 0) atomicAdd(&tally[u % n], 1u);
       ahead = false;
@@ -1131,8 +1139,8 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, R reach, const Shape
     for (uint32_t u = w; u < count * n; u += wpb) {
       uint32_t i = u / n, d = u % n;
       size_t t = mb + (size_t)i * meta_blocks;
-      int32_t sent = reserved ? send<false>(b, s, t, d, lane, pick(b, s, t, lane), base, rank + i * k_n)
-                              : send<false>(b, s, t, d, lane, pick(b, s, t, lane));
+      int32_t sent = reserved ? send<false>(b, reach, s, t, d, lane, pick(b, s, t, lane), base, rank + i * k_n)
+                              : send<false>(b, reach, s, t, d, lane, pick(b, s, t, lane));
       rows += sent >= 0 && lane == d;
     }
     if (rows) atomicAdd(counter(b, ROW_CURSORS + lane), rows);
@@ -1169,7 +1177,7 @@ __device__ __forceinline__ void send_units_throughput(const Bufs &b, R reach, co
     Pick pk = next;
     uint32_t later = u + nw;
     if (later < count * n) next = pick(b, s, mb + (size_t)(later / n) * meta, lane);
-    send<true>(b, s, t, u % n, lane, pk);
+    send<true>(b, reach, s, t, u % n, lane, pk);
   }
 }
 

@@ -104,6 +104,7 @@ use shmem_device::kernel::{KernelParam, ParamKind};
 use shmem_device::prelude::*;
 use shmem_device::rma::{Chunk, put_nbi_unmapped};
 use shmem_device::scoped::{self, Gpu};
+use shmem_device::types::RmaElem;
 
 /// Runs `$body` with `$i` bound to each of the listed constants, written out rather than
 /// looped: LLVM keeps an array indexed by a loop variable in local memory (measured: 1.75x
@@ -232,6 +233,16 @@ pub trait Reach: Copy {
     const ALL: bool;
     /// `pe`'s copy of `sym`, mapped here, or `None` (for [`Mapped`], never).
     fn ptr<T>(self, sym: Sym<T>, pe: i32) -> Option<PeerPtr<T>>;
+    /// `value` into `pe`'s copy of `sym`: NVSHMEM's `p`, for [`Mapped`] a store through the
+    /// peer address (what `p` does there, without its path through the proxy).
+    ///
+    /// # Safety
+    /// As [`p`]: `sym` is symmetric, `pe` a PE; nothing else writes that word meanwhile.
+    unsafe fn p<T: RmaElem>(self, sym: Sym<T>, value: T, pe: i32);
+    /// Completes this thread's puts and stores to other PEs before what follows it:
+    /// NVSHMEM's `quiet`, for [`Mapped`] (where they were all stores) a fence at system
+    /// scope (what `quiet` does there, without its path through the proxy).
+    fn quiet(self);
 }
 
 /// [`Reach`] for kernels that look each PE up ([`shmem_device::mem::ptr`]).
@@ -243,6 +254,15 @@ impl Reach for Probed {
     #[inline(always)]
     fn ptr<T>(self, sym: Sym<T>, pe: i32) -> Option<PeerPtr<T>> {
         ptr(sym, pe)
+    }
+    #[inline(always)]
+    unsafe fn p<T: RmaElem>(self, sym: Sym<T>, value: T, pe: i32) {
+        // SAFETY: the caller's contract.
+        unsafe { p(sym, value, pe) }
+    }
+    #[inline(always)]
+    fn quiet(self) {
+        quiet()
     }
 }
 
@@ -267,6 +287,18 @@ impl Reach for Mapped {
             )
         };
         p
+    }
+    #[inline(always)]
+    unsafe fn p<T: RmaElem>(self, sym: Sym<T>, value: T, pe: i32) {
+        if let Some(q) = self.ptr(sym, pe) {
+            // SAFETY: `q` is `pe`'s copy of `sym` (the caller's contract: a word that nothing
+            // else writes meanwhile).
+            unsafe { q.as_ptr().write(value) }
+        }
+    }
+    #[inline(always)]
+    fn quiet(self) {
+        scoped::fence_acq_rel(scoped::Sys)
     }
 }
 
@@ -1203,11 +1235,11 @@ unsafe fn layout(b: Bufs, s: Shape, segment_ranks: bool) {
 /// [`moe_dispatch()`]; a [`PairSlot::Reserved`] `slot` is [`reserve_pairs`]'s for `t`'s block
 /// and `t` its token `i`; `(e, w)` is [`pick`]`(b, s, t, lane)`.
 #[inline(always)]
-unsafe fn send<const ROWS: bool>(
+unsafe fn send<const ROWS: bool, R: Reach>(
     b: Bufs,
+    reach: R,
     s: Shape,
-    t: usize,
-    d: u32,
+    (t, d): (usize, u32),
     lane: u32,
     slot: PairSlot,
     (e, w): (i32, f32),
@@ -1230,7 +1262,7 @@ unsafe fn send<const ROWS: bool>(
         if ballot(dest == d) == 0 {
             if !tp && lane == 0 {
                 st(b.send_slot, t * nn + d as usize, -1);
-                p(b.recv_src.wrapping_add(me as usize * t_n + t), -1, d as i32);
+                reach.p(b.recv_src.wrapping_add(me as usize * t_n + t), -1, d as i32);
             }
             return -1;
         }
@@ -1288,7 +1320,7 @@ unsafe fn send<const ROWS: bool>(
             if pair < 0 {
                 scoped::add_relaxed(Gpu, b.dropped, 1u32);
             } else {
-                p(
+                reach.p(
                     b.expert_rows.wrapping_add(pair as usize),
                     row as i32,
                     d as i32,
@@ -1298,11 +1330,11 @@ unsafe fn send<const ROWS: bool>(
         }
         if mine {
             let to = row * k_n + lane as usize;
-            p(b.recv_pair.wrapping_add(to), pair, d as i32);
-            p(b.recv_w.wrapping_add(to), w, d as i32);
+            reach.p(b.recv_pair.wrapping_add(to), pair, d as i32);
+            reach.p(b.recv_w.wrapping_add(to), w, d as i32);
         }
         if lane == 31 {
-            p(b.recv_src.wrapping_add(row), t as i32, d as i32);
+            reach.p(b.recv_src.wrapping_add(row), t as i32, d as i32);
         }
         slot as i32
     }
@@ -1681,7 +1713,17 @@ unsafe fn send_grouped<const TP: bool, R: Reach>(
         while u < units {
             if let Some((t, d)) = unit(t0, u) {
                 // SAFETY: `t < T`, `d < n`, the whole warp (the caller's contract for when).
-                unsafe { send::<true>(b, s, t, d, lane, PairSlot::Atomic, pick(b, s, t, lane)) };
+                unsafe {
+                    send::<true, _>(
+                        b,
+                        reach,
+                        s,
+                        (t, d),
+                        lane,
+                        PairSlot::Atomic,
+                        pick(b, s, t, lane),
+                    )
+                };
             }
             u += nw;
         }
@@ -1766,7 +1808,7 @@ unsafe fn send_grouped<const TP: bool, R: Reach>(
                     // unit's `pick` is `ahead`'s.
                     unsafe {
                         let pk = ahead.take().unwrap_or_else(|| pick(b, s, t, lane));
-                        send::<true>(b, s, t, d, lane, PairSlot::Atomic, pk);
+                        send::<true, _>(b, reach, s, (t, d), lane, PairSlot::Atomic, pk);
                     }
                 }
                 u += nw;
@@ -2181,7 +2223,7 @@ unsafe fn send_bulk<R: Reach>(b: Bufs, reach: R, s: Shape, put: impl FnMut(usize
                     PairSlot::Atomic
                 };
                 let pk = ahead.take().unwrap_or_else(|| pick(b, s, token(i), lane));
-                let sent = send::<false>(b, s, token(i), u % n, lane, slot, pk);
+                let sent = send::<false, _>(b, reach, s, (token(i), u % n), lane, slot, pk);
                 if early
                     && lane == 0
                     && sent >= 0
@@ -2299,12 +2341,12 @@ unsafe fn arrive_group<R: Reach>(
     };
     let mapped = all_mapped(b, reach, n);
     if !mapped {
-        quiet();
+        reach.quiet();
     }
     meet();
     if mapped {
         if first {
-            quiet();
+            reach.quiet();
             let v = arrival_share(rank, own);
             if let Some(q) = peer.filter(|_| v != 0) {
                 // SAFETY: `q` is PE `rank`'s copy of the signal word (the caller's contract),
@@ -2554,7 +2596,7 @@ unsafe fn send_by_role<R: Reach>(b: Bufs, reach: R, s: Shape) {
                     PairSlot::Atomic
                 };
                 let pk = pick(b, s, token(i), lane);
-                let sent = send::<false>(b, s, token(i), d, lane, slot, pk);
+                let sent = send::<false, _>(b, reach, s, (token(i), d), lane, slot, pk);
                 rows += u32::from(sent >= 0 && lane == d);
                 u += wpb;
             }
@@ -2707,7 +2749,7 @@ unsafe fn send_units_throughput<R: Reach>(b: Bufs, reach: R, s: Shape) {
             if later < count * n {
                 next = Some(pick(b, s, token(later / n), lane));
             }
-            send::<true>(b, s, token(i), d, lane, PairSlot::Atomic, pk);
+            send::<true, _>(b, reach, s, (token(i), d), lane, PairSlot::Atomic, pk);
             u = later;
         }
     }
