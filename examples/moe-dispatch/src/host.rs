@@ -569,6 +569,14 @@ where
 /// memory and starts while it runs ([`grids`]).
 const LAYOUT_CARVEOUT_PERCENT: u8 = 100;
 
+/// The most threads of the dispatch grid an SM takes: the occupancy its kernels are tuned for
+/// (four blocks of 256 threads, at their 64 registers from sm_90), where a kernel that needs
+/// fewer registers would fit more. The [`kernels::Mapped`] `bf16` dispatches need 48 and fit
+/// five such blocks: on those 660 blocks of one H200 the low-latency round took 1.02 of its
+/// time on 528 at 4096 tokens (1 PE, held; the twin alike; BENCHMARKS.md, seventy-ninth
+/// session).
+const DISPATCH_THREADS_PER_SM: u32 = 1024;
+
 /// The shapes of the four launches of `k` (layout, dispatch, experts, combine) for `opts`.
 fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<'static>; 4]> {
     let th = opts.threads;
@@ -597,7 +605,8 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     let df = resident(
         "dispatch",
         k.dispatch_fit(shape, &probe.with_shared_mem(shared)),
-    )?;
+    )?
+    .min((k.sms * (DISPATCH_THREADS_PER_SM / th)).max(1));
     let ef = resident("experts", k.experts.max_coresident_blocks(&probe))?;
     let cf = resident(
         "combine",
