@@ -2,7 +2,9 @@
 //! [`moe_dispatch_throughput()`], [`moe_dispatch_fp8()`]: a kernel per [`DispatchPath`], the
 //! `bf16` ones with register kernels beside them, [`Shape::dispatch_by_registers`]),
 //! [`moe_experts()`], [`moe_combine()`]; and for the front ([`crate::host::front`]),
-//! [`moe_stage()`] and [`moe_gather()`].
+//! [`moe_stage()`] and [`moe_gather()`]. The dispatch and combine kernels come twice: as
+//! named, for any PEs ([`Probed`]), and `…_mapped`, for where every PE's memory is mapped
+//! here ([`Mapped`], [`Reach`]), which the host launches there ([`Shape::mapped`]).
 //!
 //! # Layout
 //! With `n` PEs, `T` tokens per PE, `H` hidden (a multiple of 8), `E` experts, `K` choices
@@ -224,10 +226,12 @@ pub const READ_ONCE_L2S: u64 = 3;
 /// combine kernels come in two sets. [`Probed`] kernels ask NVSHMEM for each PE's address
 /// and send through NVSHMEM's puts and signals where it has none (another node, no P2P).
 /// [`Mapped`] kernels (named `…_mapped`), for where every PE's memory is mapped here, have
-/// no code for that: on one H200 at 1 PE, held, the low-latency `bf16` dispatch by bulk
-/// copies was 2,848 instructions instead of 5,440, and a round took about 0.98 of the time
-/// at 128 tokens and 0.997 at 4096 (BENCHMARKS.md, seventy-ninth session). The host picks
-/// the set once, from whether `nvshmem_ptr` maps every PE ([`Shape::mapped`]).
+/// no code for that: their metadata goes by stores, their `quiet` is a fence. The
+/// low-latency `bf16` dispatch by bulk copies is 2,432 instructions and 48 registers on
+/// sm_90 instead of 5,440 and 64; on one H200 at 1 PE, held, its round took 0.92 of the
+/// [`Probed`] kernel's time at 128 tokens and 0.99 at 4096 (the twin, changed alike, 0.95
+/// and 0.995; BENCHMARKS.md, seventy-ninth session). The host picks the set once, from
+/// whether `nvshmem_ptr` maps every PE ([`Shape::mapped`]).
 pub trait Reach: Copy {
     /// Every PE's memory is mapped here.
     const ALL: bool;
