@@ -322,68 +322,52 @@ macro_rules! with_layout {
 }
 
 /// Runs `$body` with `$f` bound to the dispatch kernel in `$k` (a [`Kernels`]) of shape
-/// `$s` launched as `$cfg` says: the one place that maps a [`DispatchPath`],
-/// [`Shape::dispatch_by_registers`] and [`Shape::mapped`] to its kernel.
+/// `$s` launched as `$cfg` says: the one place that maps a [`DispatchPath`] and
+/// [`Shape::dispatch_by_registers`] to its pair of kernels, of which [`Shape::mapped`] picks
+/// one (the `@` arm, shared with [`with_combine!`]).
 macro_rules! with_dispatch {
     ($k:expr, $s:expr, $cfg:expr, $f:ident => $body:expr) => {
         match (
             $s.dispatch_path(),
             $s.dispatch_by_registers($cfg.threads(), $cfg.shared_mem_bytes),
-            $s.mapped(),
         ) {
-            (DispatchPath::LowLatency, false, false) => with_dispatch!(@ $k.dispatch, $f => $body),
-            (DispatchPath::LowLatency, true, false) => {
-                with_dispatch!(@ $k.dispatch_registers, $f => $body)
+            (DispatchPath::LowLatency, false) => {
+                with_dispatch!(@ $k, $s, dispatch, dispatch_mapped, $f => $body)
             }
-            (DispatchPath::Throughput, false, false) => {
-                with_dispatch!(@ $k.dispatch_throughput, $f => $body)
+            (DispatchPath::LowLatency, true) => {
+                with_dispatch!(@ $k, $s, dispatch_registers, dispatch_registers_mapped, $f => $body)
             }
-            (DispatchPath::Throughput, true, false) => {
-                with_dispatch!(@ $k.dispatch_throughput_registers, $f => $body)
+            (DispatchPath::Throughput, false) => {
+                with_dispatch!(@ $k, $s, dispatch_throughput, dispatch_throughput_mapped, $f => $body)
             }
-            (DispatchPath::Fp8LowLatency, _, false) => {
-                with_dispatch!(@ $k.dispatch_fp8, $f => $body)
+            (DispatchPath::Throughput, true) => with_dispatch!(
+                @ $k, $s, dispatch_throughput_registers, dispatch_throughput_registers_mapped,
+                $f => $body
+            ),
+            (DispatchPath::Fp8LowLatency, _) => {
+                with_dispatch!(@ $k, $s, dispatch_fp8, dispatch_fp8_mapped, $f => $body)
             }
-            (DispatchPath::Fp8Throughput, _, false) => {
-                with_dispatch!(@ $k.dispatch_fp8_throughput, $f => $body)
-            }
-            (DispatchPath::LowLatency, false, true) => {
-                with_dispatch!(@ $k.dispatch_mapped, $f => $body)
-            }
-            (DispatchPath::LowLatency, true, true) => {
-                with_dispatch!(@ $k.dispatch_registers_mapped, $f => $body)
-            }
-            (DispatchPath::Throughput, false, true) => {
-                with_dispatch!(@ $k.dispatch_throughput_mapped, $f => $body)
-            }
-            (DispatchPath::Throughput, true, true) => {
-                with_dispatch!(@ $k.dispatch_throughput_registers_mapped, $f => $body)
-            }
-            (DispatchPath::Fp8LowLatency, _, true) => {
-                with_dispatch!(@ $k.dispatch_fp8_mapped, $f => $body)
-            }
-            (DispatchPath::Fp8Throughput, _, true) => {
-                with_dispatch!(@ $k.dispatch_fp8_throughput_mapped, $f => $body)
-            }
+            (DispatchPath::Fp8Throughput, _) => with_dispatch!(
+                @ $k, $s, dispatch_fp8_throughput, dispatch_fp8_throughput_mapped, $f => $body
+            ),
         }
     };
-    (@ $kernel:expr, $f:ident => $body:expr) => {{
-        let $f = &$kernel;
-        $body
-    }};
+    (@ $k:expr, $s:expr, $probed:ident, $mapped:ident, $f:ident => $body:expr) => {
+        if $s.mapped() {
+            let $f = &$k.$mapped;
+            $body
+        } else {
+            let $f = &$k.$probed;
+            $body
+        }
+    };
 }
 
 /// Runs `$body` with `$f` bound to the combine kernel in `$k` (a [`Kernels`]) of shape `$s`
 /// ([`Shape::mapped`]).
 macro_rules! with_combine {
     ($k:expr, $s:expr, $f:ident => $body:expr) => {
-        if $s.mapped() {
-            let $f = &$k.combine_mapped;
-            $body
-        } else {
-            let $f = &$k.combine;
-            $body
-        }
+        with_dispatch!(@ $k, $s, combine, combine_mapped, $f => $body)
     };
 }
 
