@@ -55,6 +55,38 @@ fn the_cuda_twin_names_every_buffer_in_order() {
     assert_eq!(names, k::BUFFER_NAMES);
 }
 
+/// The twin declares every kernel of `kernels!` (each dispatch and the combine in both
+/// sets, the layouts, the experts), by the same name: the host loads them all from either
+/// module. The front's `moe_stage` and `moe_gather` are Rust's alone.
+#[test]
+fn the_cuda_twin_declares_every_kernel() {
+    let rust: std::collections::BTreeSet<&str> = include_str!("../src/kernels.rs")
+        .split_once("\nkernels! {")
+        .expect("the kernels! invocation")
+        .1
+        .lines()
+        .take_while(|l| *l != "}")
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .filter_map(|l| l.split_once(" => "))
+        .map(|(name, _)| name.trim().split('(').next().unwrap_or("").trim())
+        .collect();
+    let twin: std::collections::BTreeSet<&str> = include_str!("../cuda/moe.cu")
+        .lines()
+        .filter_map(|l| l.strip_prefix("extern \"C\" __global__ void "))
+        .map(|r| {
+            let r = r
+                .strip_prefix("__maxnreg__(")
+                .map_or(r, |r| r.split_once(") ").unwrap().1);
+            r.split('(').next().unwrap_or("").trim()
+        })
+        .collect();
+    assert!(
+        rust.len() >= 17 && rust.contains("moe_combine_mapped"),
+        "{rust:?}"
+    );
+    assert_eq!(twin, rust);
+}
+
 /// The twin's `Shape` has the Rust one's fields, in its order (the kernels take it by
 /// value: a field missing on one side shifts every later one). The pattern names every
 /// field, so a new one fails to compile here until it is listed.
