@@ -605,18 +605,35 @@ fn mapped_kernels_refuse_unmapped_peers() {
         (k::moe_dispatch_fp8_mapped, DTYPE_FP8, 0),
         (k::moe_combine_mapped, DTYPE_BF16, 0),
     ] {
-        let s = Shape { dtype, ..s };
-        let shape = shmem_device::sim::Shape::linear(2, 64).with_shared(shared);
         // SAFETY: the buffers are sized for `s`; the kernel stops at its first peer address.
-        let err = w
-            .run_shape(shape, 1, || unsafe { kernel(hd.bufs(), s) })
-            .expect_err("a mapped kernel should stop at an unmapped peer");
-        assert!(
-            err.to_string()
-                .contains("launched where some PE's memory is not mapped here"),
-            "{err}"
-        );
+        unsafe {
+            refused(
+                &w,
+                (kernel, &hd, Shape { dtype, ..s }),
+                (2, 64, shared),
+                "launched where some PE's memory is not mapped here",
+            )
+        };
     }
+}
+
+/// Runs `kernel` on `w` over `grid` (blocks, threads, shared bytes) and asserts that it
+/// stops with a panic whose message contains `msg`.
+///
+/// # Safety
+/// `hd` holds buffers sized for `s`; the kernel stops before it touches anything else.
+unsafe fn refused(
+    w: &Arc<World>,
+    (kernel, hd, s): (unsafe fn(Bufs, Shape), &Held, Shape),
+    grid: (u32, u32, u32),
+    msg: &str,
+) {
+    let shape = shmem_device::sim::Shape::linear(grid.0, grid.1).with_shared(grid.2);
+    // SAFETY: the caller's contract.
+    let err = w
+        .run_shape(shape, 1, || unsafe { kernel(hd.bufs(), s) })
+        .expect_err("the kernel should stop with a panic");
+    assert!(err.to_string().contains(msg), "{err}");
 }
 
 /// The `bf16` dispatch kernels by bulk copies stop with a clear panic when launched as their
@@ -671,17 +688,15 @@ fn bulk_kernels_refuse_the_register_kernels_launches() {
         (k::moe_dispatch, MODE_LOW_LATENCY, (2, 64, 0)),
         (k::moe_dispatch_throughput, MODE_THROUGHPUT, (2, 32, need)),
     ] {
-        let s = Shape { mode, ..s };
-        let shape = shmem_device::sim::Shape::linear(grid.0, grid.1).with_shared(grid.2);
         // SAFETY: the buffers are sized for `s`; the launch is refused before it touches them.
-        let err = w
-            .run_shape(shape, 1, || unsafe { kernel(hd.bufs(), s) })
-            .expect_err("a bulk kernel launched as a register kernel should panic");
-        assert!(
-            err.to_string()
-                .contains("needs more than one warp a block and its shared memory"),
-            "{err}"
-        );
+        unsafe {
+            refused(
+                &w,
+                (kernel, &hd, Shape { mode, ..s }),
+                grid,
+                "needs more than one warp a block and its shared memory",
+            )
+        };
     }
 }
 
