@@ -349,6 +349,37 @@ impl DispatchPath {
 }
 
 impl Shape {
+    /// Tells the compiler what the host checked of every launch's shape (`Options::check`
+    /// in the host driver): at least one PE, token, choice and pair of capacity, `hidden` a
+    /// positive multiple of 8, the experts a positive multiple of the PEs; its divisions by
+    /// these then take no test for zero (and no panic path), as the twin's. The low-latency
+    /// FP8 dispatch calls it first (in `dispatch`): on one H200 at 1 PE, held, four calls in
+    /// each slot order, its Rust/twin ratio went from 1.021 / 1.017 / 1.005 to 0.986 / 0.988 /
+    /// 1.004 at 128 / 512 / 4096 tokens (Rust 7.04 / 9.68 / 26.00 µs to 6.82 / 9.41 / 25.81;
+    /// `moe_dispatch_fp8_mapped` 2,064 instructions to 1,984 on sm_90). Every kernel calling it
+    /// cost the low-latency `bf16` dispatch 2 % at 512 and 4096 tokens (ptxas gave it 56
+    /// registers instead of 48) and the throughput `bf16` one 5 % at 4096, and left the
+    /// throughput FP8 one as it was (BENCHMARKS.md, eightieth session): they do not.
+    ///
+    /// # Safety
+    /// The shape is one the host accepted (the simulator checks it).
+    #[inline(always)]
+    pub unsafe fn assume_checked(self) {
+        let ok = self.n_pes >= 1
+            && self.tokens >= 1
+            && self.top_k >= 1
+            && self.capacity >= 1
+            && self.hidden >= 8
+            && self.experts >= self.n_pes;
+        // SAFETY: the caller's contract.
+        unsafe {
+            shmem_device::hint::assume(
+                ok,
+                "a MoE kernel was launched with a shape the host refuses",
+            )
+        }
+    }
+
     /// Whether the dispatch sends FP8.
     pub fn fp8(&self) -> bool {
         self.dtype == DTYPE_FP8
@@ -2777,6 +2808,10 @@ unsafe fn dispatch<R: Reach>(b: Bufs, reach: R, s: Shape, (path, registers): (Di
         DispatchPath::Fp8Throughput => (MODE_THROUGHPUT, DTYPE_FP8),
     };
     let s = Shape { mode, dtype, ..s };
+    if path == DispatchPath::Fp8LowLatency {
+        // SAFETY: the kernel's contract: a shape the host accepted.
+        unsafe { s.assume_checked() };
+    }
     let tp = s.mode == MODE_THROUGHPUT;
     let n = s.n_pes;
     // Whether the block's metadata warps sent the counts on their own ([`counts_early`]),

@@ -617,6 +617,51 @@ fn mapped_kernels_refuse_unmapped_peers() {
     }
 }
 
+/// The low-latency FP8 dispatch kernels assume the shape the host checked
+/// (`Shape::assume_checked`), so that their divisions by its sizes take no test for zero; the
+/// simulator checks the assumption: a shape with no choices, no capacity, or fewer experts
+/// than PEs stops both kernels with a clear panic at their entry. The host refuses each
+/// (`bad_options_are_refused`, GPU suite).
+#[test]
+fn the_fp8_dispatch_refuses_a_shape_the_host_refuses() {
+    let s = Shape {
+        tokens: 8,
+        hidden: 128,
+        experts: 4,
+        top_k: 2,
+        n_pes: 2,
+        capacity: 16,
+        round: 1,
+        mode: MODE_LOW_LATENCY,
+        dtype: DTYPE_FP8,
+        read_once: 0,
+        mapped: 1,
+    };
+    let w = World::new(2, 16 << 20);
+    let hd = Held::alloc(&w, &s.lens());
+    for bad in [
+        Shape { top_k: 0, ..s },
+        Shape { capacity: 0, ..s },
+        Shape { experts: 1, ..s },
+    ] {
+        for kernel in [
+            k::moe_dispatch_fp8 as unsafe fn(Bufs, Shape),
+            k::moe_dispatch_fp8_mapped,
+        ] {
+            // SAFETY: the buffers are sized for `s`, which `bad` shrinks; the kernel stops at
+            // its entry.
+            unsafe {
+                refused(
+                    &w,
+                    (kernel, &hd, bad),
+                    (2, 64, 0),
+                    "a MoE kernel was launched with a shape the host refuses",
+                )
+            };
+        }
+    }
+}
+
 /// Runs `kernel` on `w` over `grid` (blocks, threads, shared bytes) and asserts that it
 /// stops with a panic whose message contains `msg`.
 ///
