@@ -119,21 +119,12 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
 
 /// A project of `shmem new`, made and built as a user does, outside this checkout
 /// (`.shmem/new-project/demo`, its target directory `target/new-project`, which the CLI's
-/// own test of `shmem new` shares), with none of this cargo's variables: returns its binary.
+/// own test of `shmem new` shares), with none of this cargo's variables
+/// ([`shmem_build::scrub_cargo_env`]): returns its binary.
 fn build_project(root: &Path, cargo: &str) -> Result<PathBuf, String> {
     let clean = |program: &Path| {
         let mut c = Command::new(program);
-        for (k, _) in std::env::vars_os() {
-            let k = k.to_string_lossy();
-            if (k.starts_with("CARGO_") && k != "CARGO_HOME")
-                || k.starts_with("RUSTC")
-                || k.starts_with("RUSTFLAGS")
-                || k.starts_with("RUSTDOC")
-                || k.starts_with("SHMEM_")
-            {
-                c.env_remove(k.as_ref());
-            }
-        }
+        shmem_build::scrub_cargo_env(&mut c);
         c
     };
     run(Command::new(cargo)

@@ -12,8 +12,11 @@ use crate::toolchain::Toolchain;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Env vars an outer cargo/build script sets that must not reach the child cargo.
-fn scrub(cmd: &mut Command) {
+/// Removes from `cmd`'s environment what an outer cargo or build script sets (its `CARGO_*`
+/// but the user's configuration, `RUSTC*`, `RUSTFLAGS`, `OUT_DIR`, `TARGET`, ...), so that the
+/// cargo it starts builds as one started by hand: the kernel builds here, and `cargo xtask
+/// gpu-bundle --project`'s build of a user's project.
+pub fn scrub(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
         let keep_cargo = [

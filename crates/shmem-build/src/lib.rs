@@ -35,6 +35,7 @@ pub mod sass;
 pub mod setup;
 mod toolchain;
 
+pub use device::scrub as scrub_cargo_env;
 pub use embed::{ARCHS_VAR, Embedded, KERNELS_VAR, embed_kernels, try_embed_kernels};
 pub use error::{Error, Result};
 pub use locate::Nvshmem;

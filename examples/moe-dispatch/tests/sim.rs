@@ -575,19 +575,7 @@ fn unmapped_peers_take_the_put_paths() {
 /// (`the_host_driver_runs_on_simulated_pes` runs both sets through it).
 #[test]
 fn mapped_kernels_refuse_unmapped_peers() {
-    let s = Shape {
-        tokens: 8,
-        hidden: 128,
-        experts: 4,
-        top_k: 2,
-        n_pes: 2,
-        capacity: 16,
-        round: 1,
-        mode: MODE_LOW_LATENCY,
-        dtype: DTYPE_BF16,
-        read_once: 0,
-        mapped: 1,
-    };
+    let s = small_shape(DTYPE_BF16);
     let w = World::new(2, 16 << 20);
     w.set_peers_mapped(false);
     let hd = Held::alloc(&w, &s.lens());
@@ -624,19 +612,7 @@ fn mapped_kernels_refuse_unmapped_peers() {
 /// (`bad_options_are_refused`, GPU suite).
 #[test]
 fn the_fp8_dispatch_refuses_a_shape_the_host_refuses() {
-    let s = Shape {
-        tokens: 8,
-        hidden: 128,
-        experts: 4,
-        top_k: 2,
-        n_pes: 2,
-        capacity: 16,
-        round: 1,
-        mode: MODE_LOW_LATENCY,
-        dtype: DTYPE_FP8,
-        read_once: 0,
-        mapped: 1,
-    };
+    let s = small_shape(DTYPE_FP8);
     let w = World::new(2, 16 << 20);
     let hd = Held::alloc(&w, &s.lens());
     for bad in [
@@ -659,6 +635,23 @@ fn the_fp8_dispatch_refuses_a_shape_the_host_refuses() {
                 )
             };
         }
+    }
+}
+
+/// The refusal tests' shape: 8 tokens of `dtype` on 2 PEs, low-latency, every PE mapped.
+fn small_shape(dtype: u32) -> Shape {
+    Shape {
+        tokens: 8,
+        hidden: 128,
+        experts: 4,
+        top_k: 2,
+        n_pes: 2,
+        capacity: 16,
+        round: 1,
+        mode: MODE_LOW_LATENCY,
+        dtype,
+        read_once: 0,
+        mapped: 1,
     }
 }
 
