@@ -6,7 +6,7 @@
 # written to $OUT/summary.txt.
 #
 # usage: scripts/gpu-run.sh [--pass two-gpu] [--stages S,S,..] [--pes N] [--mps] [--size N[,N..]]
-#   --pass two-gpu  the two-GPU pass (issue 21; docs/gpu-runs.md, "The two-GPU pass"): stages
+#   --pass two-gpu  the two-GPU pass (issue 21; BENCHMARKS.md, "The two-GPU pass"): stages
 #              machine,api,ring,examples,project,example-tests,graph-bench,moe-bench,
 #              halo-bench,bound-cost,shmem-bench,python at --size 1024,4096,16384 (needs
 #              `cargo xtask gpu-bundle --twins --project`); a later --stages or --size
