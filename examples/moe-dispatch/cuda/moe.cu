@@ -1265,6 +1265,29 @@ extern "C" __global__ void __maxnreg__(64) moe_dispatch_fp8_throughput_mapped(Bu
   dispatch<FP8_THROUGHPUT_PATH>(b, Mapped{}, s);
 }
 
+constexpr size_t EXPERT_CHUNKS = 4;  // chunks a lane of the stand-in experts loads before it converts any
+
+// f(c, load(c)) for c = lane, lane + 32, ... below n, in order, the loads of EXPERT_CHUNKS such c
+// issued before the first of their f.
+template <typename Load, typename F>
+__device__ __forceinline__ void batched(size_t n, size_t lane, Load load, F f) {
+  using T = decltype(load(size_t{0}));
+  size_t c = lane;
+  for (; c + 32 * (EXPERT_CHUNKS - 1) < n; c += 32 * EXPERT_CHUNKS) {
+    T v[EXPERT_CHUNKS];
+#pragma unroll
+    for (size_t j = 0; j < EXPERT_CHUNKS; j++) v[j] = load(c + 32 * j);
+#pragma unroll
+    for (size_t j = 0; j < EXPERT_CHUNKS; j++) f(c + 32 * j, v[j]);
+  }
+  for (; c < n; c += 32) f(c, load(c));
+}
+
+struct Fp8Chunk {
+  uint4 q;  // sixteen e4m3 values
+  float g;  // their group's scale
+};
+
 extern "C" __global__ void moe_experts(Bufs b, Shape s) {
   uint32_t me = nvshmem_my_pe(), n = s.n_pes;
   size_t h = s.hidden;
@@ -1272,8 +1295,11 @@ extern "C" __global__ void moe_experts(Bufs b, Shape s) {
   size_t per = min(s.capacity, s.tokens);
   uint32_t lane, gw, nw;
   warps(lane, gw, nw);
-  for (size_t i = gw; i < (size_t)l_n * n * per; i += nw) {
-    size_t blk = i / per, q = i % per;
+  size_t blocks = (size_t)l_n * n;
+  // The q-th pairs of every (local expert, source) before the (q + 1)-th (as the Rust kernel's
+  // for_each_pair): the kept pairs go to as many warps as there are pairs, whatever the grid.
+  for (size_t i = gw; i < blocks * per; i += nw) {
+    size_t blk = i % blocks, q = i / blocks;
     if (q >= b.expert_count[blk]) continue;
     size_t pair = b.expert_offset[blk] + q;
     size_t row = b.expert_rows[pair];
@@ -1283,31 +1309,30 @@ extern "C" __global__ void moe_experts(Bufs b, Shape s) {
     if (s.dtype == FP8) {
       // 16 values a chunk; the group's scale after the row's h bytes.
       const float *scales = reinterpret_cast<const float *>(reinterpret_cast<const uint8_t *>(src) + h);
-      for (size_t c = lane; c < h / 16; c += 32) {
-        uint4 q = src[c];
-        uint32_t w[4] = {q.x, q.y, q.z, q.w};
-        float g = scales[c / 8];
+      batched(h / 16, lane, [&](size_t c) { return Fp8Chunk{src[c], scales[c / 8]}; },
+              [&](size_t c, Fp8Chunk x) {
+                uint32_t w[4] = {x.q.x, x.q.y, x.q.z, x.q.w};
 #pragma unroll
-        for (int half = 0; half < 2; half++) {
-          float y[8];
+                for (int half = 0; half < 2; half++) {
+                  float y[8];
 #pragma unroll
-          for (int i = 0; i < 8; i++) {
-            int k = 8 * half + i;
-            __half_raw v = __nv_cvt_fp8_to_halfraw((w[k / 4] >> (8 * (k % 4))) & 0xff, __NV_E4M3);
-            y[i] = __fmul_rn(__fmul_rn(__half2float(__half(v)), g), scale);
-          }
-          dst[2 * c + half] = narrow(y);
-        }
-      }
+                  for (int i = 0; i < 8; i++) {
+                    int k = 8 * half + i;
+                    __half_raw v = __nv_cvt_fp8_to_halfraw((w[k / 4] >> (8 * (k % 4))) & 0xff, __NV_E4M3);
+                    y[i] = __fmul_rn(__fmul_rn(__half2float(__half(v)), x.g), scale);
+                  }
+                  dst[2 * c + half] = narrow(y);
+                }
+              });
       continue;
     }
-    for (size_t c = lane; c < h / 8; c += 32) {
+    batched(h / 8, lane, [&](size_t c) { return src[c]; }, [&](size_t c, uint4 q) {
       float v[8];
-      widen(src[c], v);
+      widen(q, v);
 #pragma unroll
       for (int j = 0; j < 8; j++) v[j] = __fmul_rn(v[j], scale);
       dst[c] = narrow(v);
-    }
+    });
   }
 }
 

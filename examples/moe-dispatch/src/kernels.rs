@@ -2990,19 +2990,24 @@ unsafe fn wait_arrivals(sig: Sym<u64>, round: u32, n: u32) {
 
 /// Runs `f(pair, row, local expert)` on one warp for every kept pair of this round (the
 /// warps of the grid share them out): the pair's slot, its received row, and its local
-/// expert `0..L`.
+/// expert `0..L`. The warps take the `q`-th pairs of every (local expert, source) before
+/// the `q + 1`-th, so that the kept pairs, packed at the front of each, go to as many warps
+/// as there are pairs, whatever the grid. Taken (local expert, source) after (local expert,
+/// source), a grid with fewer warps than slots gave some warps several pairs, one after the
+/// other, and others none: at 128 tokens (8192 slots, 1024 pairs) on 4224 warps, 528 warps
+/// two pairs each (BENCHMARKS.md, eighty-first session).
 ///
 /// # Safety
 /// After [`moe_dispatch()`] of the round on this PE's stream; shape and buffers as there.
 #[inline(always)]
 unsafe fn for_each_pair(b: Bufs, s: Shape, mut f: impl FnMut(usize, usize, u32)) {
     let n = s.n_pes;
-    let l_n = s.experts / n;
+    let blocks = (s.experts / n * n) as usize;
     let per = s.capacity.min(s.tokens) as usize;
     let (_, gw, nw) = warps();
     let mut i = gw as usize;
-    while i < (l_n * n) as usize * per {
-        let (blk, q) = (i / per, i % per);
+    while i < blocks * per {
+        let (blk, q) = (i % blocks, i / blocks);
         // SAFETY: `blk < L * n`; a kept pair's slot holds a received row of this round.
         unsafe {
             if (q as u32) < ld(b.expert_count, blk) {
@@ -3011,6 +3016,34 @@ unsafe fn for_each_pair(b: Bufs, s: Shape, mut f: impl FnMut(usize, usize, u32))
             }
         }
         i += nw as usize;
+    }
+}
+
+/// Chunks a lane of the stand-in expert layer loads before it converts any ([`batched`]): a
+/// row is one warp's, 28 chunks a lane at hidden 7168, whose loads one chunk at a time were
+/// waited for one after another. With [`for_each_pair`]'s order, a round's step (barrier,
+/// dispatch, experts, barrier, combine) took 8.6 µs less at 128 tokens and 19 µs less at 512
+/// on one H200 (low-latency `bf16`, 1 PE; BENCHMARKS.md, eighty-first session). The twin
+/// uses the same (checked by a test).
+pub const EXPERT_CHUNKS: usize = 4;
+const _: () = assert!(
+    EXPERT_CHUNKS == 4,
+    "`batched`'s `unrolled!` list names its chunks"
+);
+
+/// Calls `f(c, load(c))` for `c = lane, lane + 32, ...` below `n`, in order, the loads of
+/// [`EXPERT_CHUNKS`] such `c` issued before the first of their `f`.
+#[inline(always)]
+fn batched<T: Copy>(n: usize, lane: usize, load: impl Fn(usize) -> T, mut f: impl FnMut(usize, T)) {
+    let mut c = lane;
+    while c + 32 * (EXPERT_CHUNKS - 1) < n {
+        let v: [T; EXPERT_CHUNKS] = core::array::from_fn(|j| load(c + 32 * j));
+        unrolled!(0 1 2 3; j => { f(c + 32 * j, v[j]) });
+        c += 32 * EXPERT_CHUNKS;
+    }
+    while c < n {
+        f(c, load(c));
+        c += 32;
     }
 }
 
@@ -3023,7 +3056,8 @@ unsafe fn experts(b: Bufs, s: Shape) {
     let (me, h) = (my_pe() as u32, s.hidden as usize);
     let l_n = s.experts / s.n_pes;
     let lane = lane_id() as usize;
-    // SAFETY: this kernel's contract; each pair's output row is this warp's alone.
+    // SAFETY: this kernel's contract; each pair's output row is this warp's alone; every
+    // chunk `batched` passes is below the row's end (`h / 16` or `h / 8` chunks).
     unsafe {
         for_each_pair(b, s, |pair, row, l| {
             let scale = expert_scale(me * l_n + l);
@@ -3032,12 +3066,9 @@ unsafe fn experts(b: Bufs, s: Shape) {
             if s.fp8() {
                 // 16 values a chunk; the group's scale after the row's `h` bytes.
                 let scales = src.cast::<u8>().add(h).cast::<f32>();
-                let mut c = lane;
-                while c < h / 16 {
-                    let (v, g) = (
-                        dequantize(Chunk::load_global(src.add(c))),
-                        scales.add(c / 8).read(),
-                    );
+                let load = |c: usize| (Chunk::load_global(src.add(c)), scales.add(c / 8).read());
+                batched(h / 16, lane, load, |c, (q, g)| {
+                    let v = dequantize(q);
                     for half in 0..2 {
                         let mut y = [0f32; 8];
                         for i in 0..8 {
@@ -3045,19 +3076,21 @@ unsafe fn experts(b: Bufs, s: Shape) {
                         }
                         narrow(y).store_global(dst.add(2 * c + half));
                     }
-                    c += 32;
-                }
+                });
                 return;
             }
-            let mut c = lane;
-            while c < h / 8 {
-                let mut v = widen(Chunk::load_global(src.add(c)));
-                for x in &mut v {
-                    *x *= scale;
-                }
-                narrow(v).store_global(dst.add(c));
-                c += 32;
-            }
+            batched(
+                h / 8,
+                lane,
+                |c| Chunk::load_global(src.add(c)),
+                |c, q| {
+                    let mut v = widen(q);
+                    for x in &mut v {
+                        *x *= scale;
+                    }
+                    narrow(v).store_global(dst.add(c));
+                },
+            );
         })
     }
 }

@@ -135,7 +135,8 @@ fn the_cuda_twin_shape_has_every_field_in_order() {
 /// scans in units of [`LAYOUT_SEGMENT`](k::LAYOUT_SEGMENT) chunks of
 /// [`LAYOUT_CHUNK`](k::LAYOUT_CHUNK) tokens (the host driver sizes `scratch` and the
 /// layout's grid for them) and its expert columns poll with the same backoff
-/// ([`LOOKBACK_SLEEP_NS`](k::LOOKBACK_SLEEP_NS)), its `work` words and signal words are where the Rust kernels'
+/// ([`LOOKBACK_SLEEP_NS`](k::LOOKBACK_SLEEP_NS)), its stand-in experts load
+/// [`EXPERT_CHUNKS`](k::EXPERT_CHUNKS) chunks a lane at a time, its `work` words and signal words are where the Rust kernels'
 /// are, and a grid's arrival is the same [`ARRIVAL`](k::ARRIVAL).
 #[test]
 fn the_cuda_twin_uses_the_same_constants() {
@@ -165,6 +166,8 @@ fn the_cuda_twin_uses_the_same_constants() {
     assert_eq!(k::SIG_RESERVED + 1, k::SIGNAL_WORDS);
     let stride = twin_between("constexpr size_t COUNTER_STRIDE = ", ";");
     assert_eq!(stride.trim(), k::COUNTER_STRIDE.to_string());
+    let experts = twin_between("constexpr size_t EXPERT_CHUNKS = ", ";");
+    assert_eq!(experts.trim(), k::EXPERT_CHUNKS.to_string());
     let arrival = twin_between("constexpr uint64_t ARRIVAL = 1ull << ", ";");
     assert_eq!(1u64 << arrival.trim().parse::<u32>().unwrap(), k::ARRIVAL);
     for (name, v) in [
