@@ -5,9 +5,10 @@ import numpy as np
 
 
 def f32_to_bf16(v):
-    """Rounds float32 to bf16 bits (uint16), ties to even."""
-    b = np.asarray(v, np.float32).view(np.uint32).astype(np.uint64)
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    """Rounds float32 to bf16 bits (uint16), ties to even; NaN is 0x7FFF."""
+    f = np.asarray(v, np.float32)
+    b = f.view(np.uint32).astype(np.uint64)
+    return np.where(np.isnan(f), 0x7FFF, (b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def bf16_to_f32(b):

@@ -177,6 +177,7 @@ const API: &[(&str, bool)] = &[
     ("vec16", false),
     ("bulk_copies", false),
     ("fp8_convert", false),
+    ("bf16_convert", false),
     ("bounds_check", false),
 ];
 const COLL: &[(&str, bool)] = &[("collectives", true)];

@@ -79,6 +79,7 @@ mod host;
 mod panic;
 
 pub mod amo;
+pub mod bf16;
 pub mod bound;
 pub mod bulk;
 pub mod coll;

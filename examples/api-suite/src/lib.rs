@@ -29,6 +29,7 @@
 //! | [`pdl_first`](pdl_first()), [`pdl_second`](pdl_second()) | `pdl`: a kernel launched as a dependent starts while the one before it runs, and sees its writes after `pdl::wait` | no |
 //! | [`bulk_copies`](bulk_copies()) | `bulk`: copies into shared memory on a barrier's phases, out to the next PE's memory in groups, a slot used again after its group has read it | no |
 //! | [`fp8_convert`](fp8_convert()) | `fp8`: the `e4m3` conversions on the GPU's instructions against their definitions | no |
+//! | [`bf16_convert`](bf16_convert()) | `bf16`: the paired `bf16` rounding on the GPU's instruction against its definition | no |
 //! | [`bounds_check`](bounds_check()) | the panic handler: an out-of-bounds index traps with its location | no |
 
 #![no_std]
@@ -800,6 +801,28 @@ pub unsafe fn fp8_convert(
             for (j, x) in e4m3x4_to_f32(codes).into_iter().enumerate() {
                 dec.write(4 * i + j, x.to_bits());
             }
+            i += all;
+        }
+    }
+}
+
+/// [`shmem_device::bf16::pack`], which takes the GPU's conversion instruction on `sm_80` and
+/// later, for the host to compare with its definition ([`shmem_device::bf16::from_f32`], the
+/// host build's and the simulator's): `packed[i]` = `pack(vals[2 i], vals[2 i + 1])` (`f32`
+/// bits). The grid's threads share the work.
+///
+/// # Safety
+/// Any 1-D launch; `packed` holds `vals.len() / 2` words.
+#[shmem_kernel]
+pub unsafe fn bf16_convert(vals: SymSlice<u32>, packed: SymSlice<u32>) {
+    let (me, all) = (global_idx_x(), grid_stride_x());
+    // SAFETY: every index is below its buffer's length (the kernel's contract); each output
+    // word is one thread's.
+    unsafe {
+        let v = |i: usize| f32::from_bits(vals.read(i));
+        let mut i = me;
+        while i < vals.len() / 2 {
+            packed.write(i, shmem_device::bf16::pack(v(2 * i), v(2 * i + 1)));
             i += all;
         }
     }

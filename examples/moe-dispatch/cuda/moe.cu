@@ -51,10 +51,11 @@ enum : size_t { SIG_DISPATCH = 0, SIG_COMBINE = 1, SIG_COUNTS = 2, SIG_SLOTS = 3
 
 __device__ __forceinline__ float bf16_to_f32(uint32_t b) { return __uint_as_float(b << 16); }
 
-__device__ __forceinline__ uint32_t f32_to_bf16(float f) {
-  uint32_t b = __float_as_uint(f);
-  if (f != f) return ((b >> 16) | 0x40) & 0xffff;
-  return (b + 0x7fff + ((b >> 16) & 1)) >> 16;
+// lo and hi rounded to bf16 (to nearest, ties to even; NaN 0x7fff), lo in the low half: one
+// cvt.rn.bf16x2.f32, as shmem_device::bf16::pack.
+__device__ __forceinline__ uint32_t bf16_pack(float lo, float hi) {
+  __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&p);
 }
 
 __device__ __forceinline__ float expert_scale(uint32_t e) {
@@ -73,7 +74,7 @@ __device__ __forceinline__ void widen(uint4 c, float v[8]) {
 __device__ __forceinline__ uint4 narrow(const float v[8]) {
   uint32_t w[4];
 #pragma unroll
-  for (int i = 0; i < 4; i++) w[i] = f32_to_bf16(v[2 * i]) | (f32_to_bf16(v[2 * i + 1]) << 16);
+  for (int i = 0; i < 4; i++) w[i] = bf16_pack(v[2 * i], v[2 * i + 1]);
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 

@@ -40,26 +40,10 @@ pub mod routing;
 
 pub use kernels::{Bufs, Shape};
 
-/// `bf16` as its bits, and the two conversions every implementation uses (the CPU
-/// reference, the Rust kernels and `cuda/moe.cu` round the same way, so they agree bit for
-/// bit).
-pub mod bf16 {
-    /// Widens `bf16` bits to `f32` (exact).
-    #[inline(always)]
-    pub fn to_f32(b: u16) -> f32 {
-        f32::from_bits(u32::from(b) << 16)
-    }
-
-    /// Rounds `f32` to the nearest `bf16`, ties to even (NaN stays NaN).
-    #[inline(always)]
-    pub fn from_f32(f: f32) -> u16 {
-        let b = f.to_bits();
-        if f.is_nan() {
-            return ((b >> 16) | 0x40) as u16;
-        }
-        ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
-    }
-}
+/// `bf16` as its bits, and the conversions every implementation uses (the CPU reference, the
+/// Rust kernels and `cuda/moe.cu` round the same way, so they agree bit for bit; the kernels
+/// two values at a time by the GPU's instruction, [`bf16::pack`]).
+pub use shmem_device::bf16;
 
 /// The FP8 dispatch's quantisation (DeepEP's low-latency format): each group of
 /// [`GROUP`](fp8::GROUP) consecutive values of a token is sent as `e4m3` values
@@ -170,20 +154,5 @@ mod tests {
                 .iter()
                 .all(|&d| d == 0.0)
         );
-    }
-
-    #[test]
-    fn bf16_rounds_to_nearest_even() {
-        assert_eq!(bf16::from_f32(1.0), 0x3f80);
-        assert_eq!(bf16::to_f32(0x3f80), 1.0);
-        // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to the even one, 1.
-        assert_eq!(bf16::from_f32(1.0 + 1.0 / 256.0), 0x3f80);
-        // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6: rounds up.
-        assert_eq!(bf16::from_f32(1.0 + 3.0 / 256.0), 0x3f82);
-        assert_eq!(bf16::from_f32(-2.5), 0xc020);
-        assert!(bf16::to_f32(bf16::from_f32(f32::NAN)).is_nan());
-        for b in [0u16, 0x8000, 0x3f80, 0xc0a0, 0x7f7f, 0x0001] {
-            assert_eq!(bf16::from_f32(bf16::to_f32(b)), b);
-        }
     }
 }

@@ -54,6 +54,7 @@ macro_rules! simulated_cases {
             vec16: 1,
             bulk_copies: 2,
             fp8_convert: 1,
+            bf16_convert: 1,
             unequal_allocation_fails_on_every_pe: 2,
             graph_replays_launches_and_barriers: 1,
             teams: 1,
@@ -566,6 +567,46 @@ pub fn fp8_convert(rt: &Shmem) {
             got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
             "e4m3x4_to_f32: code {c:#04x} gave {got} ({:#010x}), not {want}",
             got.to_bits()
+        );
+    }
+}
+
+/// The values [`bf16_convert`] converts: every `bf16` value widened, and for every eighth
+/// one the midpoint to the next (a tie) and the `f32`s either side of it (which also spell
+/// NaNs with payloads: each becomes `0x7fff`), and `f32` NaNs of other signs and payloads.
+fn bf16_values() -> Vec<f32> {
+    let mut v: Vec<f32> = (0..=u16::MAX).map(shmem_device::bf16::to_f32).collect();
+    for b in (0..=u16::MAX).step_by(8) {
+        let tie = u32::from(b) << 16 | 0x8000;
+        v.extend([tie, tie - 1, tie + 1].map(f32::from_bits));
+    }
+    v.extend([0x7fc0_0001, 0xffc0_0000, 0x7f80_0001, 0xffff_ffff].map(f32::from_bits));
+    v.resize(v.len().next_multiple_of(2), 1.0);
+    v
+}
+
+pub fn bf16_convert(rt: &Shmem) {
+    use shmem_device::bf16::from_f32;
+    let vals = bf16_values();
+    let m = rt.load_module(&ptx_dir(), "api-suite-kernels").unwrap();
+    let k = m.kernel::<api_suite_kernels::bf16_convert>().unwrap();
+    let input = filled(rt, vals.len(), |i| vals[i].to_bits());
+    let packed = rt.alloc::<u32>(vals.len() / 2).unwrap();
+    // SAFETY: `packed` holds a word for every two values.
+    unsafe {
+        k.launch(LaunchConfig::linear(4, 256), (&input, &packed))
+            .unwrap()
+    };
+    rt.barrier_all().unwrap();
+    for (i, got) in packed.to_vec().unwrap().into_iter().enumerate() {
+        let (lo, hi) = (vals[2 * i], vals[2 * i + 1]);
+        let want = u32::from(from_f32(hi)) << 16 | u32::from(from_f32(lo));
+        assert_eq!(
+            got,
+            want,
+            "pack({lo:e} = {:#010x}, {hi:e} = {:#010x})",
+            lo.to_bits(),
+            hi.to_bits()
         );
     }
 }
