@@ -3023,7 +3023,8 @@ unsafe fn for_each_pair(b: Bufs, s: Shape, mut f: impl FnMut(usize, usize, u32))
     }
 }
 
-/// Chunks a lane of the stand-in expert layer loads before it converts any (`batched`): a
+/// Chunks a lane of the stand-in expert layer (and of the front's gather) loads before it
+/// converts (or stores) any (`batched`): a
 /// row is one warp's, 28 chunks a lane at hidden 7168, whose loads one chunk at a time were
 /// waited for one after another. With `for_each_pair`'s order, a round's step (barrier,
 /// dispatch, experts, barrier, combine) took 8.6 µs less at 128 tokens and 19 µs less at 512
@@ -3192,6 +3193,13 @@ unsafe fn stage(b: Bufs, s: Shape, i: Stage) {
 }
 
 /// Writes each kept pair's received token into `g.x`, and the pairs' layout into `g.layout`.
+/// A warp copies a pair's row, each lane [`EXPERT_CHUNKS`] chunks at a time, loads first.
+/// Against a chunk at a time, the front's dispatch and combine as a CUDA graph, `bf16`, one
+/// H200, 1 PE (BENCHMARKS.md, eighty-first session): 30.2 against 32.0 µs a step at 128
+/// tokens in low-latency mode, 33.1 against 40.0 in throughput mode; at 4096 tokens 371.0
+/// against 370.3 (throughput) and 430.4 against 415.3 (low-latency; the kernel takes 38
+/// registers against 32, six blocks an SM instead of eight, and two chunks at a time took
+/// 40).
 ///
 /// # Safety
 /// See [`moe_gather()`].
@@ -3216,13 +3224,10 @@ unsafe fn gather(b: Bufs, s: Shape, g: Gather) {
         }
         for_each_pair(b, s, |pair, row, _| {
             let src = b.recv_x.as_ptr().add(row * h).cast::<Chunk>();
+            let load = |c: usize| Chunk::load_global(src.add(c));
             if s.fp8() {
                 let dst = g.x.as_ptr().cast::<u8>().add(pair * h).cast::<Chunk>();
-                let mut c = lane;
-                while c < h / 16 {
-                    Chunk::load_global(src.add(c)).store_global(dst.add(c));
-                    c += 32;
-                }
+                batched(h / 16, lane, load, |c, q| q.store_global(dst.add(c)));
                 let groups = h / crate::fp8::GROUP;
                 let from = src.cast::<u8>().add(h).cast::<f32>();
                 let mut i = lane;
@@ -3236,11 +3241,7 @@ unsafe fn gather(b: Bufs, s: Shape, g: Gather) {
                 return;
             }
             let dst = g.x.as_ptr().add(pair * h).cast::<Chunk>();
-            let mut c = lane;
-            while c < h / 8 {
-                Chunk::load_global(src.add(c)).store_global(dst.add(c));
-                c += 32;
-            }
+            batched(h / 8, lane, load, |c, q| q.store_global(dst.add(c)));
         })
     }
 }
