@@ -39,7 +39,8 @@ def main(tokens=128, calls=200):
     out = torch.empty(tokens, H, dtype=torch.bfloat16, device="cuda")
     s = torch.cuda.current_stream().cuda_stream
     n = buf._n
-    args = (x.data_ptr(), idx.data_ptr(), w.data_ptr(), tokens, recv.data_ptr(), lay.data_ptr(), s)
+    # x, topk, weights, tokens, rows, scales (none: bf16), layout, stream.
+    args = (x.data_ptr(), idx.data_ptr(), w.data_ptr(), tokens, recv.data_ptr(), 0, lay.data_ptr(), s)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(calls):
