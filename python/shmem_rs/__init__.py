@@ -247,11 +247,20 @@ class DispatchHandle:
     """What ``MoeBuffer.combine`` needs from its dispatch; ``offsets`` (``[L, n]`` int32):
     the first row of each (local expert, source) in ``recv_x``."""
 
-    def __init__(self, native, offsets, tokens, lib):
+    def __init__(self, native, layout, tokens, lib):
         self._native = native
-        self.offsets = offsets
+        self._layout = layout
+        self._offsets = None
         self.tokens = tokens
         self._lib = lib
+
+    @property
+    def offsets(self):
+        # The view is made on first use: indexing a CUDA tensor takes about 3 us of host
+        # time, which a caller that never reads the offsets need not pay on every call.
+        if self._offsets is None:
+            self._offsets = self._layout[1]
+        return self._offsets
 
 
 class MoeBuffer:
@@ -356,7 +365,7 @@ class MoeBuffer:
             xp = 0
         recv, sp, out, layout = self._outputs(xa.empty, lambda a: _Arr(a, "out").ptr())
         h = self._n.dispatch(xp, ia.ptr(), wa.ptr(), t, _Arr(recv, "recv").ptr(), sp, _Arr(layout, "layout").ptr(), _stream(xa))
-        return out, layout[0], DispatchHandle(h, layout[1], t, xa.lib)
+        return out, layout[0], DispatchHandle(h, layout, t, xa.lib)
 
     def _outputs(self, empty, ptr):
         """The dispatch's outputs, made by ``empty(shape, dtype)``: ``(rows, the scales'
@@ -399,7 +408,9 @@ class MoeBuffer:
             return None
         if xp == self._staged:
             xp = 0
-        idx = idx.to(torch.int32).contiguous()
+        if idx.dtype is not torch.int32:
+            idx = idx.to(torch.int32)
+        idx = idx.contiguous()
         w = w.contiguous()
         recv, sp, out, layout = self._outputs(
             lambda shape, dt: torch.empty(shape, dtype=_torch_dtype(dt), device=dev), torch.Tensor.data_ptr
@@ -407,7 +418,7 @@ class MoeBuffer:
         h = self._n.dispatch(
             xp, idx.data_ptr(), w.data_ptr(), shape[0], recv.data_ptr(), sp, layout.data_ptr(), _raw_stream(dev)
         )
-        return out, layout[0], DispatchHandle(h, layout[1], shape[0], "torch")
+        return out, layout[0], DispatchHandle(h, layout, shape[0], "torch")
 
     def combine(self, y, handle):
         """Sums each token's expert outputs ``y`` (``[pair_slots, hidden]`` bf16, in the rows
@@ -428,7 +439,8 @@ class MoeBuffer:
         ):
             out = torch.empty((self.max_tokens, self.hidden), dtype=torch.bfloat16, device=dev)
             self._n.combine(handle._native, y.data_ptr(), out.data_ptr(), _raw_stream(dev))
-            return out[: handle.tokens]
+            # A slice takes about 3 us of host time: none for a full call.
+            return out if handle.tokens == self.max_tokens else out[: handle.tokens]
         ya = _Arr(y, "y")
         self._check(ya, _BF16, (self.pair_slots, self.hidden), "y")
         ya.contiguous()
