@@ -3024,9 +3024,8 @@ unsafe fn for_each_pair(b: Bufs, s: Shape, mut f: impl FnMut(usize, usize, u32))
 }
 
 /// Chunks a lane of the stand-in expert layer (and of the front's gather) loads before it
-/// converts (or stores) any (`batched`): a
-/// row is one warp's, 28 chunks a lane at hidden 7168, whose loads one chunk at a time were
-/// waited for one after another. With `for_each_pair`'s order, a round's step (barrier,
+/// converts (or stores) any (`batched`): a row is one warp's, 28 chunks a lane at hidden
+/// 7168, whose loads one chunk at a time were waited for one after another. With `for_each_pair`'s order, a round's step (barrier,
 /// dispatch, experts, barrier, combine) took 8.6 µs less at 128 tokens and 19 µs less at 512
 /// on one H200 (low-latency `bf16`, 1 PE; BENCHMARKS.md, eighty-first session). The twin
 /// uses the same (checked by a test).
