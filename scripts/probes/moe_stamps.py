@@ -26,7 +26,8 @@ stores, each block's thread 0 into its own slot, and cost 0-0.5 µs a round:
   units' scan done, lookback done and slots released, its expert units' scan done and
   lookback done (p50 and last each, a block's latest warp), its last block's start, and the
   throughput metadata's return from `pdl::wait` (block 0). The experts' lookback reads 0
-  with `moe_layout_segments` (`bf16`), whose expert units do not wait for each other (only
+  with the segment layout (`moe_layout_segments` for `bf16` then; since the eighty-second
+  session `moe_layout` for both types), whose expert units do not wait for each other (only
   each column's last unit does, unstamped).
 
 Use, in a scratch worktree (the patch asserts each place it changes, so it fails loudly when

@@ -92,13 +92,9 @@ __device__ __forceinline__ uint32_t warp_or(uint32_t v) {
 
 constexpr size_t LAYOUT_CHUNK = 32;  // a warp's tokens, a lane each: a chunk is one ballot
 constexpr size_t LAYOUT_SEGMENT = 4;  // chunks a unit of the layout takes, in one warp
-constexpr unsigned LOOKBACK_SLEEP_NS = 256;  // an expert column's backoff in the layout
+constexpr unsigned LOOKBACK_SLEEP_NS = 256;  // an expert column's last unit's backoff in the layout
 constexpr size_t MAX_TOP_K = 16;
 
-// Throughput: whether the layout is moe_layout_segments, which leaves each pair's rank within
-// its unit and the pairs of the expert's earlier units in scratch, which send adds
-// (kernels.rs, Shape::segment_ranks).
-__device__ __forceinline__ bool segment_ranks(const Shape &s) { return s.dtype == BF16; }
 __device__ __forceinline__ size_t layout_segments(const Shape &s) {
   return (s.tokens + LAYOUT_CHUNK * LAYOUT_SEGMENT - 1) / (LAYOUT_CHUNK * LAYOUT_SEGMENT);
 }
@@ -182,8 +178,9 @@ __device__ __forceinline__ void wait_slots(const Bufs &b, const Shape &s) {
   __syncwarp();
 }
 
-// Throughput mode's layout (kernels.rs, layout); SEG: moe_layout_segments.
-template <bool SEG> __device__ __forceinline__ void layout(Bufs b, Shape s) {
+// Throughput mode's layout (kernels.rs, layout): it leaves each pair's rank within its unit and
+// the pairs of the expert's earlier units in scratch, which send adds.
+__device__ __forceinline__ void layout(Bufs b, Shape s) {
   pdl_launch_dependents();
   uint32_t me = nvshmem_my_pe(), n = s.n_pes, e_n = s.experts;
   size_t t_n = s.tokens;
@@ -207,7 +204,7 @@ template <bool SEG> __device__ __forceinline__ void layout(Bufs b, Shape s) {
     uint32_t hits = s.top_k <= 8 ? scan_unit<8>(b, s, col, first, lane, found)
                                  : scan_unit<MAX_TOP_K>(b, s, col, first, lane, found);
     if (lane == 0) *(volatile uint64_t *)&b.scratch[unit] = tag << 32 | hits;
-    if (col < e_n && SEG) {
+    if (col < e_n) {
       // The pairs' ranks within the unit; the column's last unit waits for the earlier ones
       // and writes every unit's prefix and the column's total (kernels.rs, layout).
 #pragma unroll
@@ -240,38 +237,24 @@ template <bool SEG> __device__ __forceinline__ void layout(Bufs b, Shape s) {
       }
       continue;
     }
-    // An expert column's warps poll with a backoff (kernels.rs, LOOKBACK_SLEEP_NS).
+    // A destination's column: the hits of its earlier units, polled at once.
     uint32_t before = 0;
-    for (size_t c = lane; c < sg; c += 32) {
-      uint64_t *word = b.scratch + col * segs + c, v;
-      if (col < e_n) {
-        while ((v = *(volatile uint64_t *)word) < tag << 32) __nanosleep(LOOKBACK_SLEEP_NS);
-      } else {
-        v = nvshmem_signal_wait_until(word, NVSHMEM_CMP_GE, tag << 32);
-      }
-      before += (uint32_t)v;
-    }
+    for (size_t c = lane; c < sg; c += 32)
+      before += (uint32_t)nvshmem_signal_wait_until(b.scratch + col * segs + c, NVSHMEM_CMP_GE, tag << 32);
     for (int m = 16; m > 0; m /= 2) before += __shfl_xor_sync(0xffffffffu, before, m);
 #pragma unroll
     for (size_t i = 0; i < LAYOUT_SEGMENT; i++) {
       size_t t = first + i * LAYOUT_CHUNK + lane;
       if (t >= t_n) continue;
       uint32_t f = found[i];
-      int32_t pos = (int32_t)(before + (f >> 8));
-      if (col < e_n) {
-        if (f) b.send_pair[t * s.top_k + (f & 0xff) - 1] = pos;
-      } else {
-        b.send_slot[t * n + (col - e_n)] = f ? pos : -1;
-      }
+      b.send_slot[t * n + (col - e_n)] = f ? (int32_t)(before + (f >> 8)) : -1;
     }
     if (lane == 0 && sg + 1 == segs) b.counts[mine + col] = before + hits;
-    if (col >= e_n) {
-      // This unit's rows are placed: the warp's slot writes, then one release.
-      __syncwarp();
-      if (lane == 0)
-        cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(b.signals[SIG_SLOTS])
-            .fetch_add(1, cuda::memory_order_release);
-    }
+    // This unit's rows are placed: the warp's slot writes, then one release.
+    __syncwarp();
+    if (lane == 0)
+      cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(b.signals[SIG_SLOTS])
+          .fetch_add(1, cuda::memory_order_release);
   }
   // The block's units are done: thread 0 counts it in; the grid's last block goes on.
   __syncthreads();
@@ -341,8 +324,7 @@ template <bool SEG> __device__ __forceinline__ void layout(Bufs b, Shape s) {
   }
   if (w == 0 && lane < n) b.recv_count[lane] = rows;
 }
-extern "C" __global__ void moe_layout(Bufs b, Shape s) { layout<false>(b, s); }
-extern "C" __global__ void moe_layout_segments(Bufs b, Shape s) { layout<true>(b, s); }
+extern "C" __global__ void moe_layout(Bufs b, Shape s) { layout(b, s); }
 
 // This lane's choice of token t and its weight (lanes K and up: -1 and 0), which send takes:
 // the dispatch's inputs, which a throughput dispatch may load before it waits for its layout
@@ -401,9 +383,9 @@ __device__ __forceinline__ int32_t send(const Bufs &b, R reach, const Shape &s, 
     uint32_t eu = (uint32_t)e;
     size_t q = t * k_n + lane;
     if (tp) {
-      // With segment_ranks, the pairs of the expert's earlier units too.
+      // The pair's rank within its unit, after the expert's pairs of the earlier units.
       size_t sg = t / (LAYOUT_CHUNK * LAYOUT_SEGMENT);
-      uint32_t pre = segment_ranks(s) ? (uint32_t)b.scratch[seg_prefix_at(s, eu, sg)] : 0;
+      uint32_t pre = (uint32_t)b.scratch[seg_prefix_at(s, eu, sg)];
       uint32_t p = b.base[eu] + pre + (uint32_t)b.send_pair[q];
       if (p < b.base[e_n + eu]) pair = (int32_t)p;
     } else if (c < cap) {

@@ -286,7 +286,6 @@ impl Options {
 /// The module's kernels, Rust or CUDA C++.
 pub struct Kernels<'m> {
     layout: KernelFn<'m, kernels::moe_layout>,
-    layout_segments: KernelFn<'m, kernels::moe_layout_segments>,
     dispatch: KernelFn<'m, kernels::moe_dispatch>,
     dispatch_registers: KernelFn<'m, kernels::moe_dispatch_registers>,
     dispatch_throughput: KernelFn<'m, kernels::moe_dispatch_throughput>,
@@ -305,20 +304,6 @@ pub struct Kernels<'m> {
     combine_mapped: KernelFn<'m, kernels::moe_combine_mapped>,
     /// Streaming multiprocessors of the GPU.
     sms: u32,
-}
-
-/// Runs `$body` with `$f` bound to the throughput layout kernel of `$shape` in `$k` (a
-/// [`Kernels`]): the one place that maps [`Shape::segment_ranks`] to its kernel.
-macro_rules! with_layout {
-    ($k:expr, $shape:expr, $f:ident => $body:expr) => {
-        if $shape.segment_ranks() {
-            let $f = &$k.layout_segments;
-            $body
-        } else {
-            let $f = &$k.layout;
-            $body
-        }
-    };
 }
 
 /// Runs `$body` with `$f` bound to the dispatch kernel in `$k` (a [`Kernels`]) of shape
@@ -383,7 +368,6 @@ impl<'m> Kernels<'m> {
     pub fn new(module: &'m Module<'_>) -> Result<Kernels<'m>> {
         Ok(Kernels {
             layout: module.kernel()?,
-            layout_segments: module.kernel()?,
             dispatch: module.kernel()?,
             dispatch_registers: module.kernel()?,
             dispatch_throughput: module.kernel()?,
@@ -401,12 +385,6 @@ impl<'m> Kernels<'m> {
             combine_mapped: module.kernel()?,
             sms: module.runtime().multiprocessors()?,
         })
-    }
-
-    /// Blocks of the throughput layout kernel of `shape` that fit on the GPU at once with
-    /// `cfg`'s block.
-    fn layout_fit(&self, shape: Shape, cfg: &LaunchConfig<'_>) -> Result<u32> {
-        with_layout!(self, shape, f => f.max_coresident_blocks(cfg))
     }
 
     /// Blocks of the dispatch kernel of `shape` that fit on the GPU at once with `cfg`'s
@@ -432,7 +410,7 @@ impl<'m> Kernels<'m> {
         // SAFETY: the caller's contract; the layout precedes the dispatch of the same round.
         unsafe {
             if s.mode == MODE_THROUGHPUT {
-                with_layout!(self, s, f => to.launch(f, g[0], (b, s)))?;
+                to.launch(&self.layout, g[0], (b, s))?;
             }
             with_dispatch!(self, s, g[1], f => to.launch(f, g[1], (b, s)))
         }
@@ -581,7 +559,7 @@ fn grids(k: &Kernels<'_>, opts: &Options, shape: Shape) -> Result<[LaunchConfig<
     // of 1024, where at 128 and 512 tokens a few SMs held them all (one H200, the layout in
     // units of four chunks: its round 1.9-3.0 µs shorter at 128 and 512 tokens than in blocks
     // of 1024 at 64 registers, within 0.7 µs at 4096; BENCHMARKS.md, forty-sixth session).
-    let lf = resident("layout", k.layout_fit(shape, &probe))?;
+    let lf = resident("layout", k.layout.max_coresident_blocks(&probe))?;
     // The `bf16` dispatches take shared memory for their bulk copies, the low-latency FP8 one
     // for the table of its reserved pair slots (the kernel says how much; without it, they copy
     // through registers, and take an atomic a pair).

@@ -39,8 +39,8 @@
 //!   both rows into every PE they go to.
 //! - **Throughput** ([`MODE_THROUGHPUT`]): [`moe_layout()`] first computes, with warp ballots
 //!   over the tokens, every token's row slot per destination and every pair's rank among its
-//!   expert's pairs from this PE (for `bf16` tokens in two parts, [`Shape::segment_ranks`]),
-//!   and exchanges the per-expert counts between all PEs (a `put_signal` of `E + n` words to
+//!   expert's pairs from this PE (in two parts: the rank within its segment of tokens, and
+//!   the expert's pairs in the earlier segments, [`seg_prefix_at`]), and exchanges the per-expert counts between all PEs (a `put_signal` of `E + n` words to
 //!   each other PE). Every PE then knows every offset: the pairs of local expert `l` are
 //!   packed (sources in order, tokens in order), at most `capacity` per expert, the rest
 //!   dropped and counted. [`moe_dispatch_throughput()`]
@@ -383,23 +383,6 @@ impl Shape {
     /// Whether the dispatch sends FP8.
     pub fn fp8(&self) -> bool {
         self.dtype == DTYPE_FP8
-    }
-
-    /// Whether the throughput layout is [`moe_layout_segments()`], which leaves each pair's
-    /// rank within its segment of [`LAYOUT_SEGMENT`] chunks in `send_pair` and the pairs of
-    /// the expert's earlier segments in `scratch` ([`seg_prefix_at`], which only the column's
-    /// last unit waits for), so that the dispatch's metadata (`send`) adds the two; else
-    /// [`moe_layout()`], whose expert units each wait for their column's earlier units and
-    /// leave the whole rank. With `bf16` tokens: the layout's blocks then end sooner, and the
-    /// dispatch's blocks start beside the layout's last units. On one H200 at 1 PE, held,
-    /// with every throughput round on the segment layout, the `bf16` dispatch took 0.963 of
-    /// its time at 512 tokens, 0.996 at 2048 and 0.982 at 4096; the FP8 one, whose blocks wait
-    /// for the slots before their first loads, 0.993, 1.018 and 1.026. Decided in one layout
-    /// kernel at run time, the branch alone made the FP8 round 1.02-1.05 times as long; each
-    /// kernel's machine code is now the measured one (BENCHMARKS.md, seventy-fourth session).
-    /// The host and the simulator launch the layout this names; the twin decides alike.
-    pub fn segment_ranks(&self) -> bool {
-        self.dtype == DTYPE_BF16
     }
 
     /// Bytes of expert rows the combine reads on a PE when every pair is kept: `T · K · H`
@@ -832,16 +815,15 @@ pub const fn layout_units(tokens: u32, n_pes: u32, experts: u32) -> usize {
     (experts as usize + n_pes as usize) * layout_segments(tokens)
 }
 
-/// The sleep between the polls of an expert column's warp of the layout that waits for the
-/// column's earlier units ([`signal_wait_until_backoff`]): the destinations' units, which the
-/// dispatch's rows wait for, are scanned meanwhile, beside some 2000 such warps. On one H200
-/// at 1 PE, held, 4096 tokens, the twin's throughput rounds took 1.1-1.3 µs less with 256 ns
-/// (`bf16` 37.90-38.24 µs against 39.17-39.33) and 0.3-1.2 less for FP8, where its warps had
-/// polled in NVSHMEM's tight loop; the Rust rounds the same within 0.1 µs (the Rust
-/// layout's warps then still waited for its tag before their first loads, [`moe_layout()`]).
-/// 128 and 1024 ns were no better; the expert warps starting 1 µs late instead took 0.5-1.5
-/// µs more at 128 and 512 tokens (BENCHMARKS.md, fiftieth session). The twin uses the same
-/// (checked by a test).
+/// The sleep between the polls of an expert column's last unit of the layout, which waits for
+/// the column's earlier units ([`signal_wait_until_backoff`]): the destinations' units, which
+/// the dispatch's rows wait for, are scanned meanwhile. Measured when every expert unit
+/// waited so (before [`moe_layout()`] ranked pairs within their segment): on one H200 at 1 PE,
+/// held, 4096 tokens, the twin's throughput rounds took 1.1-1.3 µs less with 256 ns (`bf16`
+/// 37.90-38.24 µs against 39.17-39.33) and 0.3-1.2 less for FP8, where its warps had polled
+/// in NVSHMEM's tight loop; the Rust rounds the same within 0.1 µs. 128 and 1024 ns were no
+/// better; the expert warps starting 1 µs late instead took 0.5-1.5 µs more at 128 and 512
+/// tokens (BENCHMARKS.md, fiftieth session). The twin uses the same (checked by a test).
 pub const LOOKBACK_SLEEP_NS: u32 = 256;
 
 /// Units of the layout's scan that place this PE's rows: one per (destination, segment), the
@@ -857,8 +839,8 @@ pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
     layout_units(tokens, n_pes, experts) + experts as usize * layout_segments(tokens)
 }
 
-/// The word of `scratch` that holds, with [`Shape::segment_ranks`], this PE's pairs of expert
-/// `e` in the segments before segment `sg` ([`LAYOUT_SEGMENT`] chunks of tokens each), which
+/// The word of `scratch` that holds this PE's pairs of expert `e` in the segments before
+/// segment `sg` ([`LAYOUT_SEGMENT`] chunks of tokens each), which
 /// the column's last unit of the layout writes.
 #[inline(always)]
 pub fn seg_prefix_at(s: Shape, e: u32, sg: usize) -> usize {
@@ -963,16 +945,15 @@ unsafe fn scan_unit<const N: usize>(
 ///
 /// 1. One warp per unit, (column, [`LAYOUT_SEGMENT`] chunks of 32 tokens), in order: the
 ///    column's hits in each chunk (a ballot each, [`scan_unit`]), their sum published in
-///    `scratch` with this launch's tag; then the hits of the column's earlier units, each
-///    once it carries the tag (a warp sum), and the ranks; the last unit's warp writes the
-///    column's total into this PE's row of `counts`. With `segment_ranks`
-///    ([`moe_layout_segments()`]) an expert column's units leave their pairs' ranks within the
-///    unit, and only the column's last unit waits for the earlier ones: it writes each unit's
-///    prefix ([`seg_prefix_at`]), which [`send`] adds, and the total. (Two passes around a
-///    second grid barrier took 2.3 µs more at 128 tokens on one H100.) The destinations'
-///    columns come first, and each of their units, its rows' slots written, adds one to
-///    `signals[SIG_SLOTS]`: the dispatch's rows wait for that count ([`slot_units`] a round),
-///    not for this grid to end.
+///    `scratch` with this launch's tag. A destination's unit then sums the hits of the
+///    column's earlier units, each once it carries the tag (a warp sum), and writes its rows'
+///    slots; an expert's unit leaves its pairs' ranks within the unit, and only the column's
+///    last unit waits for the earlier ones: it writes each unit's prefix ([`seg_prefix_at`]),
+///    which [`send`] adds. A column's last unit writes the column's total into this PE's row
+///    of `counts`. (Two passes around a second grid barrier took 2.3 µs more at 128 tokens
+///    on one H100.) The destinations' columns come first, and each of their units, its rows'
+///    slots written, adds one to `signals[SIG_SLOTS]`: the dispatch's rows wait for that
+///    count ([`slot_units`] a round), not for this grid to end.
 /// 2. Each block counts itself in once its units are done; the grid's last block sends the
 ///    row to every other PE and waits for theirs; then its warps work out, 32 experts a
 ///    warp with a segmented warp scan, `base` (this PE's first pair and the capacity's end,
@@ -982,7 +963,7 @@ unsafe fn scan_unit<const N: usize>(
 /// # Safety
 /// See [`moe_layout()`].
 #[inline(always)]
-unsafe fn layout(b: Bufs, s: Shape, segment_ranks: bool) {
+unsafe fn layout(b: Bufs, s: Shape) {
     // The dispatch that follows may start now: it waits for this grid before it reads
     // anything this kernel writes (module documentation).
     shmem_device::pdl::launch_dependents();
@@ -1044,10 +1025,10 @@ unsafe fn layout(b: Bufs, s: Shape, segment_ranks: bool) {
                     tag << 32 | u64::from(hits),
                 );
             }
-            if col < e_n && segment_ranks {
+            if col < e_n {
                 // The pairs' ranks within the segment; the column's last unit waits for the
                 // column's earlier units and writes every segment's prefix, and the column's
-                // total (`Shape::segment_ranks`).
+                // total.
                 unrolled!(0 1 2 3; i => {
                     let (t, f) = (first + i * LAYOUT_CHUNK + lane as usize, found[i]);
                     if t < t_n && f != 0 {
@@ -1087,45 +1068,30 @@ unsafe fn layout(b: Bufs, s: Shape, segment_ranks: bool) {
                 u += nw as usize;
                 continue;
             }
-            // The hits of the column's earlier units, each once its warp has published it
-            // this launch (earlier launches' tags are smaller). An expert column's warps poll
-            // with a backoff ([`LOOKBACK_SLEEP_NS`]); the destinations' poll at once.
+            // A destination's column: the hits of its earlier units, each once its warp has
+            // published it this launch (earlier launches' tags are smaller), polled at once.
             let mut before = 0u32;
             let mut c = lane as usize;
             while c < sg {
-                let (word, from) = (b.scratch.wrapping_add(col as usize * segs + c), tag << 32);
-                let v = if col < e_n {
-                    signal_wait_until_backoff(word, Cmp::Ge, from, LOOKBACK_SLEEP_NS)
-                } else {
-                    signal_wait_until(word, Cmp::Ge, from)
-                };
-                before += v as u32;
+                let word = b.scratch.wrapping_add(col as usize * segs + c);
+                before += signal_wait_until(word, Cmp::Ge, tag << 32) as u32;
                 c += 32;
             }
             let before = warp_sum(before);
             unrolled!(0 1 2 3; i => {
                 let (t, f) = (first + i * LAYOUT_CHUNK + lane as usize, found[i]);
                 if t < t_n {
-                    let pos = (before + (f >> 8)) as i32;
-                    if col < e_n {
-                        if f != 0 {
-                            st(b.send_pair, t * k_n + (f & 0xff) as usize - 1, pos);
-                        }
-                    } else {
-                        let slot = if f != 0 { pos } else { -1 };
-                        st(b.send_slot, t * n as usize + (col - e_n) as usize, slot);
-                    }
+                    let slot = if f != 0 { (before + (f >> 8)) as i32 } else { -1 };
+                    st(b.send_slot, t * n as usize + (col - e_n) as usize, slot);
                 }
             });
             if lane == 0 && sg + 1 == segs {
                 st(b.counts, mine() + col as usize, before + hits);
             }
-            if col >= e_n {
-                // This unit's rows are placed: the warp's slot writes, then one release.
-                sync_warp(u32::MAX);
-                if lane == 0 {
-                    scoped::add_release(Gpu, b.signals.wrapping_add(SIG_SLOTS), 1u64);
-                }
+            // This unit's rows are placed: the warp's slot writes, then one release.
+            sync_warp(u32::MAX);
+            if lane == 0 {
+                scoped::add_release(Gpu, b.signals.wrapping_add(SIG_SLOTS), 1u64);
             }
         }
         u += nw as usize;
@@ -1342,13 +1308,10 @@ unsafe fn send<const ROWS: bool, R: Reach>(
         if dest == d {
             let eu = e as u32;
             if tp {
-                // With `segment_ranks`, the pairs of the expert's earlier segments too.
-                let pre = if s.segment_ranks() {
-                    let sg = t / (LAYOUT_CHUNK * LAYOUT_SEGMENT);
-                    ld(b.scratch, seg_prefix_at(s, eu, sg)) as u32
-                } else {
-                    0
-                };
+                // The pair's rank within its segment, after the expert's pairs of the earlier
+                // segments.
+                let sg = t / (LAYOUT_CHUNK * LAYOUT_SEGMENT);
+                let pre = ld(b.scratch, seg_prefix_at(s, eu, sg)) as u32;
                 let p = ld(b.base, eu as usize) + pre + ld(b.send_pair, q) as u32;
                 if p < ld(b.base, (e_n + eu) as usize) {
                     pair = p as i32;
@@ -3573,22 +3536,24 @@ macro_rules! kernels {
 }
 
 kernels! {
-    /// Throughput mode's layout pass: row slots, pair ranks, and the exchange of counts.
+    /// Throughput mode's layout pass: row slots, pair ranks, and the exchange of counts. An
+    /// expert column's units leave their pairs' ranks within the unit, and only the column's
+    /// last unit waits for the earlier ones, writing each unit's prefix, which the dispatch's
+    /// metadata adds ([`seg_prefix_at`]): the layout's blocks end sooner, and the dispatch's
+    /// blocks start beside its last units. Against every expert unit waiting for its column's
+    /// earlier ones and leaving the whole rank, on one H200, held: the throughput `bf16`
+    /// dispatch took 0.963 of the time at 512 tokens, 0.996 at 2048 and 0.982 at 4096
+    /// (seventy-fourth session); the FP8 one, whose copying blocks are split from its
+    /// metadata blocks since, 0.998 / 0.958 / 0.997 at 64 experts and 0.971 / 0.863 / 0.883
+    /// at 256, and at 2 PEs under MPS 0.952 at 512 tokens and 0.981 at 4096 (eighty-second
+    /// session; BENCHMARKS.md).
     ///
     /// # Safety
     /// Every PE launches it with the same shape (`mode` throughput), cooperatively (grid
     /// barriers), in 1-D blocks of a multiple of 32 threads; `b` holds the symmetric buffers
     /// sized as the module documentation says, zeroed before round 1; `topk` holds distinct
     /// experts per token (or -1); rounds count up by one per dispatch.
-    moe_layout => layout(false);
-
-    /// [`moe_layout()`] for shapes with [`Shape::segment_ranks`] (`bf16` tokens): an expert
-    /// column's units leave their pairs' ranks within the unit, and only the column's last
-    /// unit waits for the earlier ones, writing each unit's prefix.
-    ///
-    /// # Safety
-    /// As [`moe_layout()`], for such a shape.
-    moe_layout_segments => layout(true);
+    moe_layout => layout;
 
     /// Sends every token to the PEs of its experts, for shapes whose
     /// [`Shape::dispatch_path`] is [`DispatchPath::LowLatency`]. Returns once every PE's
