@@ -3544,9 +3544,9 @@ kernels! {
     /// earlier ones and leaving the whole rank, on one H200, held: the throughput `bf16`
     /// dispatch took 0.963 of the time at 512 tokens, 0.996 at 2048 and 0.982 at 4096
     /// (seventy-fourth session); the FP8 one, whose copying blocks are split from its
-    /// metadata blocks since, 0.998 / 0.958 / 0.997 at 64 experts and 0.971 / 0.863 / 0.883
-    /// at 256, and at 2 PEs under MPS 0.952 at 512 tokens and 0.981 at 4096 (eighty-second
-    /// session; BENCHMARKS.md).
+    /// metadata blocks since, 0.99 / 0.96 / 0.99 at 64 experts and 0.97 / 0.88 / 0.88 at 256,
+    /// and at 2 PEs under MPS 0.94 / 0.97 (64 experts, 512 and 4096 tokens) and 0.91 / 0.94
+    /// (256) (eighty-second session; BENCHMARKS.md).
     ///
     /// # Safety
     /// Every PE launches it with the same shape (`mode` throughput), cooperatively (grid
