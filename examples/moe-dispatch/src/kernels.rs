@@ -40,8 +40,8 @@
 //! - **Throughput** ([`MODE_THROUGHPUT`]): [`moe_layout()`] first computes, with warp ballots
 //!   over the tokens, every token's row slot per destination and every pair's rank among its
 //!   expert's pairs from this PE (in two parts: the rank within its segment of tokens, and
-//!   the expert's pairs in the earlier segments, [`seg_prefix_at`]), and exchanges the per-expert counts between all PEs (a `put_signal` of `E + n` words to
-//!   each other PE). Every PE then knows every offset: the pairs of local expert `l` are
+//!   the expert's pairs in the earlier segments, [`seg_prefix_at`]), and exchanges the
+//!   per-expert counts between all PEs (a `put_signal` of `E + n` words to each other PE). Every PE then knows every offset: the pairs of local expert `l` are
 //!   packed (sources in order, tokens in order), at most `capacity` per expert, the rest
 //!   dropped and counted. [`moe_dispatch_throughput()`]
 //!   then copies as the low-latency `bf16` dispatch does, a block per token (from sm_90 its
@@ -840,8 +840,8 @@ pub const fn scratch_len(tokens: u32, n_pes: u32, experts: u32) -> usize {
 }
 
 /// The word of `scratch` that holds this PE's pairs of expert `e` in the segments before
-/// segment `sg` ([`LAYOUT_SEGMENT`] chunks of tokens each), which
-/// the column's last unit of the layout writes.
+/// segment `sg` ([`LAYOUT_SEGMENT`] chunks of tokens each), which the column's last unit of
+/// the layout writes.
 #[inline(always)]
 pub fn seg_prefix_at(s: Shape, e: u32, sg: usize) -> usize {
     layout_units(s.tokens, s.n_pes, s.experts) + e as usize * layout_segments(s.tokens) + sg
