@@ -41,10 +41,10 @@
 //!   over the tokens, every token's row slot per destination and every pair's rank among its
 //!   expert's pairs from this PE (in two parts: the rank within its segment of tokens, and
 //!   the expert's pairs in the earlier segments, [`seg_prefix_at`]), and exchanges the
-//!   per-expert counts between all PEs (a `put_signal` of `E + n` words to each other PE). Every PE then knows every offset: the pairs of local expert `l` are
-//!   packed (sources in order, tokens in order), at most `capacity` per expert, the rest
-//!   dropped and counted. [`moe_dispatch_throughput()`]
-//!   then copies as the low-latency `bf16` dispatch does, a block per token (from sm_90 its
+//!   per-expert counts between all PEs (a `put_signal` of `E + n` words to each other PE).
+//!   Every PE then knows every offset: the pairs of local expert `l` are packed (sources in
+//!   order, tokens in order), at most `capacity` per expert, the rest dropped and counted.
+//!   [`moe_dispatch_throughput()`] then copies as the low-latency `bf16` dispatch does, a block per token (from sm_90 its
 //!   warp 0 moving the rows by bulk copies into the slots the layout gave them), without
 //!   atomics. The host launches the throughput dispatch as a programmatic dependent of the
 //!   layout ([`shmem_device::pdl`]; from sm_90): every layout block lets it start at once.
