@@ -44,9 +44,9 @@
 //!   per-expert counts between all PEs (a `put_signal` of `E + n` words to each other PE).
 //!   Every PE then knows every offset: the pairs of local expert `l` are packed (sources in
 //!   order, tokens in order), at most `capacity` per expert, the rest dropped and counted.
-//!   [`moe_dispatch_throughput()`] then copies as the low-latency `bf16` dispatch does, a block per token (from sm_90 its
-//!   warp 0 moving the rows by bulk copies into the slots the layout gave them), without
-//!   atomics. The host launches the throughput dispatch as a programmatic dependent of the
+//!   [`moe_dispatch_throughput()`] then copies as the low-latency `bf16` dispatch does, a
+//!   block per token (from sm_90 its warp 0 moving the rows by bulk copies into the slots the
+//!   layout gave them), without atomics. The host launches the throughput dispatch as a programmatic dependent of the
 //!   layout ([`shmem_device::pdl`]; from sm_90): every layout block lets it start at once.
 //!   Where the dispatch's blocks take shared memory (`bf16`) and the layout's grid covers the
 //!   SMs, the layout runs at the SMs' largest shared-memory carveout, so that the dispatch's
