@@ -46,8 +46,9 @@
 //!   order, tokens in order), at most `capacity` per expert, the rest dropped and counted.
 //!   [`moe_dispatch_throughput()`] then copies as the low-latency `bf16` dispatch does, a
 //!   block per token (from sm_90 its warp 0 moving the rows by bulk copies into the slots the
-//!   layout gave them), without atomics. The host launches the throughput dispatch as a programmatic dependent of the
-//!   layout ([`shmem_device::pdl`]; from sm_90): every layout block lets it start at once.
+//!   layout gave them), without atomics. The host launches the throughput dispatch as a
+//!   programmatic dependent of the layout ([`shmem_device::pdl`]; from sm_90): every layout
+//!   block lets it start at once.
 //!   Where the dispatch's blocks take shared memory (`bf16`) and the layout's grid covers the
 //!   SMs, the layout runs at the SMs' largest shared-memory carveout, so that the dispatch's
 //!   blocks can start beside the layout's (`shmem_host::LaunchConfig::with_shared_carveout`).
