@@ -240,7 +240,8 @@ __device__ __forceinline__ void layout(Bufs b, Shape s) {
     // A destination's column: the hits of its earlier units, polled at once.
     uint32_t before = 0;
     for (size_t c = lane; c < sg; c += 32)
-      before += (uint32_t)nvshmem_signal_wait_until(b.scratch + col * segs + c, NVSHMEM_CMP_GE, tag << 32);
+      before +=
+          (uint32_t)nvshmem_signal_wait_until(b.scratch + col * segs + c, NVSHMEM_CMP_GE, tag << 32);
     for (int m = 16; m > 0; m /= 2) before += __shfl_xor_sync(0xffffffffu, before, m);
 #pragma unroll
     for (size_t i = 0; i < LAYOUT_SEGMENT; i++) {
