@@ -823,9 +823,9 @@ constexpr uint32_t RESERVE_PAIRS = 512;
 constexpr uint32_t FP8_RESERVE_PAIRS = 2048;
 constexpr uint32_t ROLE_META_SHARE = 6;
 constexpr uint32_t ROLE_RESERVE_FROM = 9;
-// The throughput FP8 dispatch's metadata blocks (send_units_throughput): the last n in
+// The throughput FP8 dispatch's metadata blocks (send_units_throughput): the last n + 1 in
 // TP_META_SHARE at n PEs, at most half the grid (as in Rust).
-constexpr uint32_t TP_META_SHARE = 8;
+constexpr uint32_t TP_META_SHARE = 12;
 // The blocks of the low-latency FP8 dispatch that send the metadata (role_meta_blocks in Rust).
 __device__ __forceinline__ uint32_t role_meta_blocks() { return max(gridDim.x / ROLE_META_SHARE, 1u); }
 // Whether the low-latency bf16 dispatch by bulk copies sends its counts early: with at least
@@ -1134,7 +1134,7 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, R reach, const Shape
 }
 
 // The throughput FP8 dispatch, its blocks split by role (kernels.rs, send_units_throughput):
-// the grid's last n of every TP_META_SHARE blocks at n PEs (M, at least one, at most half)
+// the grid's last n + 1 of every TP_META_SHARE blocks at n PEs (M, at least one, at most half)
 // send the metadata, block g - M + mb the tokens mb, mb + M, ..., a warp per (token, PE), once
 // the whole layout is out, each warp's next token's choices and weights loaded while it sends
 // the one before. The other blocks' warps copy the rows' units among theirs: each loads its
@@ -1143,7 +1143,7 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, R reach, const Shape
 template <class R>
 __device__ __forceinline__ void send_units_throughput(const Bufs &b, R reach, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32, g = gridDim.x;
-  uint32_t meta = max(min(g * n / TP_META_SHARE, g / 2), 1u), copying = g - meta;
+  uint32_t meta = max(min(g * (n + 1) / TP_META_SHARE, g / 2), 1u), copying = g - meta;
   if (blockIdx.x < copying) {
     copy_units<true>(b, reach, s, blockIdx.x * nw + w, copying * nw, [&] {
       if (w == 0) wait_slots(b, s);

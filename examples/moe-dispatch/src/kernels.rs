@@ -60,10 +60,10 @@
 //!   stores the `e4m3` values straight into every PE they go to. In low-latency mode the
 //!   grid's blocks are split by role: one in [`ROLE_META_SHARE`] sends the metadata, the
 //!   others' warps take the rows 1024 values at a time, waiting for none of it. In
-//!   throughput mode too: the last `n` in [`TP_META_SHARE`] at `n` PEs send the metadata once the
-//!   layout is out; the others' warps take the rows 1024 values at a time, their first loads issued
-//!   before the rows' slots are waited for (once the layout's destination columns are done, as the
-//!   `bf16` rows).
+//!   throughput mode too: the last `n + 1` in [`TP_META_SHARE`] at `n` PEs send the
+//!   metadata once the layout is out; the others' warps take the rows 1024 values at a time,
+//!   their first loads issued before the rows' slots are waited for (once the layout's
+//!   destination columns are done, as the `bf16` rows).
 //!
 //! # Completion
 //! A block's puts are complete before it signals: when every PE's memory is mapped (the
@@ -2510,15 +2510,27 @@ unsafe fn put_unit<const TP: bool, R: Reach>(b: Bufs, reach: R, s: Shape, t: usi
     }
 }
 
-/// `n` blocks in `TP_META_SHARE` of the throughput FP8 dispatch's grid at `n` PEs, its last
-/// ones (at most half the grid, at least one block), send the metadata
-/// (`send_units_throughput`), a warp per (token, PE); the others copy the rows. Measured
-/// (BENCHMARKS.md, seventy-seventh session): on one H200 at 1 PE, one in 8 against one in 6
-/// (with 12-28 bytes of spills in both) took 0.97 of the time at 128 and 512 tokens and the
-/// same from 2048; one in 12 or 24 set the round's pace with its metadata (1.14-1.71 of
-/// the time at 4096 tokens). On two H200s at 2 PEs one in 8 took 1.02 and 1.08 of the
-/// previous kernel's time at 512 and 2048 tokens, two in 8 0.98 and 1.01.
-pub const TP_META_SHARE: u32 = 8;
+/// `n + 1` blocks in `TP_META_SHARE` of the throughput FP8 dispatch's grid at `n` PEs, its
+/// last ones (at most half the grid, at least one block: [`tp_meta_blocks`]), send the
+/// metadata (`send_units_throughput`), a warp per (token, PE); the others copy the rows. One
+/// in 6 at 1 PE, one in 4 at 2 PEs. Since the layout's expert units no longer wait for each
+/// other ([`moe_layout()`]), the metadata is the round's longest path at 1 PE from 2048
+/// tokens: on one H200, held, one in 6 against one in 8 took 0.97 / 0.96 of the time at
+/// 2048 / 4096 tokens with 64 experts and 0.93 with 256, 1.01-1.02 at 512; one in 5 and 4
+/// no better at 64 experts, one in 12 1.00-1.09. At 2 PEs under MPS, one in 3 took 1.03-1.04
+/// of one in 4's time at 512-4096 tokens, so `n + 1` in 12, which keeps one in 4 there
+/// (BENCHMARKS.md, eighty-second session). Before, on that layout's predecessor
+/// (seventy-seventh session), one in 8 against one in 6 at 1 PE took 0.97 of the time at 128
+/// and 512 tokens and the same from 2048; on two H200s at 2 PEs one in 8 took 1.02 and 1.08
+/// of the previous kernel's time at 512 and 2048 tokens, two in 8 0.98 and 1.01.
+pub const TP_META_SHARE: u32 = 12;
+
+/// The throughput FP8 dispatch's metadata blocks on a grid of `g` blocks at `n` PEs: `n + 1`
+/// in [`TP_META_SHARE`], at most half the grid, at least one.
+#[inline(always)]
+pub fn tp_meta_blocks(g: u32, n: u32) -> u32 {
+    (g * (n + 1) / TP_META_SHARE).min(g / 2).max(1)
+}
 
 /// The blocks of the low-latency FP8 dispatch that send the metadata ([`send_by_role`]):
 /// the first of every [`ROLE_META_SHARE`], at least one.
@@ -2693,8 +2705,8 @@ unsafe fn copy_units<const TP: bool, R: Reach>(
     }
 }
 
-/// The throughput FP8 dispatch, its blocks split by role. The grid's last `n` of every
-/// [`TP_META_SHARE`] blocks at `n` PEs (`M` of them, at least one, at most half) send the
+/// The throughput FP8 dispatch, its blocks split by role. The grid's last `n + 1` of every
+/// [`TP_META_SHARE`] blocks at `n` PEs (`M` of them, [`tp_meta_blocks`]) send the
 /// metadata: block `g - M + mb` the tokens `mb, mb + M, ...`, a warp per (token, PE), once
 /// the whole layout is out ([`shmem_device::pdl::wait`]), each warp's next token's choices
 /// and weights ([`pick`]) loaded while it sends the one before. The other blocks' warps
@@ -2721,7 +2733,7 @@ unsafe fn copy_units<const TP: bool, R: Reach>(
 unsafe fn send_units_throughput<R: Reach>(b: Bufs, reach: R, s: Shape) {
     let (n, w, nw, lane) = (s.n_pes, warp_id(), warps_per_block(), lane_id());
     let g = grid_dim_x();
-    let meta = (g * n / TP_META_SHARE).min(g / 2).max(1);
+    let meta = tp_meta_blocks(g, n);
     let copying = g - meta;
     // SAFETY: the caller's contract; `t < T` and `d < n` for every `pick` and `send`, whole
     // warps; each thread of a copying block calls `meet` once (`copy_units`), after which
@@ -3655,8 +3667,8 @@ kernels! {
     moe_dispatch_fp8_mapped(max_registers = 64) => dispatch[Mapped]((DispatchPath::Fp8LowLatency, false));
 
     /// [`moe_dispatch()`] for [`DispatchPath::Fp8Throughput`], after [`moe_layout()`] of the
-    /// same round, its blocks split by role: the last `n` in [`TP_META_SHARE`] at `n` PEs send
-    /// the metadata, the others' warps copy units of 1024 values among theirs
+    /// same round, its blocks split by role: the last `n + 1` in [`TP_META_SHARE`] at `n` PEs
+    /// send the metadata, the others' warps copy units of 1024 values among theirs
     /// (`send_units_throughput`). 64 registers from sm_90, four blocks of 256 threads an SM,
     /// without spills; 72 on sm_80, where at 64 ptxas spilled 4 bytes (the copying loop's
     /// bound) once the blocks were split by role (sm_80 not measured). Its units loaded one

@@ -542,7 +542,7 @@ fn fp8_low_latency_on_one_block_and_on_many() {
 #[test]
 fn fp8_throughput_split_by_role_on_two_blocks_and_on_many() {
     assert_eq!(DispatchPath::Fp8Throughput.min_blocks(), 2);
-    assert_eq!(17 * 2 / k::TP_META_SHARE, 4);
+    assert_eq!(k::tp_meta_blocks(17, 2), 4);
     fp8_on_two_blocks_and_on_many(MODE_THROUGHPUT, 31);
 }
 
