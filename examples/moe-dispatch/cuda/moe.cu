@@ -826,6 +826,10 @@ constexpr uint32_t ROLE_RESERVE_FROM = 9;
 // The throughput FP8 dispatch's metadata blocks (send_units_throughput): the last n + 1 in
 // TP_META_SHARE at n PEs, at most half the grid (as in Rust).
 constexpr uint32_t TP_META_SHARE = 12;
+// Of a grid of g blocks at n PEs (tp_meta_blocks in Rust).
+__device__ __forceinline__ uint32_t tp_meta_blocks(uint32_t g, uint32_t n) {
+  return max(min(g * (n + 1) / TP_META_SHARE, g / 2), 1u);
+}
 // The blocks of the low-latency FP8 dispatch that send the metadata (role_meta_blocks in Rust).
 __device__ __forceinline__ uint32_t role_meta_blocks() { return max(gridDim.x / ROLE_META_SHARE, 1u); }
 // Whether the low-latency bf16 dispatch by bulk copies sends its counts early: with at least
@@ -1143,7 +1147,7 @@ __device__ __forceinline__ void send_by_role(const Bufs &b, R reach, const Shape
 template <class R>
 __device__ __forceinline__ void send_units_throughput(const Bufs &b, R reach, const Shape &s) {
   uint32_t n = s.n_pes, lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32, g = gridDim.x;
-  uint32_t meta = max(min(g * (n + 1) / TP_META_SHARE, g / 2), 1u), copying = g - meta;
+  uint32_t meta = tp_meta_blocks(g, n), copying = g - meta;
   if (blockIdx.x < copying) {
     copy_units<true>(b, reach, s, blockIdx.x * nw + w, copying * nw, [&] {
       if (w == 0) wait_slots(b, s);
